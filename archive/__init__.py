@@ -1,0 +1,1 @@
+"""The store: content-addressed objects, run manifests, labels, Parquet tables and their queries."""

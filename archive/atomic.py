@@ -1,0 +1,68 @@
+"""Atomic file writes: a temp file beside the target, fsync, then rename.
+
+A reader never sees a half-written file, and a crash leaves at most a `.tmp-*` file that nothing
+references (`triage gc` removes those).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+TMP_PREFIX = ".tmp-"
+CHUNK = 1 << 20
+
+
+@contextmanager
+def temp_file_in(directory: Path, suffix: str = "") -> Iterator[tuple[BinaryIO, Path]]:
+    """Open a new temp file in `directory`; it is removed unless the caller renamed it away."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=suffix, dir=directory)
+    path = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as stream:
+            yield stream, path
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def publish(temp: Path, target: Path, readonly: bool) -> None:
+    """Make `temp` visible as `target` in one rename (after making it durable)."""
+    with open(temp, "rb") as stream:
+        os.fsync(stream.fileno())
+    if readonly:
+        os.chmod(temp, 0o444)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(temp, target)
+
+
+def write_bytes(target: Path, data: bytes, readonly: bool = False) -> None:
+    """Write `data` to `target` atomically."""
+    with temp_file_in(target.parent) as (stream, temp):
+        stream.write(data)
+        stream.close()
+        publish(temp, target, readonly)
+
+
+def hash_file(path: Path) -> tuple[str, int]:
+    """sha256 hex digest and size of a file, read in chunks."""
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as stream:
+        while chunk := stream.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def copy_hashing(source: BinaryIO, sink: BinaryIO) -> tuple[str, int]:
+    """Copy a stream in chunks; return the sha256 and size of what was copied."""
+    digest, size = hashlib.sha256(), 0
+    while chunk := source.read(CHUNK):
+        digest.update(chunk)
+        sink.write(chunk)
+        size += len(chunk)
+    return digest.hexdigest(), size

@@ -1,0 +1,30 @@
+"""DuckDB connections that never reach for the network.
+
+DuckDB can auto-install and auto-load extensions (httpfs, sqlite_scanner) at run time; GPU
+clusters and CI have no internet, and a peer tool spends 25 s per command timing out on exactly
+that. triage only needs the Parquet reader, which is built in, so autoloading is switched off.
+"""
+
+from __future__ import annotations
+
+
+def connect(threads: int | None = None):
+    """An in-memory DuckDB connection with extension autoloading disabled."""
+    import duckdb
+
+    config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    if threads:
+        config["threads"] = threads
+    return duckdb.connect(":memory:", config=config)
+
+
+def sql_string(value: str) -> str:
+    """A SQL string literal (paths of stored objects are hex, but quote properly anyway)."""
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def fetch_arrow(con, sql: str):
+    """Run a query and return a pyarrow Table (DuckDB 2 renamed .arrow() to .to_arrow_table())."""
+    relation = con.sql(sql)
+    fetch = getattr(relation, "to_arrow_table", None) or relation.arrow
+    return fetch()

@@ -1,0 +1,211 @@
+"""Archiving reports: validate, extract tables, store blobs, write the manifest, index.
+
+Order matters for "visible only when complete": every input is validated before the store is
+touched; tables and blobs are written as objects; then annotations; then the manifest (the run
+becomes visible); then the dedup key and the catalog segment (both re-derivable); then labels.
+A failure before the manifest leaves only unreferenced objects, which `triage gc` removes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from triage import __version__
+from triage.archive import catalog
+from triage.archive.atomic import hash_file
+from triage.archive.manifest import MANIFEST_KIND, MANIFEST_VERSION
+from triage.archive.store import Store, canonical_json
+from triage.archive.summaries import SUMMARIES, compute_summaries
+from triage.archive.tables import TableSet, tables_for_tool, tables_version
+from triage.capture import redact
+from triage.capture.formats import PreparedReport, prepare_report
+from triage.errors import TriageError, UsageError
+from triage.timeutil import utc_now
+
+
+@dataclass
+class ReportInput:
+    """One report file to put in a run, with what is known about who wrote it."""
+
+    path: Path
+    rank: int | None = None
+    process: dict | None = None
+
+
+@dataclass
+class RunRequest:
+    """Everything needed to archive one run."""
+
+    inputs: list[ReportInput]
+    source: str = "archive"
+    label: str | None = None
+    note: str | None = None
+    nsys: str | None = None
+    redact_patterns: tuple[str, ...] = ()
+    capture: dict | None = None
+    overrides: dict = field(default_factory=dict)
+
+
+@dataclass
+class ArchiveResult:
+    """The outcome of archiving one run."""
+
+    id: str
+    new: bool
+    manifest: dict
+
+
+def archive_files(store_path, paths: list[str], label: str | None = None,
+                  note: str | None = None, nsys: str | None = None,
+                  redact_patterns: tuple[str, ...] = ()) -> list[ArchiveResult]:
+    """`triage archive REPORT...`: one run per report; every file is validated first."""
+    if label and len(paths) > 1:
+        raise UsageError("--label names one run; archive one report at a time to label it")
+    requests = [RunRequest([ReportInput(Path(p))], label=label, note=note, nsys=nsys,
+                           redact_patterns=redact_patterns) for p in paths]
+    for request in requests:
+        check_readable(request.inputs[0].path)
+    store = Store.open(store_path, create=True)
+    store.check_writable()
+    return [archive_run(store, request) for request in requests]
+
+
+def check_readable(path: Path) -> None:
+    """One-line errors for inputs that are not readable files."""
+    if not path.exists():
+        raise TriageError(f"{path}: no such file")
+    if path.is_dir():
+        raise TriageError(f"{path}: is a directory; pass the report files inside it")
+    if not os.access(path, os.R_OK):
+        raise TriageError(f"{path}: permission denied; check the file's permissions")
+
+
+def dedup_key(tool: str, digests: list[str], request: RunRequest) -> str:
+    """Same reports + same table schema + same redaction = same run, whatever triage version."""
+    doc = {"tool": tool, "tables": tables_version(), "reports": digests,
+           "redact": sorted(request.redact_patterns), "source": request.source}
+    return hashlib.sha256(canonical_json(doc)).hexdigest()
+
+
+def archive_run(store: Store, request: RunRequest) -> ArchiveResult:
+    """Archive the reports of one request as one run (or find the run that has them)."""
+    prepared = [prepare_report(i.path, nsys=request.nsys) for i in request.inputs]
+    try:
+        tools = {p.tool for p in prepared}
+        if len(tools) > 1:
+            raise UsageError("one run holds reports of one tool; archive ncu and nsys separately")
+        digests = [hash_file(p.path)[0] for p in prepared]
+        key = dedup_key(prepared[0].tool, digests, request) if request.capture is None else None
+        existing = store.lookup_key(key) if key else None
+        if existing:
+            return _finish(store, existing, store.read_manifest(existing), request, new=False)
+        manifest = _build(store, request, prepared, digests)
+        run_id = store.write_manifest(manifest)
+        if key:
+            store.record_key(key, run_id)
+        return _finish(store, run_id, manifest, request, new=True)
+    finally:
+        for item in prepared:
+            item.close()
+
+
+def _finish(store: Store, run_id: str, manifest: dict, request: RunRequest,
+            new: bool) -> ArchiveResult:
+    annotations = store.annotate(run_id, utc_now(precise=True), request.note)
+    if new or request.note:
+        catalog.add_rows(store, [catalog.catalog_row(store, run_id, manifest, annotations)])
+    if request.label:
+        store.set_label(request.label, run_id)
+    return ArchiveResult(run_id, new, manifest)
+
+
+def _build(store: Store, request: RunRequest, prepared: list[PreparedReport],
+           digests: list[str]) -> dict:
+    """Extract every report into one table set, store the blobs, assemble the manifest."""
+    tables = TableSet(store)
+    try:
+        tool = prepared[0].tool
+        for name in tables_for_tool(tool):
+            tables.writer(name)
+        provenances = [p.write_tables(tables, index) for index, p in enumerate(prepared)]
+        compute_summaries(tables, [n for n in tables_for_tool(tool) if n in SUMMARIES])
+        table_refs = tables.finish()
+    finally:
+        tables.discard()
+    reports = [_store_blob(store, p, d, i, prov)
+               for p, d, i, prov in zip(prepared, digests, request.inputs, provenances)]
+    return _manifest(request, provenances, reports, table_refs)
+
+
+def _store_blob(store: Store, prepared: PreparedReport, digest: str, given: ReportInput,
+                provenance: dict) -> dict:
+    sha, size = store.put_file(prepared.path)
+    if sha != digest:
+        raise TriageError(f"{prepared.path}: the file changed while it was being archived; "
+                          "archive it again once it is complete")
+    return {
+        "name": prepared.path.name, "sha256": sha, "bytes": size, "format": prepared.format,
+        "tool_version": provenance.get("tool_version"), "created": provenance.get("created"),
+        "host": ((provenance.get("environment") or {}).get("host") or {}).get("name"),
+        "rank": given.rank, "process": given.process, "export": provenance.get("export"),
+    }
+
+
+def _manifest(request: RunRequest, provenances: list[dict], reports: list[dict],
+              table_refs: dict) -> dict:
+    first = provenances[0]
+    extra = redact.extra_patterns(request.redact_patterns)
+    manifest = {
+        "kind": MANIFEST_KIND,
+        "schema_version": MANIFEST_VERSION,
+        "tables_schema_version": tables_version(),
+        "source": request.source,
+        "tool": first["tool"],
+        "tool_version": first.get("tool_version"),
+        "created": first.get("created"),
+        "command": redact.redact_command_line(first.get("command"), extra),
+        "environment": _redacted_environment(first.get("environment") or {}, extra),
+        "application": _redacted_application(first.get("application"), extra),
+        "settings": first.get("settings") or {},
+        "settings_source": first.get("settings_source") or {},
+        "evidence": first.get("evidence") or {},
+        "versions": first.get("versions") or {},
+        "reports": reports,
+        "tables": table_refs,
+        "kernels": table_refs.get("kernels", {}).get("rows", 0),
+        "notices": sorted({n for p in provenances for n in p.get("notices", [])}),
+        "extractor": {"triage": __version__, **_library_versions(first["tool"])},
+        "capture": request.capture,
+    }
+    manifest.update(request.overrides)
+    return json.loads(canonical_json(manifest))
+
+
+def _redacted_environment(environment: dict, extra) -> dict:
+    out = dict(environment)
+    if out.get("variables"):
+        out["variables"] = redact.redact_mapping(out["variables"], extra)
+    return out
+
+
+def _redacted_application(application: dict | None, extra) -> dict | None:
+    if not application or not application.get("argv"):
+        return application
+    return {**application, "argv": redact.redact_argv(application["argv"], extra)}
+
+
+def _library_versions(tool: str) -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    names = {"ncu": ["ncu-report", "pyarrow"], "nsys": ["pyarrow", "duckdb"]}[tool]
+    out = {}
+    for name in names:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out

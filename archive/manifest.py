@@ -1,0 +1,32 @@
+"""The run manifest: its version, and the migration/refusal rule for versions other than ours.
+
+The JSON Schema in `schemas/manifest.schema.json` describes the document; ingest writes it and the
+tests validate every manifest they produce against it.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+from triage.errors import NewerFormat, StoreError
+
+MANIFEST_VERSION = 1
+MANIFEST_KIND = "triage.run"
+
+
+def manifest_schema() -> dict:
+    """The JSON Schema of the manifest (single source of truth, shipped as package data)."""
+    text = resources.files("triage.schemas").joinpath("manifest.schema.json").read_text()
+    return json.loads(text)
+
+
+def check_version(manifest: dict, where: Path | str) -> None:
+    """Refuse manifests from a newer triage; there is no older version to migrate yet."""
+    if manifest.get("kind") != MANIFEST_KIND:
+        raise StoreError(f"{where} is not a triage run manifest; `triage verify` checks the store")
+    version = manifest.get("schema_version", 0)
+    if version > MANIFEST_VERSION:
+        raise NewerFormat(f"{where} was written by a newer triage (manifest version {version}, "
+                          f"this triage reads {MANIFEST_VERSION}); upgrade triage")

@@ -1,0 +1,72 @@
+"""Finding runs: RUN references (id, prefix, label, `latest`), listings and the `show` view."""
+
+from __future__ import annotations
+
+from triage.archive import catalog
+from triage.archive.store import SHA256_RE, Store
+from triage.errors import AmbiguousRun, RunNotFound
+
+MIN_PREFIX = 4
+LIST_COLUMNS = ("id", "tool", "tool_version", "created", "archived", "source", "gpu",
+                "driver_version", "cuda_version", "host", "command", "kernels", "reports",
+                "report_names", "clock_control", "cache_control", "replay_mode", "notes")
+
+
+def resolve(store: Store, ref: str) -> str:
+    """A full run id for a full id, `latest`, a label, or a unique id prefix."""
+    if SHA256_RE.match(ref) and store.has_run(ref):
+        return ref
+    if ref == "latest":
+        ids = catalog.read_catalog(store).column("id").to_pylist()
+        if not ids:
+            raise RunNotFound("no runs yet; `triage archive REPORT` adds one")
+        return ids[-1]
+    labels = store.labels()
+    if ref in labels and store.has_run(labels[ref]):
+        return labels[ref]
+    return _by_prefix(store, ref)
+
+
+def _by_prefix(store: Store, ref: str) -> str:
+    lowered = ref.lower()
+    if len(lowered) >= MIN_PREFIX and all(c in "0123456789abcdef" for c in lowered):
+        matches = [i for i in store.run_ids() if i.startswith(lowered)]
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            shown = ", ".join(m[:12] for m in matches[:5])
+            raise AmbiguousRun(f"run prefix {ref!r} matches {len(matches)} runs ({shown}); "
+                               "give more characters")
+    raise RunNotFound(f"run {ref!r} not found (not an id, prefix, label or 'latest'); "
+                      "`triage ls` lists runs")
+
+
+def labels_by_run(store: Store) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for name, run_id in sorted(store.labels().items()):
+        out.setdefault(run_id, []).append(name)
+    return out
+
+
+def list_runs(store: Store) -> list[dict]:
+    """Every run, oldest archive first, from the catalog (no manifest is opened)."""
+    table = catalog.read_catalog(store).select(list(LIST_COLUMNS))
+    labels = labels_by_run(store)
+    rows = table.to_pylist()
+    for row in rows:
+        row["labels"] = labels.get(row["id"], [])
+    return rows
+
+
+def show(store: Store, ref: str) -> dict:
+    """The full record of one run: its manifest plus id, labels, archive time and notes."""
+    run_id = resolve(store, ref)
+    manifest = store.read_manifest(run_id)
+    annotations = store.read_annotations(run_id)
+    return {
+        "id": run_id,
+        **manifest,
+        "archived": annotations.get("archived"),
+        "labels": labels_by_run(store).get(run_id, []),
+        "notes": annotations.get("notes", []),
+    }

@@ -1,0 +1,262 @@
+"""The on-disk store: immutable objects and manifests, plus the few mutable refs.
+
+Layout (all under the store root):
+
+    triage-store.json       format marker and version
+    objects/ab/cdef...      raw reports and Parquet tables, by sha256; read-only once written
+    runs/<id>.json          run manifests (canonical JSON); id = sha256 of the file's bytes
+    keys/<key>              dedup key (report hashes + extractor version) -> run id
+    annotations/<id>.json   when a run was first archived, and notes added later
+    labels/<name>           label -> run id; the only thing a user moves on purpose
+    index/*.parquet         catalog segments for fast `ls` and cross-run queries (derived)
+
+Objects and manifests are written to a temp file beside their target and renamed into place, so
+no reader sees a partial file; a run is visible once `runs/<id>.json` exists, and that file is
+written only after every object it references.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+from triage.archive import atomic
+from triage.errors import NewerFormat, StoreError
+
+STORE_MARKER = "triage-store.json"
+STORE_FORMAT = "triage-store"
+STORE_VERSION = 1
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
+RESERVED_LABELS = {"latest"}
+
+
+def canonical_json(obj) -> bytes:
+    """The one byte form of a JSON document that its hash is taken over."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode("utf-8")
+
+
+def default_store_path() -> Path:
+    """Per-user data directory, e.g. ~/.local/share/triage/store on Linux."""
+    import platformdirs
+
+    return Path(platformdirs.user_data_path("triage")) / "store"
+
+
+def store_path(option: str | os.PathLike | None) -> Path:
+    """--store PATH, else $TRIAGE_STORE, else the per-user default."""
+    if option:
+        return Path(option).expanduser()
+    if os.environ.get("TRIAGE_STORE"):
+        return Path(os.environ["TRIAGE_STORE"]).expanduser()
+    return default_store_path()
+
+
+def _os_error(exc: OSError, path: Path, doing: str) -> StoreError:
+    """Turn an OSError into a one-line StoreError that names the path and the fix."""
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return StoreError(f"cannot {doing} store {path}: {exc.strerror}; "
+                          "choose a writable location with --store or $TRIAGE_STORE")
+    if exc.errno == errno.ENOSPC:
+        return StoreError(f"cannot {doing} store {path}: disk full; free space or move the store")
+    return StoreError(f"cannot {doing} store {path}: {exc.strerror or exc}")
+
+
+class Store:
+    """A triage store rooted at a directory."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.objects = self.root / "objects"
+        self.runs = self.root / "runs"
+        self.keys = self.root / "keys"
+        self.annotations = self.root / "annotations"
+        self.label_dir = self.root / "labels"
+        self.index = self.root / "index"
+
+    # -- opening -----------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | os.PathLike | None = None, create: bool = False) -> "Store":
+        """Open the store at `path` (see store_path); create it only when asked to write."""
+        root = store_path(path)
+        marker = root / STORE_MARKER
+        if marker.is_file():
+            cls._check_marker(marker)
+            return cls(root)
+        if root.exists() and not root.is_dir():
+            raise StoreError(f"store path {root} is a file, not a directory; pass another --store")
+        if root.is_dir() and any(root.iterdir()):
+            raise StoreError(f"{root} is not a triage store (no {STORE_MARKER}); "
+                             "pass an empty or new directory with --store")
+        if not create:
+            raise StoreError(f"no triage store at {root}; `triage archive REPORT` creates one")
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            marker_doc = {"format": STORE_FORMAT, "version": STORE_VERSION}
+            atomic.write_bytes(marker, canonical_json(marker_doc))
+        except OSError as exc:
+            raise _os_error(exc, root, "create") from None
+        return cls(root)
+
+    @staticmethod
+    def _check_marker(marker: Path) -> None:
+        try:
+            doc = json.loads(marker.read_text())
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"unreadable store marker {marker}: {exc}") from None
+        if doc.get("format") != STORE_FORMAT:
+            raise StoreError(f"{marker.parent} is not a triage store; pass another --store")
+        if doc.get("version", 0) > STORE_VERSION:
+            raise NewerFormat(f"store {marker.parent} has format version {doc['version']}, newer "
+                              f"than this triage ({STORE_VERSION}); upgrade triage")
+
+    def check_writable(self) -> None:
+        """Fail early, before any work, when the store cannot take new files."""
+        if not os.access(self.root, os.W_OK | os.X_OK):
+            raise StoreError(f"cannot write store {self.root}: permission denied; "
+                             "choose a writable location with --store or $TRIAGE_STORE")
+
+    # -- objects -----------------------------------------------------------------------------
+
+    def object_path(self, sha256: str) -> Path:
+        return self.objects / sha256[:2] / sha256[2:]
+
+    def has_object(self, sha256: str) -> bool:
+        return self.object_path(sha256).is_file()
+
+    def put_stream(self, stream) -> tuple[str, int]:
+        """Store the bytes of a readable stream; return (sha256, size). Idempotent."""
+        try:
+            with atomic.temp_file_in(self.objects) as (sink, temp):
+                sha, size = atomic.copy_hashing(stream, sink)
+                sink.close()
+                self._publish_object(temp, sha)
+        except OSError as exc:
+            raise _os_error(exc, self.root, "write") from None
+        return sha, size
+
+    def put_file(self, path: Path) -> tuple[str, int]:
+        """Store a file's bytes (streamed, never read whole)."""
+        with open(path, "rb") as stream:
+            return self.put_stream(stream)
+
+    def put_bytes(self, data: bytes) -> tuple[str, int]:
+        import io
+
+        return self.put_stream(io.BytesIO(data))
+
+    def adopt_temp(self, temp: Path) -> tuple[str, int]:
+        """Move a finished temp file (created under objects/) into the store by its hash."""
+        sha, size = atomic.hash_file(temp)
+        try:
+            self._publish_object(temp, sha)
+        except OSError as exc:
+            raise _os_error(exc, self.root, "write") from None
+        return sha, size
+
+    def _publish_object(self, temp: Path, sha: str) -> None:
+        target = self.object_path(sha)
+        if target.exists():
+            temp.unlink(missing_ok=True)
+            return
+        atomic.publish(temp, target, readonly=True)
+
+    # -- runs --------------------------------------------------------------------------------
+
+    def run_path(self, run_id: str) -> Path:
+        return self.runs / f"{run_id}.json"
+
+    def has_run(self, run_id: str) -> bool:
+        return self.run_path(run_id).is_file()
+
+    def write_manifest(self, manifest: dict) -> str:
+        """Write a manifest (after everything it references); return its id."""
+        data = canonical_json(manifest)
+        run_id = hashlib.sha256(data).hexdigest()
+        if not self.has_run(run_id):
+            try:
+                atomic.write_bytes(self.run_path(run_id), data, readonly=True)
+            except OSError as exc:
+                raise _os_error(exc, self.root, "write") from None
+        return run_id
+
+    def read_manifest(self, run_id: str) -> dict:
+        from triage.archive.manifest import check_version
+
+        try:
+            manifest = json.loads(self.run_path(run_id).read_bytes())
+        except FileNotFoundError:
+            from triage.errors import RunNotFound
+
+            raise RunNotFound(f"run {run_id[:12]} not found; `triage ls` lists runs") from None
+        check_version(manifest, self.run_path(run_id))
+        return manifest
+
+    def run_ids(self) -> list[str]:
+        """Ids of all visible runs (one directory listing, no file reads)."""
+        try:
+            names = os.listdir(self.runs)
+        except FileNotFoundError:
+            return []
+        return sorted(n[:-5] for n in names if n.endswith(".json") and SHA256_RE.match(n[:-5]))
+
+    # -- dedup keys ----------------------------------------------------------------------------
+
+    def lookup_key(self, key: str) -> str | None:
+        try:
+            run_id = (self.keys / key).read_text().strip()
+        except FileNotFoundError:
+            return None
+        return run_id if self.has_run(run_id) else None
+
+    def record_key(self, key: str, run_id: str) -> None:
+        atomic.write_bytes(self.keys / key, (run_id + "\n").encode())
+
+    # -- annotations ---------------------------------------------------------------------------
+
+    def read_annotations(self, run_id: str) -> dict:
+        try:
+            return json.loads((self.annotations / f"{run_id}.json").read_bytes())
+        except FileNotFoundError:
+            return {}
+
+    def annotate(self, run_id: str, archived: str, note: str | None) -> dict:
+        """Keep the first archive time; append a note if it is new. Last writer wins."""
+        doc = self.read_annotations(run_id)
+        doc.setdefault("archived", archived)
+        notes = doc.setdefault("notes", [])
+        if note and note not in [n["text"] for n in notes]:
+            notes.append({"time": archived, "text": note})
+        atomic.write_bytes(self.annotations / f"{run_id}.json", canonical_json(doc))
+        return doc
+
+    # -- labels --------------------------------------------------------------------------------
+
+    def labels(self) -> dict[str, str]:
+        """All labels and the run each points at."""
+        out = {}
+        if not self.label_dir.is_dir():
+            return out
+        for path in self.label_dir.rglob("*"):
+            if path.is_file() and not path.name.startswith(atomic.TMP_PREFIX):
+                out[path.relative_to(self.label_dir).as_posix()] = path.read_text().strip()
+        return out
+
+    def set_label(self, name: str, run_id: str) -> None:
+        """Point a label at a run (atomically replacing where it pointed before)."""
+        from triage.errors import UsageError
+
+        if not LABEL_RE.match(name) or name in RESERVED_LABELS or ".." in name \
+                or SHA256_RE.match(name):
+            raise UsageError(f"invalid label {name!r}: use letters, digits, '.', '_', '-', '/' "
+                             "(not 'latest', not a run id)")
+        try:
+            atomic.write_bytes(self.label_dir / name, (run_id + "\n").encode())
+        except OSError as exc:
+            raise _os_error(exc, self.root, "write") from None

@@ -1,0 +1,166 @@
+"""Parquet tables: their Arrow schemas (from schemas/tables.json) and streaming writers.
+
+Readers append rows (tuples in schema order) to a TableSet; rows are flushed to a ParquetWriter
+in batches, so no report is ever held in memory whole. Finished files move into the store as
+content-addressed objects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from triage.archive import atomic
+from triage.archive.store import Store
+
+BATCH_ROWS = 65536
+ARROW_TYPES = {
+    "int32": pa.int32(), "int64": pa.int64(), "float64": pa.float64(),
+    "string": pa.string(), "bool": pa.bool_(),
+}
+# Deterministic bytes for the same rows: a fixed codec, level and row-group size.
+PARQUET_OPTIONS = dict(compression="zstd", compression_level=3, use_dictionary=True,
+                       write_statistics=True)
+
+
+@lru_cache(maxsize=1)
+def table_specs() -> dict:
+    """schemas/tables.json, parsed once."""
+    text = resources.files("triage.schemas").joinpath("tables.json").read_text()
+    return json.loads(text)
+
+
+def tables_version() -> int:
+    return table_specs()["version"]
+
+
+def tables_for_tool(tool: str) -> list[str]:
+    """The tables every run of this tool has (possibly empty), in declaration order."""
+    return [name for name, spec in table_specs()["tables"].items() if tool in spec["tools"]]
+
+
+def _spec(name: str) -> dict:
+    specs = table_specs()
+    return specs["catalog"] if name == "catalog" else specs["tables"][name]
+
+
+def _arrow_type(kind: str) -> pa.DataType:
+    """An Arrow type from its declaration; 'list:T' is a list of rows of table T."""
+    if kind.startswith("list:"):
+        return pa.list_(pa.struct(list(arrow_schema(kind[5:]))))
+    return ARROW_TYPES[kind]
+
+
+@lru_cache(maxsize=None)
+def arrow_schema(name: str) -> pa.Schema:
+    """The Arrow schema of one table (or of the catalog), from its declaration."""
+    return pa.schema([pa.field(col, _arrow_type(kind)) for col, kind, _doc in _spec(name)["columns"]])
+
+
+class TableWriter:
+    """Streams rows of one table into a Parquet file."""
+
+    def __init__(self, name: str, path: Path):
+        self.name = name
+        self.path = path
+        self.schema = arrow_schema(name)
+        self.rows: list[tuple] = []
+        self.count = 0
+        self.closed = False
+        self._writer = pq.ParquetWriter(str(path), self.schema, **PARQUET_OPTIONS)
+
+    def append(self, row: tuple) -> None:
+        self.rows.append(row)
+        if len(self.rows) >= BATCH_ROWS:
+            self.flush()
+
+    def extend(self, rows) -> None:
+        for row in rows:
+            self.append(row)
+
+    def write_arrow(self, table: pa.Table) -> None:
+        """Append an Arrow table (e.g. a DuckDB result) whose columns match the schema."""
+        self.flush()
+        table = table.select(self.schema.names).cast(self.schema)
+        self._writer.write_table(table, row_group_size=BATCH_ROWS)
+        self.count += table.num_rows
+
+    def flush(self) -> None:
+        if not self.rows:
+            return
+        columns = list(zip(*self.rows))
+        arrays = [pa.array(col, type=field.type) for col, field in zip(columns, self.schema)]
+        self._writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema),
+                                 row_group_size=BATCH_ROWS)
+        self.count += len(self.rows)
+        self.rows = []
+
+    def close(self) -> int:
+        """Write the footer; idempotent, so a table can be closed early to be read back."""
+        if not self.closed:
+            self.flush()
+            self._writer.close()
+            self.closed = True
+        return self.count
+
+
+class TableSet:
+    """The tables of one run being written: temp files under the store, adopted on finish."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.writers: dict[str, TableWriter] = {}
+        self._temps: list[Path] = []
+
+    def writer(self, name: str) -> TableWriter:
+        if name not in self.writers:
+            self.store.objects.mkdir(parents=True, exist_ok=True)
+            temp = _new_temp(self.store.objects, f"-{name}.parquet")
+            self._temps.append(temp)
+            self.writers[name] = TableWriter(name, temp)
+        return self.writers[name]
+
+    def path(self, name: str) -> Path:
+        """The finished temp file of a table (closed, no more rows), e.g. for SQL summaries."""
+        writer = self.writer(name)
+        writer.close()
+        return writer.path
+
+    def finish(self) -> dict[str, dict]:
+        """Close every table and move it into the store; return {name: {sha256, rows, bytes}}."""
+        out = {}
+        for name, writer in sorted(self.writers.items()):
+            rows = writer.close()
+            sha, size = self.store.adopt_temp(writer.path)
+            out[name] = {"sha256": sha, "rows": rows, "bytes": size}
+        return out
+
+    def discard(self) -> None:
+        """Remove whatever temp files are left (on error or after finish)."""
+        for writer in self.writers.values():
+            try:
+                writer.close()
+            except Exception:  # noqa: BLE001 - closing a half-written file during cleanup
+                pass
+        for temp in self._temps:
+            temp.unlink(missing_ok=True)
+
+
+def _new_temp(directory: Path, suffix: str) -> Path:
+    fd, name = tempfile.mkstemp(prefix=atomic.TMP_PREFIX, suffix=suffix, dir=directory)
+    os.close(fd)
+    return Path(name)
+
+
+def read_table(store: Store, ref: dict | None, columns: list[str] | None = None) -> pa.Table | None:
+    """Read one stored table by its manifest entry, or None when the run has no such table."""
+    if not ref:
+        return None
+    return pq.read_table(store.object_path(ref["sha256"]), columns=columns)

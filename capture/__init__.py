@@ -1,0 +1,1 @@
+"""Reading profiler outputs and the machine they ran on: one reader per format, plus capture."""

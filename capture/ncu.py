@@ -1,0 +1,380 @@
+"""Reading Nsight Compute reports (.ncu-rep, legacy .nsight-cuprof-report).
+
+Profile results, metrics, sections and rules come from NVIDIA's `ncu_report` package; how the
+report was captured (versions, command line, settings, host, GPU) comes from the file's own block
+headers (`ncu_file`), because `ncu_report` does not expose it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from dataclasses import dataclass
+
+from triage.timeutil import from_epoch
+from triage.capture.ncu_file import NcuFileInfo, read_ncu_file
+from triage.capture.profiler_args import ParsedCommand, parse_command
+from triage.capture.redact import parse_environment_text
+from triage.errors import UnsupportedReport
+
+DURATION_METRIC = "gpu__time_duration.sum"
+SM_CLOCK_METRIC = "smsp__cycles_elapsed.avg.per_second"
+PLATFORMS = {0: "unknown", 1: "windows", 2: "linux", 3: "android", 4: "osx", 5: "qnx",
+             6: "hos", 7: "integrity", 8: "linux-ppc"}
+MESSAGE_TYPES = {0: "none", 1: "ok", 2: "optimization", 3: "warning", 4: "error"}
+SPEEDUP_TYPES = {0: None, 1: "local", 2: "global"}
+# Launch attributes stored as kernel columns, by metric name.
+LAUNCH_METRICS = {
+    "registers": "launch__registers_per_thread",
+    "static_shared": "launch__shared_mem_per_block_static",
+    "dynamic_shared": "launch__shared_mem_per_block_dynamic",
+    "device": "device__attribute_device_index",
+}
+
+
+@dataclass
+class NcuReport:
+    """A validated ncu report: its framing info and the loaded `ncu_report` context."""
+
+    path: str
+    info: NcuFileInfo
+    context: object
+
+    def iter_actions(self):
+        """Yield (range index, action) for every profile result, in file order."""
+        for range_index in range(self.context.num_ranges()):
+            profile_range = self.context.range_by_idx(range_index)
+            for action_index in range(profile_range.num_actions()):
+                yield range_index, profile_range.action_by_idx(action_index)
+
+    def count_actions(self) -> int:
+        return sum(self.context.range_by_idx(i).num_actions()
+                   for i in range(self.context.num_ranges()))
+
+
+def open_ncu_report(path: str | os.PathLike) -> NcuReport:
+    """Validate the file's framing, then load it with `ncu_report`."""
+    path = os.fspath(path)
+    info = read_ncu_file(path)
+    import ncu_report
+
+    try:
+        context = ncu_report.load_report(path)
+    except Exception as exc:  # noqa: BLE001 - ncu_report raises bare Exceptions on bad input
+        raise UnsupportedReport(f"{path}: ncu_report cannot read this report ({exc}); "
+                                "upgrade ncu-report (pip install -U ncu-report)") from None
+    report = NcuReport(path, info, context)
+    if info.clock.results and report.count_actions() == 0:
+        raise UnsupportedReport(f"{path}: ncu_report found no results in a report that has "
+                                f"{info.clock.results}; upgrade ncu-report")
+    return report
+
+
+# -- provenance --------------------------------------------------------------------------------
+
+
+def _version(raw: str | None) -> str | None:
+    """'2024.1.1.0 (build 33998838) (public-release)' -> '2024.1.1.0'."""
+    return raw.split(" ")[0] if raw else None
+
+
+def _version_tuple(version: str | None) -> tuple[int, ...]:
+    try:
+        return tuple(int(p) for p in (version or "").split(".")[:2])
+    except ValueError:
+        return ()
+
+
+def _attributes(device: dict) -> dict:
+    """A device's attributes as {short name: value}."""
+    out = {}
+    for attr in device.get("attributes", []):
+        values = list((attr.get("value") or {}).values())
+        if attr.get("name") and values:
+            out[attr["name"].removeprefix("device__attribute_")] = values[0]
+    return out
+
+
+def _gpu(device: dict) -> dict:
+    attrs = _attributes(device)
+    major, minor = attrs.get("compute_capability_major"), attrs.get("compute_capability_minor")
+    return {
+        "name": attrs.get("display_name") or device.get("name") or None,
+        "index": attrs.get("device_index", device.get("id")),
+        "compute_capability": f"{major}.{minor}" if major is not None else None,
+        "sm_count": attrs.get("multiprocessor_count"),
+        "max_sm_clock_khz": attrs.get("max_gpu_frequency_khz") or attrs.get("clock_rate"),
+        "max_mem_clock_khz": attrs.get("max_mem_frequency_khz") or attrs.get("memory_clock_rate"),
+        "memory_bytes": attrs.get("total_memory"),
+        "l2_cache_bytes": attrs.get("l2_cache_size"),
+        "chip": attrs.get("chip"),
+    }
+
+
+def _host(session: dict) -> dict | None:
+    system = session.get("target") or session.get("host")
+    if not system:
+        return None
+    return {
+        "name": system.get("computer_name") or None,
+        "os": " ".join(p for p in (system.get("os_name"), system.get("build")) if p) or None,
+        "cpu": system.get("processor") or None,
+        "arch": system.get("architecture") or None,
+        "platform": PLATFORMS.get(system.get("platform")),
+    }
+
+
+def default_section_set(tool_version: str | None) -> str | None:
+    """Name of ncu's default section set: 'default' until 2022.x, 'basic' from 2023.1."""
+    version = _version_tuple(tool_version)
+    if not version:
+        return None
+    return "basic" if version >= (2023, 1) else "default"
+
+
+def _from_clock_status(info: NcuFileInfo) -> str | None:
+    clock = info.clock
+    if not clock.recorded:
+        return None
+    return "base" if clock.requested_lock == clock.recorded else "none"
+
+
+def _section_set_from_command(command: ParsedCommand) -> str | None:
+    if command.has("--set"):
+        return command.last("--set")
+    if command.has("--section") or command.has("--metrics"):
+        return "custom"
+    return None
+
+
+# Each setting: (name, from the report, from the command, the tool's default). Data, not code
+# paths: a setting's source is the first column that yields a value.
+def _settings_table(info: NcuFileInfo, tool_version: str | None):
+    recorded = info.session.get("settings", {})
+    return [
+        ("clock_control",
+         lambda: (recorded.get("clock_control_mode") or "").lower() or _from_clock_status(info),
+         lambda c: c.last("--clock-control"), lambda: "base"),
+        ("cache_control", lambda: None, lambda c: c.last("--cache-control"), lambda: "all"),
+        ("replay_mode", lambda: (recorded.get("replay_mode") or "").lower() or None,
+         lambda c: c.last("--replay-mode"), lambda: "kernel"),
+        ("section_set", lambda: None, _section_set_from_command,
+         lambda: default_section_set(tool_version)),
+        ("metrics", lambda: (recorded.get("other") or {}).get("metrics") or None,
+         lambda c: ",".join(c.options["--metrics"]) if c.has("--metrics") else None,
+         lambda: None),
+        ("kernel_filter", lambda: (recorded.get("filter") or {}).get("kernel_name") or None,
+         lambda c: c.last("--kernel-name") or c.last("--kernel-id"), lambda: None),
+        ("launch_count", lambda: (recorded.get("filter") or {}).get("capture_count") or None,
+         lambda c: c.last("--launch-count"), lambda: None),
+        ("launch_skip", lambda: (recorded.get("filter") or {}).get("skip_count") or None,
+         lambda c: c.last("--launch-skip"), lambda: "0"),
+        ("nvtx_filter", lambda: None,
+         lambda c: ";".join(c.options["--nvtx-include"]) if c.has("--nvtx-include") else None,
+         lambda: None),
+        ("target_processes", lambda: None, lambda c: c.last("--target-processes"),
+         lambda: "application-only"),
+    ]
+
+
+def derive_settings(info: NcuFileInfo, command: ParsedCommand, tool_version: str | None
+                    ) -> tuple[dict, dict]:
+    """Settings in effect and where each came from: "report", "command" or "default"."""
+    settings, sources = {}, {}
+    for name, from_report, from_command, default in _settings_table(info, tool_version):
+        for source, value in (("report", from_report), ("command", lambda: from_command(command)),
+                              ("default", default)):
+            got = value()
+            if got is not None:
+                settings[name], sources[name] = got, source
+                break
+        else:
+            settings[name], sources[name] = None, "default"
+    return settings, sources
+
+
+def provenance(report: NcuReport, sections: list[str], sm_clocks: list[float]) -> dict:
+    """The manifest parts an ncu report supplies about how it was captured."""
+    info, session = report.info, report.info.session
+    tool_version = _version(info.versions.get("Nsight Compute Target")
+                            or info.versions.get("Nsight Compute Host"))
+    command_line = (session.get("command_line") or "").strip() or None
+    parsed = parse_command(command_line or "")
+    settings, sources = derive_settings(info, parsed, tool_version)
+    settings["sections"], sources["sections"] = sections, "report"
+    gpus = [_gpu(d) for d in session.get("devices", [])]
+    executable = session.get("executable") or {}
+    return {
+        "tool": "ncu",
+        "tool_version": tool_version,
+        "created": from_epoch(session.get("creation_time")),
+        "command": command_line,
+        "environment": {
+            "driver_version": info.versions.get("Display Driver Version") or None,
+            "cuda_version": info.versions.get("CUDA Version") or None,
+            "gpus": gpus,
+            "host": _host(session),
+            "working_directory": executable.get("working_directory") or None,
+            "variables": parse_environment_text(executable.get("environment")),
+        },
+        "application": _application(parsed, executable, info),
+        "settings": settings,
+        "settings_source": sources,
+        "evidence": {"clock": _clock_evidence(info, gpus, sm_clocks)},
+        "versions": dict(sorted(info.versions.items())),
+    }
+
+
+def _application(parsed: ParsedCommand, executable: dict, info: NcuFileInfo) -> dict | None:
+    """The profiled program: from the command line, the UI launch settings, or the process."""
+    if parsed.application:
+        return {"argv": parsed.application}
+    if executable.get("executable"):
+        args = executable.get("arguments") or ""
+        return {"argv": [executable["executable"]] + (args.split() if args else [])}
+    names = [p.get("name") for p in info.processes if p.get("name")]
+    return {"argv": names[:1]} if names else None
+
+
+def _clock_evidence(info: NcuFileInfo, gpus: list[dict], sm_clocks: list[float]) -> dict:
+    """Was the GPU clock locked? The report's ClockStatus and the SM clock it measured."""
+    measured = statistics.median(sm_clocks) if sm_clocks else None
+    max_khz = gpus[0].get("max_sm_clock_khz") if gpus else None
+    return {
+        "results": info.clock.results,
+        "results_with_status": info.clock.recorded,
+        "requested_lock": info.clock.requested_lock,
+        "executed_locked": info.clock.executed_locked,
+        "measured_sm_clock_hz": measured,
+        "max_sm_clock_hz": max_khz * 1000 if max_khz else None,
+        "measured_to_max": round(measured / (max_khz * 1000), 4) if measured and max_khz else None,
+    }
+
+
+# -- tables ------------------------------------------------------------------------------------
+
+
+def _metric_value(action, name):
+    metric = action.metric_by_name(name)
+    return metric.value() if metric is not None and metric.has_value() else None
+
+
+def _as_int(value):
+    return int(value) if isinstance(value, (int, float)) else None
+
+
+def _nvtx_json(action) -> str | None:
+    state = action.nvtx_state()
+    if state is None:
+        return None
+    domains = {}
+    for domain_id in state.domains():
+        domain = state.domain_by_id(domain_id)
+        push_pop, start_end = list(domain.push_pop_ranges()), list(domain.start_end_ranges())
+        if push_pop or start_end:
+            domains[domain.name()] = {"push_pop": push_pop, "start_end": start_end}
+    return json.dumps(domains, sort_keys=True) if domains else None
+
+
+def _kernel_row(report_index, kernel_index, range_index, action, locked):
+    import ncu_report
+
+    value = lambda name: _metric_value(action, name)  # noqa: E731 - local shorthand
+    duration = value(DURATION_METRIC)
+    return (
+        report_index, kernel_index,
+        action.name(ncu_report.IAction.NameBase_DEMANGLED),
+        action.name(ncu_report.IAction.NameBase_FUNCTION),
+        action.name(ncu_report.IAction.NameBase_MANGLED),
+        float(duration) if isinstance(duration, (int, float)) else None,
+        None, None,
+        *(_as_int(value(f"launch__{part}_dim_{axis}")) for part in ("grid", "block")
+          for axis in "xyz"),
+        _as_int(value(LAUNCH_METRICS["registers"])),
+        _as_int(value(LAUNCH_METRICS["static_shared"])),
+        _as_int(value(LAUNCH_METRICS["dynamic_shared"])),
+        _as_int(value(LAUNCH_METRICS["device"])),
+        _as_int(value("launch__context_id")), _as_int(value("launch__stream_id")),
+        None, None, range_index, _nvtx_json(action), locked,
+        value(SM_CLOCK_METRIC),
+    )
+
+
+def _metric_rows(report_index, kernel_index, action):
+    for name in action.metric_names():
+        metric = action.metric_by_name(name)
+        value = metric.value() if metric.has_value() else None
+        number = float(value) if isinstance(value, (int, float)) else None
+        text = value if isinstance(value, str) else None
+        yield (report_index, kernel_index, name, metric.unit() or None, number, text,
+               metric.num_instances())
+
+
+def _section_rows(report_index, kernel_index, action):
+    for section in action.sections():
+        identity = (section.identifier(), section.name(), section.order())
+        metrics = [("header", m) for m in section.header_metrics()]
+        metrics += [("body", m) for m in section.body_metrics()]
+        if not metrics:
+            yield (report_index, kernel_index, *identity, None, None, None)
+        for position, (part, metric) in enumerate(metrics):
+            yield (report_index, kernel_index, *identity, part, position, metric.name())
+
+
+def _rule_rows(report_index, kernel_index, action):
+    for rule in action.rule_results_as_dicts():
+        message = rule.get("rule_message") or {}
+        speedup = rule.get("speedup_estimation") or {}
+        focus = rule.get("focus_metrics")
+        yield (report_index, kernel_index, rule.get("rule_identifier"), rule.get("name"),
+               rule.get("section_identifier") or None,
+               MESSAGE_TYPES.get(message.get("type"), str(message.get("type"))),
+               message.get("title") or None, message.get("message") or None,
+               SPEEDUP_TYPES.get(speedup.get("type")), speedup.get("speedup"),
+               json.dumps(focus, sort_keys=True) if focus else None)
+
+
+def write_tables(report: NcuReport, tables, report_index: int = 0) -> tuple[list[str], list[float]]:
+    """Stream every result into the kernels/metrics/sections/rules tables.
+
+    Returns the section identifiers seen (in the report's order) and the measured SM clocks.
+    """
+    kernels, metrics = tables.writer("kernels"), tables.writer("metrics")
+    section_table, rules = tables.writer("sections"), tables.writer("rules")
+    seen_sections: dict[str, int] = {}
+    sm_clocks = []
+    locked = report.info.result_clock_locked
+    for kernel_index, (range_index, action) in enumerate(report.iter_actions()):
+        row = _kernel_row(report_index, kernel_index, range_index, action,
+                          locked[kernel_index] if kernel_index < len(locked) else None)
+        kernels.append(row)
+        if isinstance(row[-1], (int, float)):
+            sm_clocks.append(float(row[-1]))
+        metrics.extend(_metric_rows(report_index, kernel_index, action))
+        for section_row in _section_rows(report_index, kernel_index, action):
+            seen_sections.setdefault(section_row[2], section_row[4])
+            section_table.append(section_row)
+        rules.extend(_rule_rows(report_index, kernel_index, action))
+    ordered = sorted(seen_sections, key=lambda s: (seen_sections[s], s))
+    return ordered, sm_clocks
+
+
+class PreparedNcu:
+    """An ncu report validated and loaded, ready to be written into a run."""
+
+    tool = "ncu"
+
+    def __init__(self, path, fmt: str, report: NcuReport):
+        self.path, self.format, self.report = path, fmt, report
+
+    @classmethod
+    def open(cls, path, fmt: str) -> "PreparedNcu":
+        return cls(path, fmt, open_ncu_report(path))
+
+    def write_tables(self, tables, report_index: int) -> dict:
+        sections, sm_clocks = write_tables(self.report, tables, report_index)
+        return provenance(self.report, sections, sm_clocks)
+
+    def close(self) -> None:
+        self.report = None

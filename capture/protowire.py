@@ -1,0 +1,115 @@
+"""A small, defensive decoder for the protobuf wire format.
+
+Nsight Compute reports are protobuf messages framed by length prefixes, and `ncu_report` does not
+expose the session details (versions, command line, settings). Rather than depend on generated
+protobuf classes, the few messages triage needs are described as data (field number -> name and
+kind, transcribed from the `.proto` files Debian's nsight-compute installs) and decoded here.
+
+Every malformed input raises `WireError`; decoding never loops without consuming bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Iterator, Union
+
+WIRE_VARINT, WIRE_FIXED64, WIRE_LEN, WIRE_FIXED32 = 0, 1, 2, 5
+
+
+class WireError(ValueError):
+    """The bytes are not a well-formed protobuf message."""
+
+
+Value = Union[int, bytes, memoryview]
+
+
+def read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
+    """Decode one base-128 varint at `pos`; return (value, next position)."""
+    result = shift = 0
+    end = len(buf)
+    while True:
+        if pos >= end:
+            raise WireError("varint runs past the end of the message")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise WireError("varint longer than 10 bytes")
+
+
+def iter_fields(buf: bytes | memoryview) -> Iterator[tuple[int, int, Value]]:
+    """Yield (field number, wire type, raw value) for each field of one message."""
+    view = memoryview(buf)
+    pos, end = 0, len(view)
+    while pos < end:
+        key, pos = read_varint(view, pos)
+        number, wire = key >> 3, key & 7
+        if number == 0:
+            raise WireError("field number 0")
+        if wire == WIRE_VARINT:
+            value, pos = read_varint(view, pos)
+        elif wire == WIRE_LEN:
+            length, pos = read_varint(view, pos)
+            if pos + length > end:
+                raise WireError("length-delimited field runs past the end of the message")
+            value, pos = view[pos:pos + length], pos + length
+        elif wire in (WIRE_FIXED64, WIRE_FIXED32):
+            size = 8 if wire == WIRE_FIXED64 else 4
+            if pos + size > end:
+                raise WireError("fixed-size field runs past the end of the message")
+            value, pos = view[pos:pos + size], pos + size
+        else:
+            raise WireError(f"unsupported wire type {wire}")
+        yield number, wire, value
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a message description: its name, kind and whether it repeats.
+
+    kind is "str", "uint", "bool", "double", "float", or a nested message description (a dict).
+    """
+
+    name: str
+    kind: object
+    repeated: bool = False
+
+
+def _scalar(kind: object, wire: int, raw: Value):
+    """Convert one raw wire value to the declared kind, or None if the wire type does not fit."""
+    if kind == "str" and wire == WIRE_LEN:
+        return bytes(raw).decode("utf-8", errors="replace").replace("\x00", "").strip()
+    if kind in ("uint", "bool") and wire == WIRE_VARINT:
+        return bool(raw) if kind == "bool" else raw
+    if kind == "double" and wire == WIRE_FIXED64:
+        return struct.unpack("<d", raw)[0]
+    if kind == "float" and wire == WIRE_FIXED32:
+        return struct.unpack("<f", raw)[0]
+    if isinstance(kind, dict) and wire == WIRE_LEN:
+        return decode(raw, kind)
+    return None
+
+
+def decode(buf: bytes | memoryview, description: dict[int, Field]) -> dict:
+    """Decode the described fields of one message into a dict; unknown fields are skipped.
+
+    A described field whose wire type does not match (formats evolve: a string became a string
+    table id) is skipped too, so newer reports degrade to "unknown" instead of failing.
+    """
+    out: dict = {}
+    for number, wire, raw in iter_fields(buf):
+        field = description.get(number)
+        if field is None:
+            continue
+        value = _scalar(field.kind, wire, raw)
+        if value is None:
+            continue
+        if field.repeated:
+            out.setdefault(field.name, []).append(value)
+        else:
+            out[field.name] = value
+    return out

@@ -1,0 +1,1 @@
+"""Jinja2 templates (HTML, Markdown) found through jinja2.PackageLoader("triage.templates")."""

@@ -1,0 +1,51 @@
+"""Shared fixtures: the real-report corpus, throwaway stores, and the CLI runner.
+
+The corpus is read from ../shared/corpus (never copied into this repository). Set
+TRIAGE_CORPUS to point elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from helpers import CORPUS
+from triage.cli import cli
+
+@pytest.fixture(scope="session")
+def corpus() -> Path:
+    if not (CORPUS / "MANIFEST.csv").is_file():
+        pytest.fail(f"corpus not found at {CORPUS}; set TRIAGE_CORPUS")
+    return CORPUS
+
+
+@pytest.fixture
+def store_dir(tmp_path, monkeypatch) -> Path:
+    """An empty store location, also exported as $TRIAGE_STORE for CLI calls."""
+    path = tmp_path / "store"
+    monkeypatch.setenv("TRIAGE_STORE", str(path))
+    return path
+
+
+class Triage:
+    """Runs `triage ...` through click's CliRunner and parses JSON output."""
+
+    def __init__(self):
+        self.runner = CliRunner()
+
+    def __call__(self, *args, expect: int | None = 0):
+        result = self.runner.invoke(cli, [str(a) for a in args], catch_exceptions=False)
+        if expect is not None:
+            assert result.exit_code == expect, (args, result.exit_code, result.output)
+        return result
+
+    def json(self, *args):
+        return json.loads(self(*args, "--json").stdout)
+
+
+@pytest.fixture
+def triage(store_dir) -> Triage:
+    return Triage()

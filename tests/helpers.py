@@ -1,0 +1,24 @@
+"""Test helpers shared by the test modules (plain functions; fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = Path(os.environ.get("TRIAGE_CORPUS", REPO.parent / "shared" / "corpus"))
+
+
+def corpus_manifest() -> list[dict]:
+    with open(CORPUS / "MANIFEST.csv", newline="") as stream:
+        return list(csv.DictReader(stream))
+
+
+def corpus_file(name: str) -> Path:
+    """A corpus file by its name (with or without the ncu/ or nsys/ folder)."""
+    for folder in ("", "ncu", "nsys", "text"):
+        path = CORPUS / folder / name
+        if path.is_file():
+            return path
+    raise FileNotFoundError(name)

@@ -1,0 +1,5 @@
+"""Allow `python -m triage`."""
+
+from triage.cli import main
+
+main()

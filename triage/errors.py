@@ -1,0 +1,61 @@
+"""The errors the library raises; only the CLI turns them into messages and exit codes.
+
+Each error carries a one-line message that names the thing and the fix. Anything else that escapes
+the library is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class TriageError(Exception):
+    """A user-facing failure: bad input, missing tool, unknown run. Exit code 1."""
+
+    exit_code = 1
+
+
+class UsageError(TriageError):
+    """Arguments that cannot work together. Exit code 2, like click's own usage errors."""
+
+    exit_code = 2
+
+
+class RunNotFound(TriageError):
+    """A RUN reference (id, prefix, label, `latest`) that matches nothing."""
+
+
+class AmbiguousRun(TriageError):
+    """A RUN prefix that matches several runs."""
+
+
+class UnsupportedReport(TriageError):
+    """A file that is not a report triage can read (foreign, empty, truncated, corrupt)."""
+
+
+class NewerFormat(TriageError):
+    """A report or stored object written by a newer tool than this one understands."""
+
+
+class ToolMissing(TriageError):
+    """A profiler (nsys, ncu) that is needed but not installed or not runnable."""
+
+
+class ToolTooOld(TriageError):
+    """A profiler that is present but too old for the report it was asked to read."""
+
+
+class StoreError(TriageError):
+    """The store cannot be read or written (permissions, corruption, foreign directory)."""
+
+
+class CorruptObject(StoreError):
+    """A stored object whose bytes no longer match its hash."""
+
+
+class CaptureFailed(TriageError):
+    """A profiler run that produced no report; the attempt itself is still recorded."""
+
+
+class ComparisonGate(TriageError):
+    """`diff --strict`: the comparison verdict is at or above the requested gate. Exit code 3."""
+
+    exit_code = 3

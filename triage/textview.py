@@ -1,0 +1,77 @@
+"""Plain-text rendering for the terminal: aligned tables, short ids, human units.
+
+Kept apart from the library so that compute code returns data and only the CLI formats it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+
+def short_id(run_id: str | None, length: int = 12) -> str:
+    return (run_id or "")[:length]
+
+
+def fmt_ns(value) -> str:
+    """Nanoseconds in the unit a person reads best: 812 ns, 3.40 us, 12.1 ms, 2.03 s."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    value = float(value)
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {unit}" if abs(value / scale) < 100 else \
+                f"{value / scale:.1f} {unit}"
+    return f"{value:.0f} ns"
+
+
+def fmt_pct(value, signed: bool = True) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:+.1f}%" if signed else f"{value:.1f}%"
+
+
+def fmt_value(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        if value == int(value) and abs(value) < 1e15:
+            return f"{int(value):,}"
+        return f"{value:,.4g}" if abs(value) < 1e6 else f"{value:,.0f}"
+    return str(value)
+
+
+def truncate(text: str | None, width: int) -> str:
+    text = "" if text is None else str(text)
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def table(rows: list[list], headers: list[str], max_widths: dict[int, int] | None = None,
+          align_right: set[int] = frozenset()) -> str:
+    """An aligned text table; columns listed in max_widths are truncated to fit."""
+    max_widths = max_widths or {}
+    cells = [[truncate(c, max_widths.get(i, 200)) for i, c in enumerate(row)] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+
+    def line(values):
+        parts = [v.rjust(w) if i in align_right else v.ljust(w)
+                 for i, (v, w) in enumerate(zip(values, widths))]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells])
+
+
+def to_json(data) -> str:
+    return json.dumps(data, indent=2, sort_keys=False, default=str, ensure_ascii=False)
+
+
+def to_csv(columns: list[str], rows: list[tuple]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows(rows)
+    return out.getvalue()

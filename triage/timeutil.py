@@ -1,0 +1,17 @@
+"""Timestamps as the store writes them: UTC, ISO 8601, sortable as text."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+
+def utc_now(precise: bool = False) -> str:
+    """Now in UTC; `precise` adds microseconds (for ordering rows written close together)."""
+    now = datetime.now(timezone.utc)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if precise else "%Y-%m-%dT%H:%M:%SZ")
+
+
+def from_epoch(seconds: float | None) -> str | None:
+    if not seconds:
+        return None
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
