@@ -177,3 +177,83 @@ def query(sql, runs, as_json, as_csv, store):
         body = [[textview.fmt_value(v) for v in r.values()] for r in rows]
         click.echo(textview.table(body, result.column_names,
                                   max_widths={i: 60 for i in range(result.num_columns)}))
+
+
+# -- diff --------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--section", "sections", multiple=True, help="Only this section (id or name); "
+              "repeatable.")
+@click.option("--kernel", help="Only kernels whose name matches this regex.")
+@click.option("--metric", help="Only metrics whose name matches this regex.")
+@click.option("--all", "show_all", is_flag=True, help="Show unchanged metrics too.")
+@click.option("--threshold", default=1.0, show_default=True, type=float,
+              help="Relative change (%) below which a metric counts as unchanged.")
+@click.option("--strict", type=click.Choice(["invalid", "caution"]), is_flag=False,
+              flag_value="invalid", default=None,
+              help="Exit 3 when the verdict is invalid (--strict) or caution or worse "
+              "(--strict=caution).")
+@click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "md"]), default=None,
+              help="Output format (md: GitHub-flavoured Markdown for a PR comment).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file.")
+@click.option("--limit", default=20, show_default=True, help="Kernels shown in text output.")
+@store_option
+def diff(run_a, run_b, sections, kernel, metric, show_all, threshold, strict, as_json, fmt,
+         output, limit, store):
+    """Compare two runs: the drift verdict first (comparable / caution / invalid), then kernels,
+    section by section, and for nsys runs the kernel ranking, NVTX, memory ops and GPU idle time.
+
+    Exit codes: 0 when the diff ran; with --strict, 3 when the verdict is invalid; with
+    --strict=caution, 3 when it is caution or invalid."""
+    from triage.archive.store import Store
+    from triage.compare.diff import diff_runs
+    from triage.compare.ncu_diff import DiffOptions
+
+    opts = DiffOptions(sections=tuple(sections), kernel=kernel, metric=metric,
+                       show_all=show_all, threshold_pct=threshold)
+    result = diff_runs(Store.open(store), run_a, run_b, opts)
+    fmt = "json" if as_json else (fmt or _format_from_suffix(output) or "text")
+    _emit(_render_diff(result, fmt, limit), output)
+    _gate(result["verdict"], strict)
+
+
+def _format_from_suffix(output: str | None) -> str | None:
+    if not output:
+        return None
+    return {".json": "json", ".md": "md", ".html": "html"}.get(
+        "." + output.rsplit(".", 1)[-1].lower() if "." in output else "")
+
+
+def _render_diff(result: dict, fmt: str, limit: int) -> str:
+    if fmt == "json":
+        return textview.to_json(result)
+    if fmt == "md":
+        from triage.report import render_markdown
+
+        return render_markdown([result])
+    from triage.diffview import render_diff
+
+    return render_diff(result, limit=limit)
+
+
+def _emit(text: str, output: str | None) -> None:
+    if output:
+        from pathlib import Path
+
+        Path(output).write_text(text + "\n", encoding="utf-8")
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(text)
+
+
+def _gate(verdict: str, strict: str | None) -> None:
+    """--strict: exit 3 when the verdict reaches the gate."""
+    from triage.errors import ComparisonGate
+
+    gates = {"invalid": ("invalid",), "caution": ("invalid", "caution")}
+    if strict and verdict in gates[strict]:
+        raise ComparisonGate(f"verdict is {verdict} (--strict={strict})")

@@ -36,13 +36,23 @@ def fmt_pct(value, signed: bool = True) -> str:
 def fmt_value(value) -> str:
     if value is None:
         return "-"
-    if isinstance(value, float):
-        if math.isnan(value):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, float) and math.isnan(value):
             return "-"
-        if value == int(value) and abs(value) < 1e15:
+        if abs(value) >= 1e6:
+            return _si(value)
+        if value == int(value):
             return f"{int(value):,}"
-        return f"{value:,.4g}" if abs(value) < 1e6 else f"{value:,.0f}"
+        return f"{value:.4g}"
     return str(value)
+
+
+def _si(value: float) -> str:
+    """1234567 -> '1.235M': large counters stay readable in a narrow column."""
+    for suffix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6)):
+        if abs(value) >= scale:
+            return f"{value / scale:.4g}{suffix}"
+    return f"{value:.4g}"
 
 
 def truncate(text: str | None, width: int) -> str:

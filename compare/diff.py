@@ -1,0 +1,110 @@
+"""`triage diff A B`: the drift verdict first, then what changed.
+
+Returns plain data (the `diff --json` document); the CLI and the report templates render it.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from triage.archive.store import Store
+from triage.compare.drift import CAUTION, drift_item, grade, verdict
+from triage.compare.matching import group_kernels
+from triage.compare.ncu_diff import DiffOptions, diff_ncu, relative_change
+from triage.compare.nsys_diff import diff_nsys, kernel_entries
+from triage.compare.rundata import RunData
+
+PROVENANCE_KEYS = ("id", "tool", "tool_version", "created", "archived", "labels", "source",
+                   "command", "application", "environment", "settings", "settings_source",
+                   "evidence", "reports", "kernels", "notices", "notes")
+DIFF_FORMAT = 1
+
+
+def provenance(record: dict) -> dict:
+    """What a reader needs to reproduce or challenge a run's numbers."""
+    out = {k: record.get(k) for k in PROVENANCE_KEYS}
+    env = dict(out.get("environment") or {})
+    env.pop("variables", None)
+    out["environment"] = env
+    capture = record.get("capture") or {}
+    out["git"] = capture.get("git")
+    out["argv"] = capture.get("argv")
+    out["nsys_source"] = capture.get("nsys_source")
+    return out
+
+
+def _kernel_set_drift(kernels: list[dict]) -> list[dict]:
+    only_a = [k["name"] for k in kernels if k["match"] == "only_a"]
+    only_b = [k["name"] for k in kernels if k["match"] == "only_b"]
+    counts = [k["name"] for k in kernels
+              if k["match"] == "matched" and k.get("launches", {}).get("a") !=
+              k.get("launches", {}).get("b") and "launches" in k]
+    items = []
+    if only_a or only_b:
+        items.append(drift_item("kernels.set", f"{len(only_a)} only in A", f"{len(only_b)} only in B",
+                                CAUTION, "different kernel set: "
+                                + "; ".join(filter(None, [_names("only in A", only_a),
+                                                          _names("only in B", only_b)]))))
+    if counts:
+        items.append(drift_item("kernels.launches", None, None, CAUTION,
+                                "different launch counts for " + ", ".join(counts[:3])))
+    return items
+
+
+def _names(label: str, names: list[str]) -> str:
+    if not names:
+        return ""
+    shown = ", ".join(n[:60] for n in names[:3])
+    return f"{label}: {shown}" + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _mixed_kernels(run_a: RunData, run_b: RunData) -> list[dict]:
+    """ncu vs nsys: only kernel names and durations are common (mean per launch)."""
+    def durations(run: RunData) -> dict[str, dict]:
+        if run.tool == "nsys":
+            rows = run.table("kernel_summary").to_pylist()
+            return {r["name"]: {"duration_ns": r["avg_ns"], "total_ns": r["total_ns"],
+                                "launches": r["instances"]} for r in rows}
+        out = {}
+        for group in group_kernels(run.kernels.to_pylist()):
+            numbers = [d for d in group.durations if d is not None]
+            out[group.name] = {"duration_ns": statistics.fmean(numbers) if numbers else None,
+                               "total_ns": sum(numbers), "launches": len(group.durations)}
+        return out
+
+    side_a, side_b = durations(run_a), durations(run_b)
+    entries = []
+    for name in list(side_a) + [n for n in side_b if n not in side_a]:
+        a, b = side_a.get(name), side_b.get(name)
+        kind = "matched" if a and b else "only_a" if a else "only_b"
+        entries.append({"name": name, "match": kind, "matched_by": "name" if a and b else None,
+                        "a": a, "b": b, "sections": [], "notes": [],
+                        "delta_pct": relative_change(a["duration_ns"], b["duration_ns"])
+                        if a and b else None})
+    return entries
+
+
+def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions = DiffOptions()) -> dict:
+    """Compare two runs: verdict, drift, kernels (and nsys summaries for nsys pairs)."""
+    run_a, run_b = RunData(store, ref_a), RunData(store, ref_b)
+    items = [i for i in grade(run_a.record, run_b.record)
+             if i["state"] != "same" and (i["a"], i["b"]) != (None, None)]
+    nsys = None
+    if run_a.tool == run_b.tool == "ncu":
+        kernels, section_drift = diff_ncu(run_a, run_b, opts)
+        items += section_drift
+    elif run_a.tool == run_b.tool == "nsys":
+        nsys = diff_nsys(run_a, run_b)
+        kernels = kernel_entries(nsys["kernels"])
+    else:
+        kernels = _mixed_kernels(run_a, run_b)
+        items.append(drift_item("tool", run_a.tool, run_b.tool, CAUTION,
+                                "different tools: only kernel names and durations are compared "
+                                "(ncu replays kernels with locked clocks; nsys times them live)"))
+    items += _kernel_set_drift(kernels)
+    return {"format": DIFF_FORMAT, "a": run_a.id, "b": run_b.id,
+            "tools": [run_a.tool, run_b.tool], "verdict": verdict(items), "drift": items,
+            "kernels": kernels, "nsys": nsys,
+            "runs": {"a": provenance(run_a.record), "b": provenance(run_b.record)},
+            "options": {"threshold_pct": opts.threshold_pct, "sections": list(opts.sections),
+                        "kernel": opts.kernel, "metric": opts.metric, "all": opts.show_all}}

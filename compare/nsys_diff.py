@@ -1,0 +1,79 @@
+"""Diff of two nsys runs from their stored summaries: kernels, NVTX, memory operations, API, GPU
+idle time. Each list is ranked by absolute time changed, new and vanished entries included.
+"""
+
+from __future__ import annotations
+
+from triage.compare.ncu_diff import relative_change
+from triage.compare.rundata import RunData
+
+# table -> (key columns, value columns, the time column that ranks the changes)
+SUMMARY_DIFFS = {
+    "kernels": ("kernel_summary", ("name",),
+                ("instances", "total_ns", "avg_ns", "median_ns", "min_ns", "max_ns", "share"),
+                "total_ns"),
+    "nvtx": ("nvtx_summary", ("domain", "text", "kind"),
+             ("instances", "total_ns", "avg_ns", "median_ns", "share"), "total_ns"),
+    "memops": ("memop_summary", ("op", "kind"),
+               ("count", "total_ns", "avg_ns", "total_bytes", "share"), "total_ns"),
+    "api": ("api_summary", ("api", "name"), ("calls", "total_ns", "avg_ns", "median_ns", "share"),
+            "total_ns"),
+}
+
+
+def _rows(run: RunData, table: str) -> list[dict]:
+    data = run.table(table)
+    return data.to_pylist() if data is not None else []
+
+
+def join_summaries(rows_a: list[dict], rows_b: list[dict], keys: tuple, values: tuple,
+                   time: str) -> list[dict]:
+    """Entries keyed like the summaries, with both sides, change and rank by |delta time|."""
+    index_a = {tuple(r[k] for k in keys): r for r in rows_a}
+    index_b = {tuple(r[k] for k in keys): r for r in rows_b}
+    entries = []
+    for key in list(index_a) + [k for k in index_b if k not in index_a]:
+        a, b = index_a.get(key), index_b.get(key)
+        side = lambda r: {v: r[v] for v in values} if r else None  # noqa: E731
+        delta = ((b or {}).get(time) or 0) - ((a or {}).get(time) or 0)
+        entries.append({**dict(zip(keys, key)), "a": side(a), "b": side(b),
+                        "change": "new" if not a else "vanished" if not b else "changed",
+                        "delta_ns": delta,
+                        "delta_pct": relative_change(a[time], b[time]) if a and b else None})
+    return sorted(entries, key=lambda e: -abs(e["delta_ns"] or 0))
+
+
+def gpu_time(run: RunData) -> dict:
+    """Kernel time, idle gaps between kernels, and the largest gap."""
+    gaps = run.table("gpu_gaps", columns=["gap_ns"])
+    gap_values = gaps.column("gap_ns").to_pylist() if gaps is not None else []
+    kernels = _rows(run, "kernel_summary")
+    return {"kernel_ns": sum(r["total_ns"] or 0 for r in kernels),
+            "idle_ns": sum(gap_values), "gaps": len(gap_values),
+            "max_gap_ns": max(gap_values) if gap_values else 0}
+
+
+def diff_nsys(run_a: RunData, run_b: RunData) -> dict:
+    out = {name: join_summaries(_rows(run_a, table), _rows(run_b, table), keys, values, time)
+           for name, (table, keys, values, time) in SUMMARY_DIFFS.items()}
+    gpu_a, gpu_b = gpu_time(run_a), gpu_time(run_b)
+    out["gpu"] = {"a": gpu_a, "b": gpu_b,
+                  "idle_delta_pct": relative_change(gpu_a["idle_ns"], gpu_b["idle_ns"]),
+                  "kernel_delta_pct": relative_change(gpu_a["kernel_ns"], gpu_b["kernel_ns"])}
+    return out
+
+
+def kernel_entries(ranking: list[dict]) -> list[dict]:
+    """The nsys kernel ranking in the common `kernels` shape of `diff --json`."""
+    def side(summary):
+        if not summary:
+            return None
+        return {"duration_ns": summary["avg_ns"], "total_ns": summary["total_ns"],
+                "launches": summary["instances"], "median_ns": summary["median_ns"],
+                "share": summary["share"]}
+
+    match = {"new": "only_b", "vanished": "only_a", "changed": "matched"}
+    return [{"name": e["name"], "match": match[e["change"]],
+             "matched_by": "name" if e["change"] == "changed" else None,
+             "a": side(e["a"]), "b": side(e["b"]), "delta_pct": e["delta_pct"],
+             "delta_total_ns": e["delta_ns"], "sections": [], "notes": []} for e in ranking]
