@@ -189,7 +189,9 @@ def _kernel_entry(match: Match, side_a: Side, side_b: Side, opts: DiffOptions) -
     if match.a and match.b:
         if match.b.name != match.a.name:
             entry["name_b"] = match.b.name
-            entry["notes"].append(f"paired by launch order: {match.a.name} -> {match.b.name}")
+            entry["notes"].append("paired by launch order: "
+                                  f"{match.a.short_name or match.a.name} -> "
+                                  f"{match.b.short_name or match.b.name}")
         if len(match.a.launches) != len(match.b.launches):
             entry["notes"].append(f"launch counts differ ({len(match.a.launches)} vs "
                                   f"{len(match.b.launches)}); compared the first {n_pairs} of each")

@@ -49,7 +49,7 @@ def _metric_line(metric: dict) -> str:
     change = fmt_pct(metric["delta_pct"]) if metric["status"] == "changed" else metric["status"]
     if metric["status"] in ("only_a", "only_b"):
         change = "only in " + metric["status"][-1].upper()
-    return f"      {truncate(metric['name'], 54):<54} {truncate(values, 30):>30} {change:>10}"
+    return f"      {truncate(metric['name'], 52):<52} {truncate(values, 30):>30} {change:>10}"
 
 
 def _kernel_lines(kernel: dict, detail: bool) -> list[str]:
@@ -60,7 +60,7 @@ def _kernel_lines(kernel: dict, detail: bool) -> list[str]:
     lines = [head]
     if kernel["match"] != "matched":
         lines.append(f"      only in {'A' if kernel['match'] == 'only_a' else 'B'}")
-    lines += [f"      note: {n}" for n in kernel.get("notes", [])]
+    lines += [truncate(f"      note: {n}", WIDTH) for n in kernel.get("notes", [])]
     if detail:
         lines += _section_lines(kernel)
     return lines

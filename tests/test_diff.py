@@ -1,0 +1,185 @@
+"""`triage diff` on corpus families: verdicts, reasons, JSON keys, exit codes."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from helpers import corpus_file
+from triage.compare.drift import DRIFT_RULES, grade, verdict
+
+GEMM = ("LakshyaSingh354__CudaCode__gemm_naive.ncu-rep",
+        "LakshyaSingh354__CudaCode__gemm_global_mem_coalesce.ncu-rep")
+MLP = [f"armleth__cuda-mlp-inference__mlp_{v}.ncu-rep"
+       for v in ("v1", "v2", "v3_loop_unroll", "v4_8_per_thread")]
+RWOFFSET = ("Lashi0812__CudaProgramming__readWriteOffset_cg.ncu-rep",
+            "Lashi0812__CudaProgramming__readWriteOffset_cg_setfull.ncu-rep")
+BWD29 = ("bwd29__self-join-MiSTIC__nodeCalc_profile.out.ncu-rep",
+         "bwd29__self-join-MiSTIC__nodeCalc_profile10.out.ncu-rep")
+TRANSPOSE = ("2388612861__GPU-DEMO__transpose_ncu_report.ncu-rep",
+             "2388612861__GPU-DEMO__transpose_ncu_report_optimized.ncu-rep")
+
+
+def archived(triage, *names) -> list[str]:
+    return [triage.json("archive", corpus_file(n))[0]["id"] for n in names]
+
+
+def drift_fields(diff: dict, severity: str) -> set[str]:
+    return {d["field"] for d in diff["drift"] if d["severity"] == severity}
+
+
+def test_gemm_pair_is_comparable_and_faster(triage):
+    a, b = archived(triage, *GEMM)
+    diff = triage.json("diff", a, b)
+    assert diff["a"] == a and diff["b"] == b
+    assert diff["verdict"] == "comparable"
+    assert not drift_fields(diff, "invalidates") and not drift_fields(diff, "caution")
+    kernel = diff["kernels"][0]
+    assert kernel["match"] == "matched" and kernel["matched_by"] == "launch_order"
+    assert kernel["b"]["duration_ns"] < kernel["a"]["duration_ns"]
+    assert kernel["delta_pct"] < 0
+    sol = next(s for s in kernel["sections"] if s["section"] == "SpeedOfLight")
+    duration = next(m for m in sol["metrics"] if m["name"] == "gpu__time_duration.sum")
+    assert duration["a"] == kernel["a"]["duration_ns"] and duration["unit"] == "ns"
+
+
+def test_json_has_the_documented_keys(triage):
+    diff = triage.json("diff", *archived(triage, *GEMM))
+    assert {"a", "b", "verdict", "drift", "kernels"} <= set(diff)
+    for item in diff["drift"]:
+        assert {"field", "a", "b", "severity", "why"} <= set(item)
+    kernel = diff["kernels"][0]
+    assert {"name", "match", "a", "b", "delta_pct", "sections"} <= set(kernel)
+    assert "duration_ns" in kernel["a"] and "duration_ns" in kernel["b"]
+    metric = kernel["sections"][0]["metrics"][0]
+    assert {"name", "unit", "a", "b", "delta_pct"} <= set(metric)
+
+
+def test_section_set_difference_is_caution_and_per_section(triage):
+    diff = triage.json("diff", *archived(triage, *RWOFFSET))
+    assert diff["verdict"] == "caution"
+    assert "settings.sections" in drift_fields(diff, "caution")
+    kernel = diff["kernels"][0]
+    not_comparable = {s["section"] for s in kernel["sections"] if not s["comparable"]}
+    assert "SpeedOfLight" in not_comparable  # collected only by the --set full run
+    assert {f"section:{s}" for s in not_comparable} <= drift_fields(diff, "not_comparable")
+
+
+def test_driver_drift_is_caution_with_reason(triage):
+    diff = triage.json("diff", *archived(triage, *BWD29))
+    assert diff["verdict"] == "caution"
+    item = next(d for d in diff["drift"] if d["field"] == "driver.major")
+    assert (item["a"], item["b"]) == ("470", "515")
+    assert "driver" in item["why"]
+    assert "cuda_version" in drift_fields(diff, "caution")
+    assert diff["kernels"][0]["delta_pct"] < -80  # the 515 run is 6x faster
+
+
+def test_mlp_series_pairs_and_transpose_kernel_set(triage):
+    ids = archived(triage, *MLP)
+    for later in ids[1:]:
+        diff = triage.json("diff", ids[0], later)
+        assert diff["verdict"] == "comparable"
+        assert diff["kernels"][0]["matched_by"] == "name"
+    diff = triage.json("diff", *archived(triage, *TRANSPOSE))
+    assert diff["verdict"] == "caution"
+    assert {"kernels.set", "settings.sections"} <= drift_fields(diff, "caution")
+    kinds = {k["name"].split("(")[0]: k["match"] for k in diff["kernels"]}
+    assert kinds["transposeMatrix"] == "matched"
+    assert kinds["transposeMatrixShared"] == "only_a"
+    assert kinds["transposeMatrixAdvanced"] == "only_b"
+
+
+def test_strict_exit_codes(triage):
+    gemm = archived(triage, *GEMM)
+    bwd = archived(triage, *BWD29)
+    other_gpu = archived(triage, "armleth__cuda-mlp-inference__mlp_v1.ncu-rep")[0]
+    triage("diff", *gemm, "--strict", expect=0)
+    triage("diff", *bwd, "--strict", expect=0)
+    triage("diff", *bwd, "--strict=caution", expect=3)
+    result = triage("diff", gemm[0], other_gpu, "--strict", expect=3)
+    assert "invalid" in result.stderr
+    assert triage.json("diff", gemm[0], other_gpu)["verdict"] == "invalid"
+
+
+def test_filters_and_text_output(triage):
+    a, b = archived(triage, *GEMM)
+    diff = triage.json("diff", a, b, "--section", "SpeedOfLight", "--metric", "duration")
+    sections = diff["kernels"][0]["sections"]
+    assert [s["section"] for s in sections] == ["SpeedOfLight"]
+    assert [m["name"] for m in sections[0]["metrics"]] == ["gpu__time_duration.sum"]
+    everything = triage.json("diff", a, b, "--all", "--threshold", "50")
+    statuses = {m["status"] for s in everything["kernels"][0]["sections"] for m in s["metrics"]}
+    assert "unchanged" in statuses
+    text = triage("diff", a, b).stdout
+    assert text.splitlines()[2] == "VERDICT: comparable"
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert triage("diff", a, b, "--kernel", "no_such_kernel").exit_code == 0
+
+
+def test_unknown_run_is_one_line_error(triage):
+    a, _ = archived(triage, *GEMM)
+    result = triage("diff", a, "feedfacefeed", expect=1)
+    assert result.stderr.count("\n") == 1 and "not found" in result.stderr
+
+
+def _record(triage) -> dict:
+    return triage.json("show", archived(triage, GEMM[0])[0])
+
+
+@pytest.mark.parametrize("rule", DRIFT_RULES, ids=lambda r: r.field)
+def test_grading_table_on_every_field(triage, rule):
+    """Each rule, fed real records that differ only in its field, grades as the table says."""
+    record_a = _record(triage)
+    record_b = copy.deepcopy(record_a)
+    value = rule.read(record_a)
+    changed = _change_field(record_b, rule.field, value)
+    if not changed:
+        pytest.skip(f"{rule.field}: not set in this ncu report pair")
+    item = next(i for i in grade(record_a, record_b) if i["field"] == rule.field)
+    assert item["state"] == "different" and item["severity"] == rule.severity
+    assert verdict([item]) == {"invalidates": "invalid", "caution": "caution"}.get(
+        rule.severity, "comparable")
+    unknown = copy.deepcopy(record_a)
+    _change_field(unknown, rule.field, value, to_none=True)
+    states = {i["field"]: i["state"] for i in grade(record_a, unknown)}
+    assert states.get(rule.field, "unknown") == "unknown"
+
+
+def _change_field(record: dict, field: str, value, to_none: bool = False) -> bool:
+    """Alter the record so that `field` reads differently (or None); False if impossible."""
+    env = record.setdefault("environment", {})
+    gpu = env["gpus"][0]
+    new = None if to_none else f"{value}-changed" if isinstance(value, str) else \
+        (not value if isinstance(value, bool) else (value or 0) + 1)
+    setters = {
+        "gpu.name": lambda: gpu.__setitem__("name", new),
+        "gpu.sm_count": lambda: gpu.__setitem__("sm_count", new),
+        "gpu.compute_capability": lambda: gpu.__setitem__("compute_capability", new),
+        "clock.locked": lambda: record["evidence"]["clock"].__setitem__(
+            "executed_locked", None if to_none else 0) or (to_none and record["evidence"][
+                "clock"].__setitem__("results_with_status", 0) or record["settings"].__setitem__(
+                "clock_control", None)),
+        "tool_version": lambda: record.__setitem__("tool_version", new),
+        "driver.major": lambda: env.__setitem__("driver_version", None if to_none else "999.1"),
+        "driver.version": lambda: env.__setitem__(
+            "driver_version", None if to_none else env["driver_version"] + "1"),
+        "cuda_version": lambda: env.__setitem__("cuda_version", new),
+        "host.cpu": lambda: env["host"].__setitem__("cpu", new),
+        "host.os": lambda: env["host"].__setitem__("os", new),
+        "host.name": lambda: env["host"].__setitem__("name", new),
+        "environment.working_directory": lambda: env.__setitem__("working_directory", new),
+        "command": lambda: record.__setitem__("command", new),
+    }
+    if field.startswith("settings."):
+        key = field.split(".", 1)[1]
+        if key not in record["settings"] or value is None and not to_none:
+            return False
+        record["settings"][key] = None if to_none else (
+            ["Changed"] if key == "sections" else new)
+        return True
+    if value is None and not to_none:
+        return False
+    setters[field]()
+    return True
