@@ -48,6 +48,8 @@ class RunRequest:
     redact_patterns: tuple[str, ...] = ()
     capture: dict | None = None
     overrides: dict = field(default_factory=dict)
+    # Tables that come with the request rather than from a report (a capture's ncu listings).
+    extra_tables: dict[str, list[tuple]] = field(default_factory=dict)
 
 
 @dataclass
@@ -133,12 +135,29 @@ def _build(store: Store, request: RunRequest, prepared: list[PreparedReport],
             tables.writer(name)
         provenances = [p.write_tables(tables, index) for index, p in enumerate(prepared)]
         compute_summaries(tables, [n for n in tables_for_tool(tool) if n in SUMMARIES])
-        table_refs = tables.finish()
+        table_refs = _finish_tables(tables, request)
     finally:
         tables.discard()
     reports = [_store_blob(store, p, d, i, prov)
                for p, d, i, prov in zip(prepared, digests, request.inputs, provenances)]
     return _manifest(request, provenances, reports, table_refs)
+
+
+def _finish_tables(tables: TableSet, request: RunRequest) -> dict:
+    for name, rows in request.extra_tables.items():
+        tables.writer(name).extend(rows)
+    return tables.finish()
+
+
+def record_attempt(store: Store, request: RunRequest, provenance: dict) -> ArchiveResult:
+    """A capture that produced no report still becomes a run: the attempt is not lost."""
+    tables = TableSet(store)
+    try:
+        table_refs = _finish_tables(tables, request)
+    finally:
+        tables.discard()
+    manifest = _manifest(request, [provenance], [], table_refs)
+    return _finish(store, store.write_manifest(manifest), manifest, request, new=True)
 
 
 def _store_blob(store: Store, prepared: PreparedReport, digest: str, given: ReportInput,

@@ -179,6 +179,51 @@ def query(sql, runs, as_json, as_csv, store):
                                   max_widths={i: 60 for i in range(result.num_columns)}))
 
 
+# -- capture / env -----------------------------------------------------------------------------
+
+
+@cli.command(context_settings={"ignore_unknown_options": True,
+                               "allow_interspersed_args": False})
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
+@click.option("--label", help="Point this label at the new run.")
+@click.option("--note", help="Free text kept with the run.")
+@click.option("--shell", is_flag=True, help="Run the command through /bin/sh.")
+@click.option("--group", help="Tag the run as one rank of a group (srun/mpirun on every rank).")
+@click.option("--from", "from_run", help="The run (e.g. an nsys run) this capture follows up.")
+@click.option("--nsys", "nsys", envvar="TRIAGE_NSYS", help="nsys used to export the report.")
+@click.option("--redact", multiple=True, help="Extra regex of names to redact.")
+@click.option("--json", "as_json", is_flag=True, help="Print the run as JSON at the end.")
+@store_option
+def capture(command, label, note, shell, group, from_run, nsys, redact, as_json, store):
+    """Run `ncu ...` or `nsys profile ...` as given and archive what it wrote, with everything
+    needed to reproduce it: argv, versions, --list-sections, settings, GPUs and clocks, git state.
+
+    Example: triage capture -- nsys profile -o step ./train.py"""
+    from triage.capture.session import CaptureRequest, capture as run_capture
+
+    request = CaptureRequest(list(command), store=store, label=label, note=note, shell=shell,
+                             group=group, from_run=from_run, nsys=nsys,
+                             redact_patterns=tuple(redact))
+    result = run_capture(request, on_output=click.echo,
+                         on_warning=lambda w: click.echo(f"triage: warning: {w}", err=True))
+    if as_json:
+        click.echo(textview.to_json(_archive_json(result)))
+    else:
+        click.echo(_archive_line(result))
+
+
+@cli.command(name="env")
+@click.option("--nsys", "nsys", envvar="TRIAGE_NSYS", help="nsys to check instead of PATH's.")
+@click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON.")
+def env_command(nsys, as_json):
+    """Check this machine before a capture: GPUs, clocks, counter permissions, DCGM, tools."""
+    from triage.capture.session import environment_check
+    from triage.envview import render_env
+
+    report = environment_check(nsys=nsys)
+    click.echo(textview.to_json(report) if as_json else render_env(report))
+
+
 # -- diff --------------------------------------------------------------------------------------
 
 

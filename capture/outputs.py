@@ -1,0 +1,114 @@
+"""Finding the report files a profiler command wrote.
+
+From the output option (`-o/--export` for ncu, `-o/--output` for nsys) with the tool's default
+suffix and its name patterns (%p pid, %q{VAR} environment variable, %h host, %i/%n counters), or,
+when no output was named, from a before/after listing of the working directory. Reports written
+per rank (`%q{SLURM_PROCID}`) are tagged with the rank the pattern captured.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from triage.capture.profiler_args import ParsedCommand
+
+REPORT_SUFFIXES = {"ncu": (".ncu-rep", ".nsight-cuprof-report"), "nsys": (".nsys-rep", ".qdrep")}
+OUTPUT_OPTION = {"ncu": "--export", "nsys": "--output"}
+NSYS_DEFAULT_OUTPUT = "report%n"
+RANK_VARIABLES = ("SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "RANK",
+                  "MV2_COMM_WORLD_RANK", "LOCAL_RANK", "SLURM_LOCALID")
+_TOKEN = re.compile(r"%q\{([A-Za-z_][A-Za-z0-9_]*)\}|%[phin%]")
+
+
+@dataclass
+class FoundReport:
+    path: Path
+    rank: int | None = None
+    process: dict | None = None
+
+
+def output_pattern(parsed: ParsedCommand) -> str | None:
+    """The output name the command asked for (nsys has a default; ncu writes none without -o)."""
+    value = parsed.last(OUTPUT_OPTION[parsed.tool])
+    if value:
+        return value
+    return NSYS_DEFAULT_OUTPUT if parsed.tool == "nsys" else None
+
+
+def _pattern_regex(pattern: str) -> tuple[str, str]:
+    """(glob, regex) for a profiler name pattern; the regex names %q{VAR} and %p groups."""
+    glob_parts, regex_parts, last, named = [], [], 0, set()
+    for match in _TOKEN.finditer(pattern):
+        literal = pattern[last:match.start()]
+        glob_parts.append(glob.escape(literal))
+        regex_parts.append(re.escape(literal))
+        token = match.group(0)
+        if token == "%%":
+            glob_parts.append("%")
+            regex_parts.append("%")
+        else:
+            glob_parts.append("*")
+            group = match.group(1) or ("pid" if token == "%p" else None)
+            regex_parts.append(f"(?P<{group}>.+?)" if group and group not in named else ".+?")
+            named.add(group)
+        last = match.end()
+    glob_parts.append(glob.escape(pattern[last:]))
+    regex_parts.append(re.escape(pattern[last:]))
+    return "".join(glob_parts), "".join(regex_parts)
+
+
+def _with_suffix(pattern: str, tool: str) -> list[str]:
+    suffixes = REPORT_SUFFIXES[tool]
+    return [pattern] if pattern.endswith(suffixes) else [pattern + s for s in suffixes]
+
+
+def expected_reports(parsed: ParsedCommand, cwd: Path, since: float) -> list[FoundReport]:
+    """Reports matching the output option's pattern, written at or after `since`."""
+    pattern = output_pattern(parsed)
+    if not pattern:
+        return []
+    found = []
+    for candidate in _with_suffix(str(cwd / pattern) if not os.path.isabs(pattern) else pattern,
+                                  parsed.tool):
+        glob_text, regex = _pattern_regex(candidate)
+        for name in sorted(glob.glob(glob_text)):
+            if os.path.getmtime(name) >= since - 1:
+                found.append(_tagged(Path(name), re.fullmatch(regex, name)))
+    return found
+
+
+def _tagged(path: Path, match: re.Match | None) -> FoundReport:
+    groups = match.groupdict() if match else {}
+    rank = next((groups[v] for v in RANK_VARIABLES if groups.get(v, "").isdigit()), None)
+    pid = groups.get("pid")
+    return FoundReport(path, int(rank) if rank is not None else None,
+                       {"pid": int(pid)} if pid and pid.isdigit() else None)
+
+
+def snapshot(directory: Path, tool: str) -> dict[str, float]:
+    """Report-like files in a directory with their modification times."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return {}
+    return {e.path: e.stat().st_mtime for e in entries
+            if e.is_file() and e.name.endswith(REPORT_SUFFIXES[tool])}
+
+
+def new_reports(before: dict[str, float], after: dict[str, float]) -> list[FoundReport]:
+    """Files that appeared or changed between two snapshots."""
+    return [FoundReport(Path(p)) for p, mtime in sorted(after.items())
+            if p not in before or before[p] < mtime]
+
+
+def find_reports(parsed: ParsedCommand, cwd: Path, since: float,
+                 before: dict[str, float]) -> list[FoundReport]:
+    """The reports the command wrote: by its output pattern, else by the directory listing."""
+    found = expected_reports(parsed, cwd, since)
+    if found:
+        return found
+    return new_reports(before, snapshot(cwd, parsed.tool))
