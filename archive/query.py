@@ -69,9 +69,9 @@ def _register_table(con, store: Store, name: str, cat: pa.Table) -> None:
     mapping = pa.table({"path": [p for p, _ in pairs], "run_id": [r for _, r in pairs]})
     con.register(f"_{name}_map", mapping)
     files = "[" + ", ".join(sql_string(p) for p in sorted({p for p, _ in pairs})) + "]"
-    con.execute(f"CREATE VIEW {name} AS SELECT m.run_id, t.* EXCLUDE (filename) "
-                f"FROM read_parquet({files}, filename = true, union_by_name = true) t "
-                f"JOIN _{name}_map m ON t.filename = m.path")
+    con.execute(f"CREATE VIEW {name} AS SELECT m.run_id, t.* EXCLUDE (_triage_file) "
+                f"FROM read_parquet({files}, filename = '_triage_file', union_by_name = true) t "
+                f"JOIN _{name}_map m ON t._triage_file = m.path")
 
 
 def run_query(store: Store, sql: str, runs: list[str] | None = None) -> pa.Table:

@@ -35,7 +35,8 @@ def find_tool(tool: str, given: str | None = None) -> str:
     found = shutil.which(candidate) if os.sep not in candidate else (
         candidate if os.access(candidate, os.X_OK) else None)
     if not found:
-        where = f"{candidate} is not an executable" if given else f"{tool} not found on PATH"
+        where = f"{candidate} is not an executable" if os.sep in candidate else \
+            f"{candidate} not found on PATH"
         raise ToolMissing(f"{where}; {INSTALL_HINTS[tool]}")
     return found
 

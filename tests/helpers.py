@@ -22,3 +22,17 @@ def corpus_file(name: str) -> Path:
         if path.is_file():
             return path
     raise FileNotFoundError(name)
+
+
+def require_tool(name: str) -> str:
+    """The tool's path; skip the test when it is missing, unless CI demands real tools."""
+    import shutil
+
+    import pytest
+
+    path = shutil.which(name)
+    if path:
+        return path
+    if os.environ.get("TRIAGE_REQUIRE_TOOLS") == "1":
+        pytest.fail(f"{name} is required (TRIAGE_REQUIRE_TOOLS=1) but not on PATH")
+    pytest.skip(f"{name} not installed")

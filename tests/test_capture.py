@@ -1,0 +1,123 @@
+"""`triage capture` with the real Debian ncu (no GPU here: it profiles nothing) and `triage env`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from helpers import require_tool
+from triage.capture.outputs import expected_reports
+from triage.capture.profiler_args import parse_command
+from triage.capture.session import CaptureRequest, questionable
+from triage.errors import UsageError
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A real git repository with one commit, as the workload's working directory."""
+    work = tmp_path / "work"
+    work.mkdir()
+    for args in (["init", "-q"], ["config", "user.email", "t@example.com"],
+                 ["config", "user.name", "t"]):
+        subprocess.run(["git", *args], cwd=work, check=True)
+    (work / "app.py").write_text("print('hello from the workload')\n")
+    subprocess.run(["git", "add", "app.py"], cwd=work, check=True)
+    subprocess.run(["git", "commit", "-qm", "workload"], cwd=work, check=True)
+    monkeypatch.chdir(work)
+    return work
+
+
+def head(work) -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=work, capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+def test_ncu_capture_without_gpu_is_recorded_and_fails(triage, workdir):
+    require_tool("ncu")
+    argv = ["ncu", "--set", "full", "-o", "prof", sys.executable, "app.py"]
+    result = triage("capture", "--", *argv, expect=1)
+    assert "no report was produced" in result.stderr and "No kernels were profiled" in result.stderr
+    assert "hello from the workload" in result.stdout  # the program's output was streamed
+    shown = triage.json("show", "latest")
+    assert shown["source"] == "capture-failed" and shown["reports"] == []
+    assert shown["tool"] == "ncu" and shown["tool_version"].startswith("2022.3")
+    capture = shown["capture"]
+    assert capture["argv"] == argv and capture["exit_code"] == 0
+    assert capture["cwd"] == str(workdir)
+    assert capture["git"]["commit"] == head(workdir) and capture["git"]["dirty"] is False
+    assert capture["ncu_lists"]["sections"]["count"] >= 15
+    assert shown["settings"]["section_set"] == "full"
+    assert shown["settings_source"]["section_set"] == "command"
+    assert shown["settings_source"]["clock_control"] == "default"
+    assert any("No kernels were profiled" in line for line in capture["output_tail"])
+    sections = triage.json("query", "select identifier from ncu_section_list")
+    assert {"identifier": "SpeedOfLight"} in sections
+    sets = triage.json("query", "select identifier, enabled from ncu_set_list where enabled")
+    assert len(sets) == 1
+
+
+def test_capture_redacts_secrets_in_argv_and_environment(triage, workdir, monkeypatch):
+    require_tool("ncu")
+    monkeypatch.setenv("MY_API_TOKEN", "hunter2")
+    triage("capture", "--", "ncu", "-o", "prof", sys.executable, "app.py", "--token=hunter2",
+           expect=1)
+    shown = triage("show", "latest", "--json").stdout
+    assert "hunter2" not in shown
+    record = json.loads(shown)["capture"]
+    assert record["environment"]["MY_API_TOKEN"] == "<redacted>"
+    assert record["argv"][-1] == "--token=<redacted>"
+
+
+def test_missing_profiler_says_how_to_get_it(triage, workdir, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    result = triage("capture", "--", "ncu", "-o", "p", "./app", expect=1)
+    assert "ncu not found on PATH" in result.stderr and "nsight-compute" in result.stderr
+    assert not (tmp_path / "store").exists()  # nothing written before the tool was found
+
+
+def test_not_a_profiler_is_a_usage_error(triage, workdir):
+    result = triage("capture", "--", "python3", "app.py", expect=2)
+    assert "ncu or nsys" in result.stderr
+
+
+def test_rank_guard_and_group(workdir):
+    from triage.capture.session import _rank_guard
+
+    facts = {"scheduler": {"rank": 2, "world_size": 4}}
+    with pytest.raises(UsageError, match="rank 2 of 4"):
+        _rank_guard(CaptureRequest(["ncu"]), facts)
+    _rank_guard(CaptureRequest(["ncu"], group="step20"), facts)  # tagged: allowed
+
+
+def test_questionable_settings_are_said_before_the_run():
+    parsed = parse_command(["ncu", "--clock-control", "none", "--cache-control", "none", "./a"])
+    facts = {"profiling_counters": {"admin_only": {"value": True}, "is_root": False},
+             "dcgm": {"running": {"value": True}, "advice": "dcgmi profile --pause"}}
+    text = " | ".join(questionable(parsed, facts))
+    for needle in ("--clock-control none", "--cache-control none", "no report file",
+                   "RmProfilingAdminOnly", "dcgmi profile --pause"):
+        assert needle in text
+
+
+def test_rank_reports_are_found_and_tagged(tmp_path):
+    for rank in (0, 1, 3):
+        (tmp_path / f"prof.{rank}.ncu-rep").write_bytes(b"x")
+    (tmp_path / "unrelated.ncu-rep").write_bytes(b"x")
+    parsed = parse_command(["srun", "-n", "4", "ncu", "-o", "prof.%q{SLURM_PROCID}", "./app"])
+    found = expected_reports(parsed, tmp_path, since=0)
+    assert [(f.path.name, f.rank) for f in found] == [
+        ("prof.0.ncu-rep", 0), ("prof.1.ncu-rep", 1), ("prof.3.ncu-rep", 3)]
+
+
+def test_env_with_and_without_tools(triage, monkeypatch, tmp_path):
+    report = triage.json("env")
+    assert {"machine", "tools", "checklist"} <= set(report)
+    assert report["machine"]["host"]["hostname"]["value"]
+    monkeypatch.setenv("PATH", str(tmp_path))
+    report = triage.json("env")
+    assert report["tools"]["ncu"]["path"] is None
+    assert "nsight-compute" in report["tools"]["ncu"]["missing"]
+    assert "[FAIL] ncu installed" in triage("env").stdout
