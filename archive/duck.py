@@ -7,15 +7,25 @@ that. triage only needs the Parquet reader, which is built in, so autoloading is
 
 from __future__ import annotations
 
+from functools import lru_cache
+
+
+OFFLINE = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+
 
 def connect(threads: int | None = None):
     """An in-memory DuckDB connection with extension autoloading disabled."""
     import duckdb
 
-    config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-    if threads:
-        config["threads"] = threads
+    config = dict(OFFLINE, **({"threads": threads} if threads else {}))
     return duckdb.connect(":memory:", config=config)
+
+
+@lru_cache(maxsize=1)
+def summary_connection():
+    """One single-threaded connection per process for archive-time summaries (connecting costs
+    more than a small summary query; one thread keeps float sums, hence bytes, reproducible)."""
+    return connect(threads=1)
 
 
 def sql_string(value: str) -> str:

@@ -7,7 +7,7 @@ bytes and the run id, do not depend on thread scheduling.
 
 from __future__ import annotations
 
-from triage.archive.duck import connect, fetch_arrow, sql_string
+from triage.archive.duck import fetch_arrow, sql_string, summary_connection
 
 KERNEL_SUMMARY = """
 WITH k AS (SELECT name, short_name, duration_ns AS d FROM {kernels}),
@@ -77,13 +77,9 @@ SUMMARIES = {
 
 def compute_summaries(tables, names: list[str]) -> None:
     """Compute the named summary tables from the TableSet's own temp files and add them to it."""
-    con = connect(threads=1)
-    try:
-        for name in names:
-            sql, sources = SUMMARIES[name]
-            views = {src: f"read_parquet({sql_string(tables.path(src))})" for src in sources}
-            result = fetch_arrow(con, sql.format(**views))
-            tables.writer(name).write_arrow(result)
-    finally:
-        con.close()
+    con = summary_connection()
+    for name in names:
+        sql, sources = SUMMARIES[name]
+        views = {src: f"read_parquet({sql_string(tables.path(src))})" for src in sources}
+        tables.writer(name).write_arrow(fetch_arrow(con, sql.format(**views)))
 

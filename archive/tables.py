@@ -82,8 +82,9 @@ class TableWriter:
             self.flush()
 
     def extend(self, rows) -> None:
-        for row in rows:
-            self.append(row)
+        self.rows.extend(rows)
+        if len(self.rows) >= BATCH_ROWS:
+            self.flush()
 
     def write_arrow(self, table: pa.Table) -> None:
         """Append an Arrow table (e.g. a DuckDB result) whose columns match the schema."""

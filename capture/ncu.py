@@ -301,14 +301,26 @@ def _kernel_row(report_index, kernel_index, range_index, action, locked):
     )
 
 
-def _metric_rows(report_index, kernel_index, action):
+def _value_readers() -> dict:
+    """Value kind -> reader. `IMetric.value()` builds this table on every call; once is enough."""
+    from ncu_report import IMetric
+
+    return {IMetric.ValueKind_DOUBLE: IMetric.as_double, IMetric.ValueKind_FLOAT: IMetric.as_double,
+            IMetric.ValueKind_UINT32: IMetric.as_uint64, IMetric.ValueKind_UINT64: IMetric.as_uint64,
+            IMetric.ValueKind_STRING: IMetric.as_string}
+
+
+def _metric_rows(report_index, kernel_index, action, readers):
+    metric_by_name = action.metric_by_name
     for name in action.metric_names():
-        metric = action.metric_by_name(name)
-        value = metric.value() if metric.has_value() else None
-        number = float(value) if isinstance(value, (int, float)) else None
-        text = value if isinstance(value, str) else None
-        yield (report_index, kernel_index, name, metric.unit() or None, number, text,
-               metric.num_instances())
+        metric = metric_by_name(name)
+        read = readers.get(metric.kind())
+        value = read(metric) if read else None
+        if isinstance(value, str):
+            yield (report_index, kernel_index, name, metric.unit() or None, None, value)
+        else:
+            yield (report_index, kernel_index, name, metric.unit() or None,
+                   None if value is None else float(value), None)
 
 
 def _section_rows(report_index, kernel_index, action):
@@ -345,13 +357,14 @@ def write_tables(report: NcuReport, tables, report_index: int = 0) -> tuple[list
     seen_sections: dict[str, int] = {}
     sm_clocks = []
     locked = report.info.result_clock_locked
+    readers = _value_readers()
     for kernel_index, (range_index, action) in enumerate(report.iter_actions()):
         row = _kernel_row(report_index, kernel_index, range_index, action,
                           locked[kernel_index] if kernel_index < len(locked) else None)
         kernels.append(row)
         if isinstance(row[-1], (int, float)):
             sm_clocks.append(float(row[-1]))
-        metrics.extend(_metric_rows(report_index, kernel_index, action))
+        metrics.extend(_metric_rows(report_index, kernel_index, action, readers))
         for section_row in _section_rows(report_index, kernel_index, action):
             seen_sections.setdefault(section_row[2], section_row[4])
             section_table.append(section_row)

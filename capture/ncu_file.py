@@ -21,7 +21,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from triage.capture.protowire import Field, WireError, decode, iter_fields
+from triage.capture.protowire import Field, WireError, decode, last_field
 from triage.errors import NewerFormat, UnsupportedReport
 
 MAGIC = b"NVR\x00"
@@ -167,10 +167,8 @@ def _skip_exact(stream: BinaryIO, size: int, path: str) -> None:
 def _note_clock(result: memoryview, info: NcuFileInfo) -> None:
     """Record the ClockStatus of one ProfileResult (field 25), if it has one."""
     info.clock.results += 1
-    status = None
-    for number, _wire, raw in iter_fields(result):
-        if number == RESULT_FIELD_CLOCK_STATUS:
-            status = decode(raw, CLOCK_STATUS)
+    field = last_field(result, RESULT_FIELD_CLOCK_STATUS)
+    status = decode(field[1], CLOCK_STATUS) if field and field[0] == 2 else None
     if status is None:
         info.result_clock_locked.append(None)
         return

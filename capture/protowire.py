@@ -113,3 +113,31 @@ def decode(buf: bytes | memoryview, description: dict[int, Field]) -> dict:
         else:
             out[field.name] = value
     return out
+
+
+def last_field(buf: bytes | memoryview, wanted: int) -> tuple[int, Value] | None:
+    """(wire type, raw value) of the last occurrence of one field, skipping all others fast.
+
+    Used to pick one small field out of large messages (a ProfileResult's ClockStatus sits after
+    hundreds of metric entries) without materialising the rest.
+    """
+    view = memoryview(buf)
+    pos, end, found = 0, len(view), None
+    while pos < end:
+        key, pos = read_varint(view, pos)
+        number, wire = key >> 3, key & 7
+        if wire == WIRE_VARINT:
+            value, pos = read_varint(view, pos)
+        elif wire == WIRE_LEN:
+            length, pos = read_varint(view, pos)
+            value, pos = view[pos:pos + length], pos + length
+        elif wire in (WIRE_FIXED64, WIRE_FIXED32):
+            size = 8 if wire == WIRE_FIXED64 else 4
+            value, pos = view[pos:pos + size], pos + size
+        else:
+            raise WireError(f"unsupported wire type {wire}")
+        if pos > end or number == 0:
+            raise WireError("field runs past the end of the message")
+        if number == wanted:
+            found = (wire, value)
+    return found

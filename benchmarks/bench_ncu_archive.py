@@ -1,0 +1,79 @@
+"""Benchmark: `triage archive` of the largest corpus ncu report vs bare `ncu_report` extraction.
+
+Both sides are measured in this one run, side by side, best of N:
+- bare: load the report with ncu_report and read every metric's name, unit and value;
+- archive: `triage archive` of the same file into a fresh store (validation, every metric,
+  section and rule, Parquet writes, blob copy, manifest, catalog).
+Prints the metrics/s of each and the ratio (target: archive >= 0.8x the bare rate).
+
+    python benchmarks/bench_ncu_archive.py [REPORT] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "ncu"
+
+
+def largest_report() -> Path:
+    return max(CORPUS.iterdir(), key=lambda p: p.stat().st_size)
+
+
+def bare_extraction(path: Path) -> int:
+    import ncu_report
+
+    context = ncu_report.load_report(str(path))
+    count = 0
+    for range_index in range(context.num_ranges()):
+        profile_range = context.range_by_idx(range_index)
+        for action_index in range(profile_range.num_actions()):
+            action = profile_range.action_by_idx(action_index)
+            for name in action.metric_names():
+                metric = action.metric_by_name(name)
+                metric.value(), metric.unit()
+                count += 1
+    return count
+
+
+def triage_archive(path: Path) -> None:
+    from triage.archive.ingest import archive_files
+
+    store = Path(tempfile.mkdtemp(prefix="triage-bench-"))
+    try:
+        archive_files(store / "store", [str(path)])
+    finally:
+        shutil.rmtree(store)
+
+
+def best_of(repeat: int, work) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("report", nargs="?", type=Path, default=None)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    path = args.report or largest_report()
+    metrics = bare_extraction(path)  # also warms caches and imports
+    triage_archive(path)
+    bare = best_of(args.repeat, lambda: bare_extraction(path))
+    archive = best_of(args.repeat, lambda: triage_archive(path))
+    print(f"report        {path.name} ({path.stat().st_size:,} bytes, {metrics:,} metrics)")
+    print(f"bare ncu_report extraction  {bare:8.3f} s  {metrics / bare:12,.0f} metrics/s")
+    print(f"triage archive              {archive:8.3f} s  {metrics / archive:12,.0f} metrics/s")
+    print(f"ratio archive/bare rate     {bare / archive:8.2f}x  (target >= 0.80x)")
+
+
+if __name__ == "__main__":
+    main()
