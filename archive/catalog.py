@@ -94,29 +94,32 @@ def add_rows(store: Store, rows: list[dict]) -> None:
         merge(store)
 
 
-def _read_segments(store: Store) -> tuple[pa.Table, list[Path]]:
+def _read_segments(store: Store, columns: list[str] | None = None
+                   ) -> tuple[pa.Table, list[Path]]:
     """All segment rows (with duplicates), retrying when a merge removes a listed file."""
+    schema = arrow_schema("catalog")
+    if columns is not None:
+        schema = pa.schema([schema.field(c) for c in columns])
     for _attempt in range(READ_ATTEMPTS):
         paths = _segments(store)
         try:
-            parts = [pq.read_table(p, schema=arrow_schema("catalog")) for p in paths]
+            parts = [pq.ParquetFile(p).read(columns=schema.names).cast(schema) for p in paths]
         except FileNotFoundError:
             continue
-        empty = arrow_schema("catalog").empty_table()
-        return (pa.concat_tables(parts) if parts else empty), paths
+        return (pa.concat_tables(parts) if parts else schema.empty_table()), paths
     raise RuntimeError("index segments kept changing while being read")
 
 
 def _dedupe(table: pa.Table, visible: set[str]) -> pa.Table:
     """One row per visible run id: the most recently indexed one (notes may have been added)."""
-    seen, keep = set(), []
     ids = table.column("id").to_pylist()
     indexed = table.column("indexed").to_pylist()
-    for index in sorted(range(len(ids)), key=lambda i: (ids[i], indexed[i] or ""), reverse=True):
-        if ids[index] in visible and ids[index] not in seen:
-            seen.add(ids[index])
-            keep.append(index)
-    return table.take(pa.array(keep, type=pa.int64()))
+    newest: dict[str, int] = {}
+    for index, (run_id, stamp) in enumerate(zip(ids, indexed)):
+        if run_id in visible and (run_id not in newest or (stamp or "") > (
+                indexed[newest[run_id]] or "")):
+            newest[run_id] = index
+    return table.take(pa.array(sorted(newest.values()), type=pa.int64()))
 
 
 def merge(store: Store) -> None:
@@ -129,21 +132,30 @@ def merge(store: Store) -> None:
             path.unlink(missing_ok=True)
 
 
-def read_catalog(store: Store) -> pa.Table:
-    """The catalog, reconciled with the runs on disk, one row per run, by archive time."""
+def _index_missing(store: Store, missing: set[str]) -> pa.Table:
+    """Catalog rows for runs that have a manifest but no row (their archiver died early)."""
+    rows = [catalog_row(store, run_id, store.read_manifest(run_id),
+                        store.read_annotations(run_id)) for run_id in sorted(missing)]
+    if os.access(store.root, os.W_OK):
+        add_rows(store, rows)
+    return pa.Table.from_pylist(rows, schema=arrow_schema("catalog"))
+
+
+def read_catalog(store: Store, columns: list[str] | None = None) -> pa.Table:
+    """The catalog, reconciled with the runs on disk: one row per run, oldest archive first.
+
+    `columns` limits what is read (id, archived and indexed are always included).
+    """
+    if columns is not None:
+        columns = list(dict.fromkeys(["id", "archived", "indexed", *columns]))
     visible = set(store.run_ids())
-    table, _paths = _read_segments(store)
+    table, _paths = _read_segments(store, columns)
     missing = visible - set(table.column("id").to_pylist())
     if missing:
-        rows = [catalog_row(store, run_id, store.read_manifest(run_id),
-                            store.read_annotations(run_id)) for run_id in sorted(missing)]
-        if os.access(store.root, os.W_OK):
-            add_rows(store, rows)
-        table = pa.concat_tables([table, pa.Table.from_pylist(rows, schema=table.schema)])
+        table = pa.concat_tables([table, _index_missing(store, missing).select(table.column_names)])
     table = _dedupe(table, visible)
-    order = sorted(range(table.num_rows),
-                   key=lambda i: (table.column("archived")[i].as_py() or "",
-                                  table.column("id")[i].as_py()))
+    keys = list(zip(table.column("archived").to_pylist(), table.column("id").to_pylist()))
+    order = sorted(range(len(keys)), key=lambda i: (keys[i][0] or "", keys[i][1]))
     return table.take(pa.array(order, type=pa.int64()))
 
 

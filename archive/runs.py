@@ -17,7 +17,7 @@ def resolve(store: Store, ref: str) -> str:
     if SHA256_RE.match(ref) and store.has_run(ref):
         return ref
     if ref == "latest":
-        ids = catalog.read_catalog(store).column("id").to_pylist()
+        ids = catalog.read_catalog(store, ["id"]).column("id").to_pylist()
         if not ids:
             raise RunNotFound("no runs yet; `triage archive REPORT` adds one")
         return ids[-1]
@@ -50,7 +50,7 @@ def labels_by_run(store: Store) -> dict[str, list[str]]:
 
 def list_runs(store: Store) -> list[dict]:
     """Every run, oldest archive first, from the catalog (no manifest is opened)."""
-    table = catalog.read_catalog(store).select(list(LIST_COLUMNS))
+    table = catalog.read_catalog(store, list(LIST_COLUMNS)).select(list(LIST_COLUMNS))
     labels = labels_by_run(store)
     rows = table.to_pylist()
     for row in rows:

@@ -153,7 +153,7 @@ def _settings(parsed: ParsedCommand, version: str | None) -> tuple[dict, dict]:
         return derive_settings(NcuFileInfo(file_version=0), parsed, version)
     from triage.capture.nsys import derive_settings as nsys_settings
 
-    return nsys_settings({}, parsed, version)
+    return nsys_settings({}, parsed)
 
 
 def _gpus_from_facts(facts: dict) -> list[dict]:

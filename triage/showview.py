@@ -74,6 +74,35 @@ def render_show(record: dict) -> str:
     for note in record.get("notes") or []:
         lines.append(f"note ({note['time'][:10]}): {note['text']}")
     if record.get("capture"):
-        lines.append(_line("capture exit", (record["capture"] or {}).get("exit_code")))
+        lines += _capture_lines(record["capture"])
     return "\n".join(lines)
+
+
+def _git_text(git: dict | None) -> str | None:
+    if not git:
+        return None
+    if not git.get("repository"):
+        return git.get("reason")
+    state = "dirty" if git.get("dirty") else "clean"
+    untracked = f", {git['untracked_count']} untracked" if git.get("untracked_count") else ""
+    return (f"{(git.get('commit') or '?')[:12]} on {git.get('branch') or 'detached HEAD'} "
+            f"({state}{untracked}) in {git['repository']}")
+
+
+def _capture_lines(capture: dict) -> list[str]:
+    lists = capture.get("ncu_lists") or {}
+    lines = ["capture",
+             _line("argv", " ".join(capture.get("argv") or [])),
+             _line("cwd", capture.get("cwd")),
+             _line("exit code", capture.get("exit_code")),
+             _line("ran", f"{capture.get('started')} for {capture.get('seconds')} s"),
+             _line("git", _git_text(capture.get("git")))]
+    if lists:
+        lines.append(_line("ncu knew", f"{(lists.get('sections') or {}).get('count')} sections, "
+                                       f"{(lists.get('sets') or {}).get('count')} sets"))
+    for key, label in (("from_run", "follows run"), ("group", "group"), ("rank", "rank")):
+        if capture.get(key) is not None:
+            lines.append(_line(label, capture[key]))
+    lines += [f"warning: {w}" for w in capture.get("warnings") or []]
+    return lines
 
