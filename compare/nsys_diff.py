@@ -73,7 +73,13 @@ def kernel_entries(ranking: list[dict]) -> list[dict]:
                 "share": summary["share"]}
 
     match = {"new": "only_b", "vanished": "only_a", "changed": "matched"}
-    return [{"name": e["name"], "match": match[e["change"]],
-             "matched_by": "name" if e["change"] == "changed" else None,
-             "a": side(e["a"]), "b": side(e["b"]), "delta_pct": e["delta_pct"],
-             "delta_total_ns": e["delta_ns"], "sections": [], "notes": []} for e in ranking]
+    entries = []
+    for e in ranking:
+        a, b = side(e["a"]), side(e["b"])
+        entries.append({
+            "name": e["name"], "match": match[e["change"]],
+            "matched_by": "name" if e["change"] == "changed" else None, "a": a, "b": b,
+            "delta_pct": relative_change(a["duration_ns"], b["duration_ns"]) if a and b else None,
+            "delta_total_ns": e["delta_ns"], "delta_total_pct": e["delta_pct"],
+            "sections": [], "notes": []})
+    return entries

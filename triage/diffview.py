@@ -52,12 +52,21 @@ def _metric_line(metric: dict) -> str:
     return f"      {truncate(metric['name'], 52):<52} {truncate(values, 30):>30} {change:>10}"
 
 
-def _kernel_lines(kernel: dict, detail: bool) -> list[str]:
+def _kernel_head(kernel: dict, totals: bool) -> str:
+    """One kernel: mean duration per launch (ncu), or total time and launches (nsys ranking)."""
     a, b = kernel.get("a") or {}, kernel.get("b") or {}
     name = kernel["name"] + (f" -> {kernel['name_b']}" if kernel.get("name_b") else "")
-    head = (f"  {truncate(name, 58):<58} {fmt_ns(a.get('duration_ns')):>10} -> "
+    if totals:
+        launches = f"{a.get('launches', '-')}->{b.get('launches', '-')}"
+        return (f"  {truncate(name, 50):<50} {fmt_ns(a.get('total_ns')):>10} -> "
+                f"{fmt_ns(b.get('total_ns')):>10} {fmt_pct(kernel.get('delta_total_pct')):>8}"
+                f" {truncate(launches, 14):>14}")
+    return (f"  {truncate(name, 58):<58} {fmt_ns(a.get('duration_ns')):>10} -> "
             f"{fmt_ns(b.get('duration_ns')):>10} {fmt_pct(kernel.get('delta_pct')):>8}")
-    lines = [head]
+
+
+def _kernel_lines(kernel: dict, detail: bool, totals: bool) -> list[str]:
+    lines = [_kernel_head(kernel, totals)]
     if kernel["match"] != "matched":
         lines.append(f"      only in {'A' if kernel['match'] == 'only_a' else 'B'}")
     lines += [truncate(f"      note: {n}", WIDTH) for n in kernel.get("notes", [])]
@@ -115,10 +124,12 @@ def render_diff(diff: dict, limit: int = 20) -> str:
     lines = [f"A: {_run_label(runs['a'])}", f"B: {_run_label(runs['b'])}"]
     lines += _verdict_lines(diff) + _drift_lines(diff)
     kernels = sorted(diff["kernels"], key=_time_changed, reverse=True)
-    lines += ["", f"kernels ({len(kernels)}; mean duration per launch, ranked by time changed):"]
+    totals = diff["tools"] == ["nsys", "nsys"]
+    what = "total GPU time and launches" if totals else "mean duration per launch"
+    lines += ["", f"kernels ({len(kernels)}; {what}, ranked by time changed):"]
     detail = diff["tools"] == ["ncu", "ncu"]
     for kernel in kernels[:limit]:
-        lines += _kernel_lines(kernel, detail)
+        lines += _kernel_lines(kernel, detail, totals)
     if len(kernels) > limit:
         lines.append(f"  ... {len(kernels) - limit} more (use --json or --kernel REGEX)")
     if diff.get("nsys"):
