@@ -168,18 +168,19 @@ def _rule_entries(match: Match, side_a: Side, side_b: Side) -> dict:
             "both": [pick(r) for k, r in fired_a.items() if k in fired_b]}
 
 
-def _side_summary(durations: list) -> dict:
-    numbers = [d for d in durations if isinstance(d, (int, float))]
+def _side_summary(durations: list, paired: int | None) -> dict:
+    """Mean duration over the launches compared (paired ones), total and count over all."""
+    compared = durations[:paired] if paired else durations
+    numbers = [d for d in compared if isinstance(d, (int, float))]
+    every = [d for d in durations if isinstance(d, (int, float))]
     return {"duration_ns": statistics.fmean(numbers) if numbers else None,
-            "total_ns": sum(numbers) if numbers else None, "launches": len(durations)}
+            "total_ns": sum(every) if every else None, "launches": len(durations)}
 
 
 def _kernel_entry(match: Match, side_a: Side, side_b: Side, opts: DiffOptions) -> dict:
     n_pairs = len(match.pairs())
-    a = _side_summary(match.a.durations[:n_pairs] if match.b else match.a.durations) \
-        if match.a else None
-    b = _side_summary(match.b.durations[:n_pairs] if match.a else match.b.durations) \
-        if match.b else None
+    a = _side_summary(match.a.durations, n_pairs) if match.a else None
+    b = _side_summary(match.b.durations, n_pairs) if match.b else None
     entry = {"name": match.name, "match": match.kind, "matched_by": match.matched_by,
              "a": a, "b": b,
              "delta_pct": relative_change(a["duration_ns"], b["duration_ns"]) if a and b else None,
