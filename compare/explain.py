@@ -1,0 +1,699 @@
+"""`triage explain`: why an ncu-profiled kernel is slow, read in a fixed order.
+
+nsys decides which kernel to look at (`triage top`); ncu decides why, always in this order, so
+that a cause is never named before the evidence that rules the others out:
+
+1. throughput: compute vs memory, each as a share of peak (SpeedOfLight) - which is closer;
+2. memory efficiency: busy is not useful - memory busy with little compute means few operations
+   per byte, or sectors fetched but only partly used (MemoryWorkloadAnalysis);
+3. occupancy: theoretical vs achieved, and the likely cause of the gap (waves, limiter, imbalance);
+4. scheduler: stalls matter only when issue slots sit idle; then the top stall reasons;
+5. conclusion: one label from three paths (memory-bound, latency-bound, synchronisation and
+   serialisation; compute-bound when SM pipes are the limit), what to inspect next, the usual fix.
+
+Every finding cites the metric values it rests on. A step whose metrics are missing says "not
+collected" and names the `--section` that collects them; nothing is guessed. Metric names differ
+across ncu versions: METRICS lists each name newest first with its older fallbacks; THRESHOLDS
+holds every number a judgement uses; STALLS and CONCLUSION_RULES are tables, read top to bottom.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from triage.compare.matching import group_kernels
+from triage.compare.rundata import RunData
+from triage.errors import TriageError, UsageError
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One quantity a step reads: the section that collects it, its names newest first."""
+
+    section: str
+    names: tuple[str, ...]
+
+
+_SOL, _MWA, _TABLES = "SpeedOfLight", "MemoryWorkloadAnalysis", "MemoryWorkloadAnalysis_Tables"
+_ROOF, _OCC, _LAUNCH = "SpeedOfLight_RooflineChart", "Occupancy", "LaunchStats"
+_SCHED, _DIST = "SchedulerStats", "WorkloadDistribution"
+
+METRICS: dict[str, Metric] = {
+    # step 1 (the *_sol_pct names are ncu 2019, PerfWorks era)
+    "duration": Metric(_SOL, ("gpu__time_duration.sum", "gpu__time_duration")),
+    "sm_pct": Metric(_SOL, ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "sm__sol_pct")),
+    "mem_pct": Metric(_SOL, ("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+                             "gpu__compute_memory_sol_pct")),
+    "dram_pct": Metric(_SOL, ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+                              "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+                              "fbpa__sol_pct")),
+    "l2_pct": Metric(_SOL, ("lts__throughput.avg.pct_of_peak_sustained_elapsed", "ltc__sol_pct")),
+    "l1_pct": Metric(_SOL, ("l1tex__throughput.avg.pct_of_peak_sustained_active", "tex__sol_pct")),
+    # step 2
+    "l1_hit": Metric(_MWA, ("l1tex__t_sector_hit_rate.pct",)),
+    "l2_hit": Metric(_MWA, ("lts__t_sector_hit_rate.pct",)),
+    "ld_bytes_per_sector": Metric(_TABLES, (
+        "smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.ratio",)),
+    "ld_sector_use_pct": Metric(_TABLES, (
+        "smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.pct",)),
+    "st_bytes_per_sector": Metric(_TABLES, (
+        "smsp__sass_average_data_bytes_per_sector_mem_global_op_st.ratio",)),
+    "st_sector_use_pct": Metric(_TABLES, (
+        "smsp__sass_average_data_bytes_per_sector_mem_global_op_st.pct",)),
+    "ld_sectors_per_request": Metric(_TABLES, (
+        "l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio",)),
+    "ld_sectors": Metric(_TABLES, ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",)),
+    "ld_requests": Metric(_TABLES, ("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",)),
+    "dram_bytes_per_s": Metric(_ROOF, ("dram__bytes.sum.per_second",)),
+    "smsp_hz": Metric(_ROOF, ("smsp__cycles_elapsed.avg.per_second",)),
+    # step 3 (sm__active_warps_avg_per_active_cycle_pct is ncu 2019)
+    "theoretical_occ": Metric(_OCC, ("sm__maximum_warps_per_active_cycle_pct",)),
+    "achieved_occ": Metric(_OCC, ("sm__warps_active.avg.pct_of_peak_sustained_active",
+                                  "sm__active_warps_avg_per_active_cycle_pct")),
+    "limit_registers": Metric(_OCC, ("launch__occupancy_limit_registers",)),
+    "limit_shared": Metric(_OCC, ("launch__occupancy_limit_shared_mem",)),
+    "limit_warps": Metric(_OCC, ("launch__occupancy_limit_warps",)),
+    "limit_blocks": Metric(_OCC, ("launch__occupancy_limit_blocks",)),
+    "limit_barriers": Metric(_OCC, ("launch__occupancy_limit_barriers",)),
+    "waves": Metric(_LAUNCH, ("launch__waves_per_multiprocessor",)),
+    "grid_size": Metric(_LAUNCH, ("launch__grid_size",)),
+    "block_size": Metric(_LAUNCH, ("launch__block_size",)),
+    "registers": Metric(_LAUNCH, ("launch__registers_per_thread",)),
+    "shared_static": Metric(_LAUNCH, ("launch__shared_mem_per_block_static",)),
+    "shared_dynamic": Metric(_LAUNCH, ("launch__shared_mem_per_block_dynamic",)),
+    "sm_count": Metric(_LAUNCH, ("launch__sm_count", "device__attribute_multiprocessor_count")),
+    "sm_active_avg": Metric(_DIST, ("sm__cycles_active.avg",)),
+    "sm_active_max": Metric(_DIST, ("sm__cycles_active.max",)),
+    # step 4
+    "no_issue_pct": Metric(_SCHED, ("smsp__issue_inst0.avg.pct_of_peak_sustained_active",)),
+    "issue_pct": Metric(_SCHED, ("smsp__issue_active.avg.pct_of_peak_sustained_active",)),
+    "eligible_warps": Metric(_SCHED, ("smsp__warps_eligible.avg.per_cycle_active",)),
+    "active_warps": Metric(_SCHED, ("smsp__warps_active.avg.per_cycle_active",)),
+}
+
+# FLOPs per cycle for the arithmetic intensity (as ncu's roofline counts them): FMA counts twice.
+FLOP_METRICS = (("smsp__sass_thread_inst_executed_op_ffma_pred_on.sum.per_cycle_elapsed", 2),
+                ("smsp__sass_thread_inst_executed_op_fadd_pred_on.sum.per_cycle_elapsed", 1),
+                ("smsp__sass_thread_inst_executed_op_fmul_pred_on.sum.per_cycle_elapsed", 1),
+                ("smsp__sass_thread_inst_executed_op_dfma_pred_on.sum.per_cycle_elapsed", 2),
+                ("smsp__sass_thread_inst_executed_op_dadd_pred_on.sum.per_cycle_elapsed", 1),
+                ("smsp__sass_thread_inst_executed_op_dmul_pred_on.sum.per_cycle_elapsed", 1))
+
+# Stall reasons, newest naming first: (name pattern with the reason as group 1, section, measure).
+STALL_METRICS = (
+    (r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$", "WarpStateStats",
+     "warps per issued instruction"),
+    (r"^smsp__warp_issue_stalled_(\w+?)_per_warp_active\.pct$", "WarpStateStats",
+     "% of active warps"),
+    (r"^smsp__pcsamp_warps_issue_stalled_(?!\w*_not_issued$)(\w+)$", "SourceCounters",
+     "sampled warps"),
+)
+
+
+@dataclass(frozen=True)
+class Threshold:
+    value: float
+    unit: str
+    why: str
+
+
+THRESHOLDS: dict[str, Threshold] = {
+    "busy_pct": Threshold(60, "%", "a unit at or above this share of peak is busy; compute and "
+                          "memory both below it means latency-bound (ncu SOLBottleneck: 60)"),
+    "near_peak_pct": Threshold(80, "%", "near peak: only less work on the busiest unit helps "
+                               "(ncu SOLBottleneck: 80)"),
+    "balanced_pp": Threshold(10, "points", "compute and memory closer than this are balanced "
+                             "(ncu SOLBottleneck: 10)"),
+    "compute_low_pct": Threshold(30, "%", "compute below this while memory is busy: little work "
+                                 "per byte moved (busy is not useful)"),
+    "sector_use_pct": Threshold(75, "%", "global loads or stores using less than this share of "
+                                "each 32-byte sector waste over a quarter of the traffic: "
+                                "uncoalesced or strided access (ncu flags any waste)"),
+    "occupancy_gap_pp": Threshold(10, "points", "achieved occupancy this far below theoretical "
+                                  "needs a cause (ncu AchievedOccupancy: 10)"),
+    "low_occupancy_pct": Threshold(50, "%", "theoretical occupancy below this leaves few warps "
+                                   "to hide latency"),
+    "small_grid_waves": Threshold(1, "waves", "fewer waves than this leave SMs without work"),
+    "tail_pct": Threshold(20, "%", "share of SM slots left empty by a partial last wave, "
+                          "averaged over all waves, from which the tail matters"),
+    "imbalance_pct": Threshold(20, "%", "busiest SM active this much longer than the average SM"),
+    "issue_idle_pct": Threshold(40, "%", "cycles with no instruction issued at or above this: "
+                                "issue slots idle, stalls matter (ncu IssueSlotUtilization: "
+                                "issue below 60%)"),
+    "top_stalls": Threshold(3, "reasons", "stall reasons listed (selected, not_selected left out)"),
+}
+
+
+def limit(name: str) -> float:
+    return THRESHOLDS[name].value
+
+
+# Stall reason -> (path, what the warp waits for). Paths: memory (memory latency), sync
+# (synchronisation), serial (serialisation in a shared unit), compute, latency (instruction).
+STALLS: dict[str, tuple[str | None, str]] = {
+    "long_scoreboard": ("memory", "waits for L1TEX data (global, local, texture)"),
+    "lg_throttle": ("memory", "local/global memory instruction queue is full"),
+    "tex_throttle": ("memory", "texture/L1TEX queue is full"),
+    "drain": ("memory", "waits for stores to drain at exit"),
+    "barrier": ("sync", "waits at a block barrier (__syncthreads) for slower warps"),
+    "membar": ("sync", "waits at a memory fence"),
+    "sleeping": ("sync", "sleeps (nanosleep, cooperative groups)"),
+    "mio_throttle": ("serial", "MIO queue full: shared memory, atomics, special math"),
+    "short_scoreboard": ("serial", "waits for MIO results: shared memory (bank conflicts), "
+                         "special math"),
+    "branch_resolving": ("serial", "waits for branch targets: divergence"),
+    "math_pipe_throttle": ("compute", "an execution pipe is saturated"),
+    "wait": ("latency", "fixed-latency dependency between instructions"),
+    "dispatch_stall": ("latency", "dispatcher could not issue"),
+    "no_instruction": ("latency", "instruction not fetched (instruction cache miss)"),
+    "imc_miss": ("latency", "constant cache miss"),
+    "misc": ("latency", "miscellaneous"),
+    "selected": (None, "issuing: not a stall"),
+    "not_selected": (None, "eligible, another warp issued: not a stall"),
+}
+
+# The unit behind a breakdown metric of SpeedOfLight, by name prefix, first match: (prefix, unit,
+# path, memory level). The LSU pipe counts as memory: compute busy issuing loads is memory-bound.
+UNITS = (("sm__inst_executed_pipe_lsu", "LSU pipe (load/store instructions)", "memory", "L1"),
+         ("sm__mio", "MIO (shared memory, special-function queue)", "memory", "L1"),
+         ("l1tex__", "L1/TEX cache", "memory", "L1"), ("lts__", "L2 cache", "memory", "L2"),
+         ("dram__", "DRAM", "memory", "DRAM"), ("fbpa__", "DRAM", "memory", "DRAM"),
+         ("idc__", "constant cache", "memory", "L1"),
+         ("sm__pipe_fp64", "FP64 pipe", "compute", None),
+         ("sm__pipe_tensor", "tensor pipe", "compute", None),
+         ("sm__pipe_fma", "FMA pipe", "compute", None),
+         ("sm__pipe_alu", "ALU pipe", "compute", None),
+         ("sm__inst_executed_pipe_xu", "XU pipe (special functions)", "compute", None),
+         ("sm__", "SM instruction issue", "compute", None),
+         ("", "memory system", "memory", None))
+
+
+def cite(name: str, value: float, unit: str | None) -> dict:
+    return {"name": name, "value": value, "unit": unit or ""}
+
+
+def finding(text: str, cites: list[dict | None], tag: str | None = None) -> dict:
+    """A statement and the values it rests on; the tag lets the conclusion quote it."""
+    return {"text": text, "cites": [c for c in cites if c], "tag": tag}
+
+
+class Values:
+    """One kernel's metrics (mean over its launches), looked up through METRICS' fallbacks."""
+
+    def __init__(self, raw: dict[str, tuple], sections: set[str]):
+        self.raw, self.sections = raw, sections
+
+    def cite(self, name: str) -> dict | None:
+        value, unit = self.raw.get(name, (None, None))
+        if isinstance(value, (int, float)) and not math.isnan(value):
+            return cite(name, value, unit)
+        return None
+
+    def get(self, key: str) -> dict | None:
+        return next(filter(None, (self.cite(n) for n in METRICS[key].names)), None)
+
+    def text(self, name: str) -> str | None:
+        value = self.raw.get(name, (None, None))[0]
+        return value if isinstance(value, str) else None
+
+    def stalls(self) -> tuple[list[tuple[str, dict]], str | None]:
+        """(reason, cite) pairs from the first naming that has any, and what they measure."""
+        for pattern, _section, measure in STALL_METRICS:
+            found = [(m.group(1), self.cite(name)) for name in sorted(self.raw)
+                     if (m := re.match(pattern, name))]
+            found = [(reason, c) for reason, c in found if c]
+            if found:
+                return found, measure
+        return [], None
+
+
+def missing(keys: list[str], values: Values, section: str | None = None) -> dict:
+    """What a step could not read: the metric names tried and the --section to add."""
+    section = section or METRICS[keys[0]].section
+    names = [n for k in keys for n in METRICS[k].names]
+    present = section in values.sections
+    why = (f"section {section} is in the report but lacks these metrics (named differently by "
+           "this ncu version)" if present else f"not collected: add --section {section}")
+    return {"section": section, "metrics": names, "present": present, "why": why}
+
+
+def step(number: int, key: str, title: str, findings: list[dict], gaps: list[dict],
+         facts: dict) -> dict:
+    status = "concluded" if findings else "not_collected"
+    return {"step": number, "id": key, "title": title, "status": status, "findings": findings,
+            "missing": gaps, "facts": facts}
+
+
+def _levels(pairs) -> str:
+    return ", ".join(f"{label} {c['value']:.1f}%" for label, c in pairs if c)
+
+
+# -- step 1: throughput ------------------------------------------------------------------------
+
+
+def top_contributor(values: Values, metric: str) -> dict | None:
+    """The breakdown metric with the highest value behind a SpeedOfLight throughput."""
+    listed = values.text(f"breakdown:{metric}")
+    cites = [values.cite(n) for n in (listed or "").split(",")]
+    return max(filter(None, cites), key=lambda c: c["value"], default=None)
+
+
+def unit_of(name: str) -> tuple[str, str, str | None]:
+    return next(row[1:] for row in UNITS if name.startswith(row[0]))
+
+
+def sol_bound(sm: float, mem: float, compute_path: str) -> str:
+    """memory, compute, balanced or latency, from the two throughputs (ncu's own cut-offs)."""
+    if max(sm, mem) < limit("busy_pct"):
+        return "latency"
+    if abs(sm - mem) < limit("balanced_pp"):
+        return "memory" if compute_path == "memory" else "balanced"
+    return compute_path if sm > mem else "memory"
+
+
+SOL_TEXT = {
+    "latency": "compute and memory both below {busy:.0f}% of peak: neither is the limit, the "
+               "kernel does not keep the GPU busy (latency)",
+    "memory": "memory is the limit: the busiest unit is the {unit}",
+    "compute": "compute is the limit: the busiest unit is the {unit}",
+    "balanced": "compute and memory within {bal:.0f} points of each other: both limit",
+}
+
+
+def step_throughput(values: Values) -> dict:
+    sm, mem = values.get("sm_pct"), values.get("mem_pct")
+    if not (sm and mem):
+        return step(1, "throughput", "Compute vs memory throughput", [],
+                    [missing(["sm_pct", "mem_pct"], values)], {})
+    top_sm = top_contributor(values, METRICS["sm_pct"].names[0])
+    top_mem = top_contributor(values, METRICS["mem_pct"].names[0])
+    bound = sol_bound(sm["value"], mem["value"], unit_of(top_sm["name"])[1] if top_sm
+                      else "compute")
+    top = max(filter(None, [top_sm, top_mem]), key=lambda c: c["value"], default=None)
+    unit, _path, level = unit_of(top["name"]) if top else (None, None, None)
+    closer = "memory is closer to peak" if mem["value"] > sm["value"] else \
+        "compute is closer to peak" if sm["value"] > mem["value"] else "equally close to peak"
+    findings = [finding(f"{closer}: memory {mem['value']:.1f}% vs compute {sm['value']:.1f}% "
+                        "of peak", [sm, mem]),
+                finding(SOL_TEXT[bound].format(busy=limit("busy_pct"), bal=limit("balanced_pp"),
+                                               unit=unit or "-"), [sm, mem, top], "sol")]
+    levels = [values.get(k) for k in ("dram_pct", "l2_pct", "l1_pct")]
+    if any(levels):
+        findings.append(finding("memory levels: " + _levels(zip(("DRAM", "L2", "L1"), levels)),
+                                levels))
+    near = max(sm["value"], mem["value"]) >= limit("near_peak_pct")
+    if near:
+        findings.append(finding(f"near peak (>= {limit('near_peak_pct'):.0f}%): only less work "
+                                f"on the {unit or 'busiest unit'} helps", [top or sm]))
+    return step(1, "throughput", "Compute vs memory throughput", findings, [],
+                {"bound": bound, "near_peak": near, "unit": unit, "level": level})
+
+
+# -- step 2: memory efficiency -----------------------------------------------------------------
+
+
+def arithmetic_intensity(values: Values) -> tuple[float, list[dict]] | None:
+    """FP32+FP64 FLOP per DRAM byte, counted as ncu's roofline counts them."""
+    flops = [(values.cite(name), weight) for name, weight in FLOP_METRICS]
+    hz, bps = values.get("smsp_hz"), values.get("dram_bytes_per_s")
+    if not (hz and bps and bps["value"] > 0 and all(c for c, _w in flops)):
+        return None
+    per_cycle = sum(c["value"] * w for c, w in flops)
+    return per_cycle * hz["value"] / bps["value"], [c for c, _w in flops if c["value"]] + [hz, bps]
+
+
+def sector_use(values: Values, op: str) -> tuple[float, dict] | None:
+    """Share (%) of each 32-byte sector that global loads (ld) or stores (st) use."""
+    ratio, pct = values.get(f"{op}_bytes_per_sector"), values.get(f"{op}_sector_use_pct")
+    if ratio:
+        return ratio["value"] / 32 * 100, ratio
+    return (pct["value"], pct) if pct else None
+
+
+def sectors_per_request(values: Values) -> tuple[float, list[dict]] | None:
+    direct = values.get("ld_sectors_per_request")
+    if direct:
+        return direct["value"], [direct]
+    sectors, requests = values.get("ld_sectors"), values.get("ld_requests")
+    if sectors and requests and requests["value"]:
+        return sectors["value"] / requests["value"], [sectors, requests]
+    return None
+
+
+def busy_not_useful(values: Values) -> list[dict]:
+    """Memory busy while compute idles: each byte feeds little work (or is not used at all)."""
+    sm, dram = values.get("sm_pct"), values.get("dram_pct") or values.get("mem_pct")
+    if not (sm and dram) or dram["value"] < limit("busy_pct") or \
+            sm["value"] >= limit("compute_low_pct"):
+        return []
+    out = [finding(f"busy is not useful: memory at {dram['value']:.1f}% of peak feeds compute at "
+                   f"only {sm['value']:.1f}%: few operations per byte, or bytes fetched and not "
+                   "used", [dram, sm], "busy")]
+    intensity = arithmetic_intensity(values)
+    if intensity:
+        out.append(finding(f"arithmetic intensity {intensity[0]:.2f} FLOP per DRAM byte",
+                           intensity[1], "busy"))
+    return out
+
+
+def step_memory(values: Values) -> dict:
+    findings = busy_not_useful(values)
+    uses = [(op, u) for op, u in (("loads", sector_use(values, "ld")),
+                                  ("stores", sector_use(values, "st"))) if u]
+    spr = sectors_per_request(values)
+    partial = min(u[0] for _op, u in uses) < limit("sector_use_pct") if uses else None
+    if uses:
+        verdict = "partial use of each sector: uncoalesced or strided access" if partial \
+            else "sectors mostly used"
+        findings.append(finding("global " + " and ".join(f"{op} use {u[0]:.1f}%" for op, u in uses)
+                                + f" of each 32-byte sector: {verdict}", [u[1] for _op, u in uses],
+                                "sectors"))
+    if spr:
+        findings.append(finding(f"{spr[0]:.2f} sectors per global load request (4 when a warp's "
+                                "32 4-byte loads are coalesced; more means scattered addresses)",
+                                spr[1], "sectors"))
+    hits = [values.get("l1_hit"), values.get("l2_hit")]
+    if any(hits):
+        findings.append(finding("hit rates: " + _levels(zip(("L1", "L2"), hits)), hits))
+    gaps = [] if any(hits) else [missing(["l1_hit", "l2_hit"], values)]
+    gaps += [] if uses or spr else [missing(["ld_bytes_per_sector", "ld_sector_use_pct",
+                                             "ld_sectors_per_request"], values)]
+    return step(2, "memory", "Memory efficiency (busy is not useful)", findings, gaps,
+                {"partial_sectors": partial, "busy_not_useful": any(
+                    f["tag"] == "busy" for f in findings)})
+
+
+# -- step 3: occupancy -------------------------------------------------------------------------
+
+# Occupancy limiter metric -> what it means, and the launch value that drives it.
+LIMITERS = (("limit_registers", "registers", "registers"),
+            ("limit_shared", "shared memory", "shared_static"),
+            ("limit_warps", "warps per block (block size)", "block_size"),
+            ("limit_blocks", "blocks per SM (small blocks)", "block_size"),
+            ("limit_barriers", "barriers", None))
+
+
+def limiters(values: Values) -> tuple[list[str], list[dict]]:
+    """The occupancy limiters allowing the fewest blocks per SM, and the values behind them."""
+    limits = [(label, values.get(key), values.get(why) if why else None)
+              for key, label, why in LIMITERS if values.get(key)]
+    fewest = min((lim["value"] for _l, lim, _w in limits), default=None)
+    chosen = [item for item in limits if item[1]["value"] == fewest]
+    return [label for label, _l, _w in chosen], [c for _l, lim, w in chosen for c in (lim, w)]
+
+
+def wave_findings(values: Values) -> tuple[list[dict], dict]:
+    """Wave quantisation: a grid under one wave, or a partial last wave (tail)."""
+    waves, grid, sms = values.get("waves"), values.get("grid_size"), values.get("sm_count")
+    if not waves:
+        return [], {}
+    w = waves["value"]
+    _names, per_sm = limiters(values)
+    shape = f" ({grid['value']:.0f} blocks on {sms['value']:.0f} SMs x {per_sm[0]['value']:.0f} " \
+        "blocks per SM)" if grid and sms and per_sm else ""
+    cites = [waves, grid, sms] + per_sm[:1]
+    if w < limit("small_grid_waves"):
+        return [finding(f"grid too small: {w:.2f} waves{shape}, so SMs sit idle", cites,
+                        "waves")], {"waves": w, "small_grid": True}
+    empty = (math.ceil(w) - w) / math.ceil(w) * 100
+    tail = empty >= limit("tail_pct")
+    text = f"{w:.2f} waves{shape}" + (f": the partial last wave leaves {empty:.0f}% of SM "
+                                      "slots empty (tail effect)" if tail else "")
+    return [finding(text, cites, "waves")], {"waves": w, "small_grid": False, "tail": tail}
+
+
+def gap_causes(values: Values, facts: dict) -> list[dict]:
+    """Why achieved occupancy falls short of theoretical, from what the metrics can show."""
+    top, avg = values.get("sm_active_max"), values.get("sm_active_avg")
+    skew = (top["value"] - avg["value"]) / avg["value"] * 100 if top and avg and avg["value"] \
+        else None
+    if skew is not None and skew >= limit("imbalance_pct"):
+        return [finding(f"imbalance: the busiest SM is active {skew:.0f}% longer than the "
+                        "average SM", [top, avg], "gap")]
+    if facts.get("small_grid") or facts.get("tail"):
+        return []
+    return [finding("no grid-level cause in the metrics: warps of a block finish unevenly, or "
+                    "scheduling overhead", [values.get("achieved_occ")], "gap")]
+
+
+def step_occupancy(values: Values) -> dict:
+    theo, ach = values.get("theoretical_occ"), values.get("achieved_occ")
+    findings, facts = wave_findings(values)
+    gaps = [] if facts else [missing(["waves"], values)]
+    if theo and ach:
+        gap = theo["value"] - ach["value"]
+        findings.insert(0, finding(f"achieved occupancy {ach['value']:.1f}% of theoretical "
+                                   f"{theo['value']:.1f}%: gap {gap:.1f} points", [ach, theo]))
+        facts.update(gap=gap)
+        if gap > limit("occupancy_gap_pp"):
+            findings += gap_causes(values, facts)
+    if theo and theo["value"] < 100:
+        names, cites = limiters(values)
+        findings.append(finding(f"theoretical occupancy {theo['value']:.1f}% limited by "
+                                f"{' and '.join(names) or 'an unreported limit'}", [theo] + cites,
+                                "limiter"))
+        facts["limiters"] = names
+    if theo:
+        facts["theoretical"] = theo["value"]
+    gaps += [missing([key], values) for key, c in (("theoretical_occ", theo),
+                                                   ("achieved_occ", ach)) if not c]
+    return step(3, "occupancy", "Theoretical vs achieved occupancy", findings, gaps, facts)
+
+
+# -- step 4: scheduler and stalls --------------------------------------------------------------
+
+
+def issue_idle(values: Values) -> tuple[float, list[dict]] | None:
+    """Share (%) of cycles in which a scheduler issued nothing (no eligible warp)."""
+    none_issued, issued = values.get("no_issue_pct"), values.get("issue_pct")
+    if none_issued:
+        return none_issued["value"], [none_issued]
+    return (100 - issued["value"], [issued]) if issued else None
+
+
+def top_stalls(values: Values) -> list[dict]:
+    """The largest stall reasons, selected/not_selected left out, with their share of all."""
+    stalls, measure = values.stalls()
+    total = sum(c["value"] for _r, c in stalls)
+    known = [(r, c, *STALLS.get(r, ("latency", r))) for r, c in stalls]
+    ranked = sorted((s for s in known if s[2] and s[1]["value"] > 0), key=lambda s: -s[1]["value"])
+    return [{"reason": r, "path": path, "meaning": meaning, "measure": measure, "cite": c,
+             "share": c["value"] / total * 100} for r, c, path, meaning in
+            ranked[:int(limit("top_stalls"))]]
+
+
+def step_scheduler(values: Values) -> dict:
+    idle, stalls = issue_idle(values), top_stalls(values)
+    findings, facts, gaps = [], {}, []
+    if idle:
+        facts["issue_idle"] = idle[0] >= limit("issue_idle_pct")
+        eligible, active = values.get("eligible_warps"), values.get("active_warps")
+        warps = f" ({eligible['value']:.2f} eligible of {active['value']:.2f} active warps per " \
+            "scheduler)" if eligible and active else ""
+        state = "issue slots idle: stalls matter" if facts["issue_idle"] else \
+            "issue slots busy: other warps hide the stalls, they are not the limit"
+        findings.append(finding(f"no instruction issued in {idle[0]:.1f}% of cycles{warps}: "
+                                f"{state}", idle[1] + [eligible, active], "issue"))
+    else:
+        gaps.append(missing(["no_issue_pct"], values))
+    if stalls and facts.get("issue_idle", True):
+        facts.update(top_stall=stalls[0]["reason"], stall_path=stalls[0]["path"])
+        findings += [finding(f"stall {s['reason']}: {s['share']:.0f}% of stall cycles - "
+                             f"{s['meaning']}", [s["cite"]], "stall") for s in stalls]
+    elif not stalls:
+        gaps.append({"section": "WarpStateStats", "present": "WarpStateStats" in values.sections,
+                     "metrics": [pattern for pattern, _s, _m in STALL_METRICS],
+                     "why": "not collected: add --section WarpStateStats"})
+    return step(4, "scheduler", "Issue slots, then stall reasons", findings, gaps, facts)
+
+
+# -- step 5: conclusion ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConclusionRule:
+    """One row of the conclusion table: the first row whose `when` holds decides."""
+
+    label: str
+    cause: str
+    when: Callable[[dict], bool]
+    uses: tuple[str, ...]  # tags of the findings quoted as evidence
+    inspect: str
+    fix: str
+
+
+def _bound(kind: str) -> Callable[[dict], bool]:
+    return lambda facts: facts.get("bound") == kind
+
+
+def _latency_with(key: str, test) -> Callable[[dict], bool]:
+    return lambda facts: facts.get("bound") == "latency" and test(facts.get(key))
+
+
+CONCLUSION_RULES: list[ConclusionRule] = [
+    ConclusionRule("memory-bound", "uncoalesced access",
+                   lambda f: _bound("memory")(f) and f.get("partial_sectors"), ("sol", "sectors"),
+                   "Source Counters: uncoalesced global accesses by source line",
+                   "coalesce: consecutive threads read consecutive addresses (structure of "
+                   "arrays, transpose through shared memory)"),
+    ConclusionRule("memory-bound", "load/store traffic in L1",
+                   lambda f: _bound("memory")(f) and f.get("level") == "L1", ("sol", "stall"),
+                   "Memory Workload Analysis tables: L1 requests per instruction; Source "
+                   "Counters: the load lines",
+                   "load each value once per block: tile into shared memory or registers, wider "
+                   "(vectorised) loads, fewer memory instructions"),
+    ConclusionRule("memory-bound", "memory traffic", _bound("memory"), ("sol", "busy"),
+                   "Memory Workload Analysis: which level (L1, L2, DRAM) is busiest and how many "
+                   "bytes each request moves",
+                   "move fewer bytes: reuse through shared-memory or register tiling, fuse "
+                   "kernels, smaller data types"),
+    ConclusionRule("compute-bound", "busy pipe", _bound("compute"), ("sol",),
+                   "Compute Workload Analysis: the busiest pipeline",
+                   "fewer or cheaper instructions: FMA or tensor cores, no redundant math, lower "
+                   "precision where allowed"),
+    ConclusionRule("balanced", "compute and memory", _bound("balanced"), ("sol",),
+                   "both Compute and Memory Workload Analysis",
+                   "reduce both: an algorithmic change, or fusion that removes work and traffic"),
+    ConclusionRule("latency-bound", "grid too small", _latency_with("small_grid", bool),
+                   ("sol", "waves"), "Launch Statistics: grid size against the SM count",
+                   "launch more blocks (smaller blocks, more work items), or run independent "
+                   "kernels concurrently in streams"),
+    ConclusionRule("sync/serialisation-bound", "synchronisation",
+                   _latency_with("stall_path", lambda p: p == "sync"), ("sol", "stall"),
+                   "Source Counters: the barrier or fence lines where warps wait",
+                   "even out the work of the warps in a block, fewer __syncthreads, warp-level "
+                   "primitives instead of block barriers"),
+    ConclusionRule("sync/serialisation-bound", "serialisation",
+                   _latency_with("stall_path", lambda p: p == "serial"), ("sol", "stall"),
+                   "Source Counters: shared-memory bank conflicts, atomics, divergent branches",
+                   "pad shared arrays against bank conflicts, spread atomics (per-warp partial "
+                   "results), make branches uniform per warp"),
+    ConclusionRule("latency-bound", "memory latency",
+                   _latency_with("stall_path", lambda p: p == "memory"), ("sol", "stall"),
+                   "Warp State Statistics and Source Counters: the loads warps wait on",
+                   "more independent loads in flight: raise occupancy or ILP (several elements "
+                   "per thread, unrolling), prefetch into shared memory"),
+    ConclusionRule("latency-bound", "low occupancy",
+                   _latency_with("theoretical", lambda t: t is not None and t < limit(
+                       "low_occupancy_pct")), ("sol", "limiter"),
+                   "Occupancy: the limiter (registers, shared memory, block size)",
+                   "raise occupancy: fewer registers (__launch_bounds__), less shared memory per "
+                   "block, another block size"),
+    ConclusionRule("latency-bound", "latency", _bound("latency"), ("sol", "issue", "gap"),
+                   "Scheduler and Warp State Statistics (--section SchedulerStats --section "
+                   "WarpStateStats)",
+                   "more parallelism per SM: more warps or more independent instructions"),
+]
+
+
+LABELS = tuple(dict.fromkeys(rule.label for rule in CONCLUSION_RULES))
+
+
+def step_conclusion(steps: list[dict]) -> dict:
+    facts = {k: v for s in steps for k, v in s["facts"].items()}
+    rule = next((r for r in CONCLUSION_RULES if r.when(facts)), None)
+    if rule is None:
+        return {**step(5, "conclusion", "Conclusion", [], steps[0]["missing"], {}), "label": None}
+    by_tag = {}
+    for f in (f for s in steps for f in s["findings"]):
+        by_tag.setdefault(f["tag"], f)
+    evidence = [by_tag[t] for t in rule.uses if t in by_tag]
+    findings = [finding(f"{rule.label} ({rule.cause}): " + "; ".join(e["text"] for e in evidence),
+                        [c for e in evidence for c in e["cites"]]),
+                finding(f"inspect next: {rule.inspect}", evidence[-1]["cites"][:1]),
+                finding(f"usual fix: {rule.fix}", evidence[-1]["cites"][:1])]
+    return {**step(5, "conclusion", "Conclusion", findings, [], {"label": rule.label}),
+            "label": rule.label, "cause": rule.cause, "inspect": rule.inspect, "fix": rule.fix}
+
+
+def explain_values(values: Values) -> list[dict]:
+    """The five steps, in order, for one kernel's values."""
+    steps = [step_throughput(values), step_memory(values), step_occupancy(values),
+             step_scheduler(values)]
+    return steps + [step_conclusion(steps)]
+
+
+# -- reading a run -----------------------------------------------------------------------------
+
+
+def _rows(run: RunData, table: str, columns: list[str]) -> list[dict]:
+    data = run.table(table, columns)
+    return data.to_pylist() if data is not None else []
+
+
+def launch_values(run: RunData) -> tuple[dict, dict, dict]:
+    """Per launch: metric values, section ids, and ncu's rule messages (ok ones too)."""
+    raw: dict = {}
+    for row in _rows(run, "metrics", ["report_index", "kernel_index", "name", "unit", "value",
+                                      "text"]):
+        value = row["value"] if row["value"] is not None else row["text"]
+        raw.setdefault((row["report_index"], row["kernel_index"]), {})[row["name"]] = \
+            (value, row["unit"])
+    sections: dict = {}
+    for row in _rows(run, "sections", ["report_index", "kernel_index", "section_id"]):
+        sections.setdefault((row["report_index"], row["kernel_index"]), set()).add(
+            row["section_id"])
+    rules: dict = {}
+    for row in _rows(run, "rules", ["report_index", "kernel_index", "rule_id", "message_type",
+                                    "title", "message"]):
+        if row["message_type"] in ("ok", "optimization", "warning"):
+            rules.setdefault((row["report_index"], row["kernel_index"]), []).append(
+                {k: row[k] for k in ("rule_id", "message_type", "title", "message")})
+    return raw, sections, rules
+
+
+def mean_values(per_launch: list[dict]) -> dict:
+    """name -> (mean of the numeric values over launches, unit), or the first text."""
+    out: dict = {}
+    for name in {n for launch in per_launch for n in launch}:
+        found = [launch[name] for launch in per_launch if name in launch]
+        numbers = [v for v, _u in found if isinstance(v, (int, float))]
+        out[name] = (sum(numbers) / len(numbers) if numbers else found[0][0], found[0][1])
+    return out
+
+
+def explain_run(run: RunData, kernel: str | None = None) -> dict:
+    """`triage explain RUN`: the five steps for each kernel (launches of one name averaged)."""
+    if run.tool != "ncu":
+        raise UsageError(f"`triage explain` reads ncu runs; run {run.id[:12]} is {run.tool}: "
+                         f"`triage top {run.id[:12]}` suggests which kernels to profile with ncu")
+    groups = group_kernels(run.kernels.to_pylist())
+    if kernel:
+        try:
+            pattern = re.compile(kernel)
+        except re.error as exc:
+            raise UsageError(f"--kernel {kernel!r} is not a regular expression: {exc}") from exc
+        groups = [g for g in groups if pattern.search(g.name)]
+        if not groups:
+            raise TriageError(f"no kernel of run {run.id[:12]} matches --kernel {kernel!r}; "
+                              f"`triage show {run.id[:12]}` lists its kernels")
+    raw, sections, rules = launch_values(run)
+    kernels = []
+    for group in groups:
+        values = Values(mean_values([raw.get(launch, {}) for launch in group.launches]),
+                        set().union(*(sections.get(launch, set()) for launch in group.launches)))
+        steps = explain_values(values)
+        kernels.append({"name": group.name, "short_name": group.short_name,
+                        "launches": len(group.launches), "duration": values.get("duration"),
+                        "conclusion": steps[-1]["label"], "steps": steps,
+                        "ncu_rules": rules.get(group.launches[0], [])})
+    gpus = (run.record.get("environment") or {}).get("gpus") or [{}]
+    return {"run": run.id, "tool_version": run.record.get("tool_version"),
+            "gpu": gpus[0].get("name"), "kernels": kernels,
+            "thresholds": {k: {"value": t.value, "unit": t.unit, "why": t.why}
+                           for k, t in THRESHOLDS.items()}}
+
+
+def conclusions_for_diff(diff: dict, run_a: RunData, run_b: RunData) -> None:
+    """Add kernel["conclusion"] = {"a": label, "b": label} to the matched kernels of an ncu diff."""
+    if diff.get("tools") != ["ncu", "ncu"]:
+        return
+    labels_a = {k["name"]: k["conclusion"] for k in explain_run(run_a)["kernels"]}
+    labels_b = {k["name"]: k["conclusion"] for k in explain_run(run_b)["kernels"]}
+    for kernel in diff["kernels"]:
+        if kernel["match"] == "matched":
+            kernel["conclusion"] = {"a": labels_a.get(kernel["name"]),
+                                    "b": labels_b.get(kernel.get("name_b") or kernel["name"])}

@@ -1,0 +1,65 @@
+"""Terminal rendering of `triage explain`: per kernel, the five steps in order, each statement
+followed by the metric values it cites (name = value unit)."""
+
+from __future__ import annotations
+
+import textwrap
+
+from triage.textview import fmt_ns, fmt_value, short_id, truncate
+
+WIDTH = 100
+
+
+def _cite_line(cite: dict) -> str:
+    unit = f" {cite['unit']}" if cite.get("unit") else ""
+    return f"         {cite['name']} = {fmt_value(cite['value'])}{unit}"
+
+
+def _step_lines(step: dict) -> list[str]:
+    head = f"  {step['step']}. {step['title']}"
+    if step["status"] == "not_collected":
+        whys = "; ".join(dict.fromkeys(m["why"] for m in step["missing"])) or "not collected"
+        return [head] + textwrap.wrap(whys, WIDTH, initial_indent="       ",
+                                      subsequent_indent="       ")
+    lines = [head]
+    for finding in step["findings"]:
+        lines += textwrap.wrap(finding["text"], WIDTH, initial_indent="     - ",
+                               subsequent_indent="       ")
+        lines += [_cite_line(c) for c in finding["cites"]]
+    lines += [f"     ({m['why']})" for m in step["missing"]]
+    return lines
+
+
+def _duration(kernel: dict) -> str:
+    duration = kernel.get("duration")
+    if not duration:
+        return "duration not collected"
+    # gpu__time_duration is in ns (usecond/msecond in some exports: convert what we know)
+    scale = {"ns": 1, "nsecond": 1, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6}
+    value = duration["value"] * scale.get(duration["unit"], 1)
+    mean = "mean " if kernel["launches"] > 1 else ""
+    return f"{mean}{fmt_ns(value)}"
+
+
+def _kernel_lines(kernel: dict) -> list[str]:
+    launches = f"{kernel['launches']} launch{'es' if kernel['launches'] > 1 else ''}"
+    lines = ["", truncate(kernel["name"], WIDTH),
+             f"  {launches}, {_duration(kernel)}; conclusion: {kernel['conclusion'] or 'none'}"]
+    for step in kernel["steps"]:
+        lines += _step_lines(step)
+    fired = [f"{r['rule_id']}" + (f" ({r['title']})" if r.get("title") else "")
+             for r in kernel.get("ncu_rules", []) if r["message_type"] != "ok"]
+    if fired:
+        lines.append(truncate("  ncu's own rules fired: " + ", ".join(dict.fromkeys(fired)),
+                              WIDTH))
+    return lines
+
+
+def render_explain(result: dict) -> str:
+    head = (f"run {short_id(result['run'])}  ncu {result.get('tool_version') or '?'}  "
+            f"{result.get('gpu') or 'GPU unknown'}")
+    lines = [head, "order: 1 throughput, 2 memory efficiency, 3 occupancy, 4 issue slots and "
+             "stalls, 5 conclusion"]
+    for kernel in result["kernels"]:
+        lines += _kernel_lines(kernel)
+    return "\n".join(lines)

@@ -1,0 +1,140 @@
+"""Terminal rendering of `triage top`: where GPU time goes, what keeps the GPU idle, and the ncu
+commands to run next, in 100 columns (commands are never truncated: they are pasted)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from triage.compare.top import function_name
+from triage.textview import fmt_ns, short_id, table, truncate
+
+WIDTH = 100
+
+
+def _pct(share) -> str:
+    return "-" if share is None else f"{share * 100:.1f}%"
+
+
+def _bytes(value) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value} B"
+
+
+def _ranking_lines(ranking: dict) -> list[str]:
+    rows = [[str(i + 1), fmt_ns(r["total_ns"]), _pct(r["share"]), _pct(r["cumulative"]),
+             str(r["launches"]), fmt_ns(r["avg_ns"]), r["name"]]
+            for i, r in enumerate(ranking["top"])]
+    plural = "s" if ranking["kernels"] != 1 else ""
+    lines = [f"kernels by total GPU time ({ranking['kernels']} kernel{plural}, "
+             f"{fmt_ns(ranking['total_ns'])}):",
+             table(rows, ["#", "total", "share", "cum.", "launches", "mean", "kernel"],
+                   max_widths={6: 56}, align_right={0, 1, 2, 3, 4, 5})]
+    rest = ranking["rest"]
+    if rest["kernels"]:
+        lines.append(f"  the other {rest['kernels']} kernels add up to {_pct(rest['share'])} "
+                     f"({fmt_ns(rest['total_ns'])})")
+    lines.append(f"  {ranking['kernels_for_tail_pct']} of {ranking['kernels']} kernels make up "
+                 f"{ranking['tail_pct']}% of GPU time")
+    return lines
+
+
+def _api(name: str | None) -> str:
+    """cudaMemcpy_v3020 -> cudaMemcpy: nsys appends the API version."""
+    return re.sub(r"_v\d+$", "", name or "")
+
+
+def _gap_lines(gap: dict) -> list[str]:
+    after = f" after {_short(gap['before_kernel'])}" if gap.get("before_kernel") else ""
+    lines = [truncate(f"  {fmt_ns(gap['gap_ns']):>9} on device {gap['device_id']}{after}: "
+                      f"{gap['cause']}", WIDTH)]
+    parts = [f"host in {_api(gap['api'])} {fmt_ns(gap['api_ns'])}" if gap.get("api") else None,
+             f"{fmt_ns(gap['outside_api_ns'])} outside CUDA calls" if gap["outside_api_ns"]
+             else None,
+             f"copies {fmt_ns(gap['copy_ns'])}" if gap.get("copy_ns") else None]
+    return lines + [truncate("            " + ", ".join(p for p in parts if p), WIDTH)]
+
+
+def _short(name: str | None) -> str:
+    return truncate(function_name(name or ""), 40)
+
+
+def _gpu_lines(gpu: dict) -> list[str]:
+    lines = ["", "GPU busy vs idle (kernels on any stream):"]
+    lines += [f"  device {d['device_id']}: busy {fmt_ns(d['busy_ns'])} of "
+              f"{fmt_ns(d['span_ns'])}, idle {fmt_ns(d['idle_ns'])} ({_pct(d['idle_share'])})"
+              for d in gpu["devices"]]
+    if gpu["largest"]:
+        lines += [f"largest of {gpu['gaps']} gaps between kernels ({fmt_ns(gpu['gap_ns'])} in "
+                  "all): what the host did meanwhile"]
+        lines += [line for g in gpu["largest"] for line in _gap_lines(g)]
+    return lines
+
+
+def _copy_lines(copies: dict) -> list[str]:
+    lines = ["", "host<->device copies against kernels (serialised: no kernel ran on the "
+             "device meanwhile):"]
+    if not copies["kinds"]:
+        return lines + ["  no host<->device copies traced"]
+    for c in copies["kinds"]:
+        lines.append(f"  {c['kind']}: {c['serialised']} of {c['count']} copies serialised "
+                     f"({fmt_ns(c['serialised_ns'])}, {_bytes(c['serialised_bytes'])}); "
+                     f"{fmt_ns(c['exposed_ns'])} of {fmt_ns(c['total_ns'])} not under a kernel")
+        lines.append(f"      ({c['meaning']})")
+    return lines
+
+
+def _nccl_lines(nccl: dict) -> list[str]:
+    if not nccl["traced"]:
+        return ["", "NCCL: no NCCL kernels traced"]
+    return ["", f"NCCL: {nccl['kernels']} kernels, {fmt_ns(nccl['nccl_ns'])}; "
+            f"{fmt_ns(nccl['overlapped_ns'])} overlapped with compute "
+            f"({_pct(nccl['overlap_share'])}), {fmt_ns(nccl['exposed_ns'])} exposed"]
+
+
+def _nvtx_lines(nvtx: list[dict]) -> list[str]:
+    if not nvtx:
+        return ["", "NVTX: no ranges recorded"]
+    lines = ["", "NVTX ranges by kernel time inside them:"]
+    for r in nvtx:
+        label = (f"{r['domain']}@" if r["domain"] else "") + (r["text"] or "?")
+        lines.append(truncate(f"  {fmt_ns(r['gpu_ns']):>9} kernel time in {r['instances']} x "
+                              f"{label} ({r['kind']}): {_pct(r['gpu_share'])} of "
+                              f"{fmt_ns(r['range_ns'])}", WIDTH))
+    return lines
+
+
+def _next_lines(suggestions: list[dict]) -> list[str]:
+    lines = ["", "next: profile one typical launch of each with ncu (paste as is):"]
+    for i, s in enumerate(suggestions, 1):
+        lines.append(f"  {i}. {truncate(s['function'], 60)}: launch {s['launch']} of "
+                     f"{s['launches']} (0-based; a typical one after the warm-up)")
+        lines.append(f"     {s['command']}")
+        lines.append(f"     or, archived and linked to this run: {s['capture_command']}")
+        if s.get("nvtx_command"):
+            lines.append(f"     inside NVTX range {s['nvtx_range']}: {s['nvtx_command']}")
+        lines += [f"     note: {n}" for n in s["notes"]]
+    if suggestions:
+        report = shlex.split(suggestions[0]["command"])
+        name = report[report.index("-o") + 1]
+        lines.append(f"  then: triage explain latest (after capture), or triage archive "
+                     f"{name}.ncu-rep && triage explain latest")
+    return lines
+
+
+def render_top(result: dict) -> str:
+    argv = " ".join(result.get("application") or []) or "command unknown"
+    lines = [truncate(f"run {short_id(result['run'])}  nsys {result.get('tool_version') or '?'}"
+                      f"  {argv}", WIDTH)]
+    if not result["kernel_activity"]:
+        lines.append(f"{result['message']}: nothing to rank; nsys traced no GPU kernels "
+                     "(check --trace=cuda, or a WSL2 capture without GPU activity)")
+        lines += [f"  {m['op']} {m['kind']}: {m['count']} x, {fmt_ns(m['total_ns'])}"
+                  for m in result.get("memops") or []]
+        return "\n".join(lines)
+    lines += _ranking_lines(result["ranking"]) + _gpu_lines(result["gpu"])
+    lines += _copy_lines(result["copies"]) + _nccl_lines(result["nccl"])
+    lines += _nvtx_lines(result["nvtx"]) + _next_lines(result["next"])
+    return "\n".join(lines)
