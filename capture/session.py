@@ -218,10 +218,24 @@ def capture_record(request: CaptureRequest, parsed: ParsedCommand, executable: s
     }
 
 
-def capture(request: CaptureRequest, on_output: Callable[[str], None],
-            on_warning: Callable[[str], None]) -> ArchiveResult:
-    """Run and record one capture; raise CaptureFailed (after recording) if no report came."""
-    from triage.capture.git_state import git_state
+@dataclass
+class Prepared:
+    """What is known before the profiler runs."""
+
+    parsed: ParsedCommand
+    executable: str
+    store: Store
+    facts: dict
+    version: str | None
+    version_text: str
+    lists: dict
+    list_tables: dict
+    warnings: list[str]
+    from_run: str | None
+
+
+def prepare(request: CaptureRequest, on_warning: Callable[[str], None]) -> Prepared:
+    """Everything checked and recorded before the run; problems are said before it starts."""
     from triage.capture.machine import collect_machine_facts
 
     parsed, executable = plan(request)
@@ -235,31 +249,60 @@ def capture(request: CaptureRequest, on_output: Callable[[str], None],
     warnings = questionable(parsed, facts)
     for warning in warnings:
         on_warning(warning)
-    before = snapshot(request.cwd, parsed.tool)
-    since = time.time()
+    return Prepared(parsed, executable, store, facts, version, version_text, lists, list_tables,
+                    warnings, from_run)
+
+
+def _run_request(request: CaptureRequest, ready: Prepared, outcome: Outcome,
+                 found: list) -> RunRequest:
+    from triage.capture.git_state import git_state
+
+    extra = {"tool": ready.parsed.tool, "tool_version": ready.version, "machine": ready.facts,
+             "git": git_state(request.cwd), "ncu_lists": ready.lists,
+             "warnings": ready.warnings, "rank": (ready.facts.get("scheduler") or {}).get("rank"),
+             "reports_found": [str(f.path) for f in found], "from_run": ready.from_run}
+    record = capture_record(request, ready.parsed, ready.executable, ready.version_text,
+                            outcome, extra)
+    return RunRequest([ReportInput(f.path, f.rank, f.process) for f in found], source="capture",
+                      label=request.label, note=request.note, nsys=request.nsys,
+                      redact_patterns=request.redact_patterns, capture=record,
+                      overrides={"command": " ".join(record["argv"])},
+                      extra_tables=ready.list_tables)
+
+
+def capture(request: CaptureRequest, on_output: Callable[[str], None],
+            on_warning: Callable[[str], None]) -> ArchiveResult:
+    """Run and record one capture; raise CaptureFailed (after recording) if no report came."""
+    ready = prepare(request, on_warning)
+    before, since = snapshot(request.cwd, ready.parsed.tool), time.time()
     outcome = run_profiler(request.argv, request.shell, request.cwd, request.environ, on_output)
-    found = find_reports(parsed, request.cwd, since, before)
-    extra = {"tool": parsed.tool, "tool_version": version, "machine": facts,
-             "git": git_state(request.cwd), "ncu_lists": lists, "warnings": warnings,
-             "rank": (facts.get("scheduler") or {}).get("rank"),
-             "reports_found": [str(f.path) for f in found], "from_run": from_run}
-    record = capture_record(request, parsed, executable, version_text, outcome, extra)
-    command = " ".join(record["argv"])
-    run = RunRequest([ReportInput(f.path, f.rank, f.process) for f in found], source="capture",
-                     label=request.label, note=request.note, nsys=request.nsys,
-                     redact_patterns=request.redact_patterns, capture=record,
-                     overrides={"command": command}, extra_tables=list_tables)
-    if found:
-        result = archive_run(store, run)
-        if outcome.exit_code != 0:
-            raise CaptureFailed(f"{parsed.tool} exited {outcome.exit_code}; its report was "
-                                f"archived as run {result.id[:12]} (`triage show {result.id[:12]}`)")
-        return result
-    run.source = "capture-failed"
-    provenance = attempt_provenance(parsed, version, facts, outcome, command)
-    result = record_attempt(store, run, provenance)
-    raise CaptureFailed(f"{provenance['notices'][0]}; the attempt is recorded as run "
-                        f"{result.id[:12]} (`triage show {result.id[:12]}`)")
+    found = find_reports(ready.parsed, request.cwd, since, before)
+    run = _run_request(request, ready, outcome, found)
+    if not found:
+        run.source = "capture-failed"
+        provenance = attempt_provenance(ready.parsed, ready.version, ready.facts, outcome,
+                                        run.overrides["command"])
+        result = record_attempt(ready.store, run, provenance)
+        raise CaptureFailed(f"{provenance['notices'][0]}; the attempt is recorded as run "
+                            f"{result.id[:12]} (`triage show {result.id[:12]}`)")
+    result = archive_run(ready.store, run)
+    for warning in after_run_warnings(ready.parsed, result.manifest):
+        on_warning(warning)
+        ready.store.annotate(result.id, utc_now(precise=True), f"warning: {warning}")
+    if outcome.exit_code != 0:
+        raise CaptureFailed(f"{ready.parsed.tool} exited {outcome.exit_code}; its report was "
+                            f"archived as run {result.id[:12]} (`triage show {result.id[:12]}`)")
+    return result
+
+
+def after_run_warnings(parsed: ParsedCommand, manifest: dict) -> list[str]:
+    """What the report shows went wrong: an NVTX capture range that never opened."""
+    capture_range = parsed.last("--capture-range")
+    tables = manifest.get("tables") or {}
+    if capture_range == "nvtx" and not (tables.get("nvtx_ranges") or {}).get("rows"):
+        return ["--capture-range=nvtx but the report has no NVTX range: the range named by "
+                "-p/--nvtx-capture never opened, so the capture may hold nothing useful"]
+    return []
 
 
 def _resolve_from(store: Store, ref: str | None) -> str | None:
