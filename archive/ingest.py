@@ -71,17 +71,34 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
                            redact_patterns=redact_patterns) for p in paths]
     for request in requests:
         check_readable(request.inputs[0].path)
-    store = Store.open(store_path, create=True)
-    store.check_writable()
-    return [archive_run(store, request) for request in requests]
+    prepared: list[list[PreparedReport]] = []
+    try:
+        # Every report is validated before the store is opened (or created): a bad input,
+        # even the last of several, leaves the store untouched.
+        for request in requests:
+            prepared.append([prepare_report(i.path, nsys=request.nsys) for i in request.inputs])
+        store = Store.open(store_path, create=True)
+        store.check_writable()
+        return [archive_run(store, r, p) for r, p in zip(requests, prepared, strict=True)]
+    finally:
+        for items in prepared:
+            for item in items:
+                item.close()
 
 
 def check_readable(path: Path) -> None:
     """One-line errors for inputs that are not readable files."""
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError as exc:  # e.g. a folder on the way without search (x) permission
+        raise TriageError(f"{path}: {exc.strerror.lower()}; check the permissions of the file "
+                          "and of the folders above it") from None
+    if not exists:
         raise TriageError(f"{path}: no such file")
     if path.is_dir():
         raise TriageError(f"{path}: is a directory; pass the report files inside it")
+    if not path.is_file():  # reading a FIFO or a device would block or never end
+        raise TriageError(f"{path}: not a regular file (a pipe or device); pass a report file")
     if not os.access(path, os.R_OK):
         raise TriageError(f"{path}: permission denied; check the file's permissions")
 
@@ -93,9 +110,11 @@ def dedup_key(tool: str, digests: list[str], request: RunRequest) -> str:
     return hashlib.sha256(canonical_json(doc)).hexdigest()
 
 
-def archive_run(store: Store, request: RunRequest) -> ArchiveResult:
+def archive_run(store: Store, request: RunRequest,
+                prepared: list[PreparedReport] | None = None) -> ArchiveResult:
     """Archive the reports of one request as one run (or find the run that has them)."""
-    prepared = [prepare_report(i.path, nsys=request.nsys) for i in request.inputs]
+    if prepared is None:
+        prepared = [prepare_report(i.path, nsys=request.nsys) for i in request.inputs]
     try:
         tools = {p.tool for p in prepared}
         if len(tools) > 1:

@@ -91,7 +91,8 @@ class Store:
             return cls(root)
         if root.exists() and not root.is_dir():
             raise StoreError(f"store path {root} is a file, not a directory; pass another --store")
-        if root.is_dir() and any(root.iterdir()):
+        # A crash while creating the store leaves at most a temp marker: still "empty".
+        if root.is_dir() and any(not p.name.startswith(atomic.TMP_PREFIX) for p in root.iterdir()):
             raise StoreError(f"{root} is not a triage store (no {STORE_MARKER}); "
                              "pass an empty or new directory with --store")
         if not create:
@@ -161,11 +162,9 @@ class Store:
         return sha, size
 
     def _publish_object(self, temp: Path, sha: str) -> None:
-        target = self.object_path(sha)
-        if target.exists():
-            temp.unlink(missing_ok=True)
-            return
-        atomic.publish(temp, target, readonly=True)
+        # Renamed into place even when a copy exists: the fresh file tells a concurrent
+        # `triage gc` that the object is wanted again (see integrity._remove).
+        atomic.publish(temp, self.object_path(sha), readonly=True)
 
     # -- runs --------------------------------------------------------------------------------
 

@@ -57,7 +57,7 @@ WITH k AS (
 w AS (
   SELECT *, max(end_ns) OVER (PARTITION BY device_id ORDER BY start_ns, kernel_index
               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS busy_until,
-            last_value(name) OVER (PARTITION BY device_id ORDER BY end_ns, kernel_index
+            arg_max(name, end_ns) OVER (PARTITION BY device_id ORDER BY start_ns, kernel_index
               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_name
   FROM k)
 SELECT device_id, busy_until AS start_ns, start_ns AS end_ns, start_ns - busy_until AS gap_ns,

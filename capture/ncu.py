@@ -8,6 +8,7 @@ headers (`ncu_file`), because `ncu_report` does not expose it.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 from dataclasses import dataclass
@@ -287,7 +288,7 @@ def _kernel_row(report_index, kernel_index, range_index, action, locked):
         action.name(ncu_report.IAction.NameBase_DEMANGLED),
         action.name(ncu_report.IAction.NameBase_FUNCTION),
         action.name(ncu_report.IAction.NameBase_MANGLED),
-        float(duration) if isinstance(duration, (int, float)) else None,
+        _finite(duration) if isinstance(duration, (int, float)) else None,
         None, None,
         *(_as_int(value(f"launch__{part}_dim_{axis}")) for part in ("grid", "block")
           for axis in "xyz"),
@@ -297,7 +298,7 @@ def _kernel_row(report_index, kernel_index, range_index, action, locked):
         _as_int(value(LAUNCH_METRICS["device"])),
         _as_int(value("launch__context_id")), _as_int(value("launch__stream_id")),
         None, None, range_index, _nvtx_json(action), locked,
-        value(SM_CLOCK_METRIC),
+        _finite(value(SM_CLOCK_METRIC)),
     )
 
 
@@ -310,17 +311,36 @@ def _value_readers() -> dict:
             IMetric.ValueKind_STRING: IMetric.as_string}
 
 
+def computed_by_ncu_report(name: str) -> bool:
+    """Metrics ncu_report computes itself (breakdowns, section-file derived metrics).
+
+    Their unit depends on which reports the process evaluated before (measured on the corpus:
+    'byte' or '%', 'sector' or 'byte', 'inst' or 'thread'), so the same report would give
+    different table bytes, hence another run id. Their values do not vary; their unit is not
+    stored. Hardware and launch metrics are named `unit__counter`, these are not.
+    """
+    return name.startswith(("breakdown:", "derived__")) or "__" not in name
+
+
 def _metric_rows(report_index, kernel_index, action, readers):
     metric_by_name = action.metric_by_name
     for name in action.metric_names():
         metric = metric_by_name(name)
         read = readers.get(metric.kind())
         value = read(metric) if read else None
+        unit = None if computed_by_ncu_report(name) else (metric.unit() or None)
         if isinstance(value, str):
-            yield (report_index, kernel_index, name, metric.unit() or None, None, value)
+            yield (report_index, kernel_index, name, unit, None, value)
         else:
-            yield (report_index, kernel_index, name, metric.unit() or None,
-                   None if value is None else float(value), None)
+            yield (report_index, kernel_index, name, unit, _finite(value), None)
+
+
+def _finite(value) -> float | None:
+    """A float, or None for no value and NaN (ncu's 'not available')."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
 
 
 def _section_rows(report_index, kernel_index, action):

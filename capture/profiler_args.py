@@ -49,7 +49,7 @@ NSYS_VALUE_OPTIONS = {
     "-p", "--nvtx-capture", "--nvtx-domain-include", "--nvtx-domain-exclude", "-x",
     "--stop-on-exit", "--stats", "--export", "--cuda-memory-usage", "--cudabacktrace",
     "--cuda-um-cpu-page-faults", "--cuda-um-gpu-page-faults", "--cuda-graph-trace",
-    "--cuda-flush-interval", "--gpu-metrics-device", "--gpu-metrics-frequency",
+    "--cuda-flush-interval", "--gpu-metrics-device", "--gpu-metrics-devices", "--gpu-metrics-frequency",
     "--gpu-metrics-set", "--gpuctxsw", "--mpi-impl", "--osrt-threshold", "--osrt-backtrace-depth",
     "--osrt-backtrace-stack-size", "--osrt-backtrace-threshold", "--python-sampling",
     "--python-sampling-frequency", "--python-backtrace", "--pytorch", "--sampling-period",

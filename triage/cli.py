@@ -53,7 +53,7 @@ def main() -> None:
 
 
 @cli.command()
-@click.argument("reports", nargs=-1, required=True, type=click.Path(dir_okay=True))
+@click.argument("reports", nargs=-1, required=True, type=click.Path(dir_okay=True, readable=False))
 @click.option("--label", help="Point this label at the run (like a git tag).")
 @click.option("--note", help="Free text kept with the run.")
 @click.option("--nsys", "nsys", envvar="TRIAGE_NSYS",
@@ -224,6 +224,39 @@ def env_command(nsys, as_json):
     click.echo(textview.to_json(report) if as_json else render_env(report))
 
 
+# -- demo --------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--keep", is_flag=True, help="Keep the throwaway store and print its path.")
+@click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
+def demo(keep, as_json):
+    """Archive the bundled before/after captures into a throwaway store and print their diff."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from triage.demo import run_demo
+
+    root = Path(tempfile.mkdtemp(prefix="triage-demo-"))
+    try:
+        outcome = run_demo(root / "store")
+        if as_json:
+            click.echo(textview.to_json(outcome["diff"]))
+        else:
+            from triage.diffview import render_diff
+
+            for result in outcome["runs"]:
+                click.echo(_archive_line(result))
+            click.echo("")
+            click.echo(render_diff(outcome["diff"]))
+        if keep:
+            click.echo(f"\nstore kept: triage ls --store {outcome['store']}", err=True)
+    finally:
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
 # -- diff --------------------------------------------------------------------------------------
 
 
@@ -302,3 +335,203 @@ def _gate(verdict: str, strict: str | None) -> None:
     gates = {"invalid": ("invalid",), "caution": ("invalid", "caution")}
     if strict and verdict in gates[strict]:
         raise ComparisonGate(f"verdict is {verdict} (--strict={strict})")
+
+
+# -- verify / gc / export / import -------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("runs", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@store_option
+def verify(runs, as_json, store):
+    """Re-hash every object, table and manifest the runs (default: all) reference.
+
+    Without RUN, also report objects no run references, leftover temp files, damaged catalog
+    segments, and keys or labels that point at no run. Exit 1 when anything is wrong; leftovers
+    of an interrupted archive are listed but are not wrong (`triage gc` removes them)."""
+    from triage.archive.integrity import verify as verify_store
+    from triage.archive.store import Store
+    from triage.errors import CorruptObject
+
+    report = verify_store(Store.open(store), list(runs))
+    click.echo(textview.to_json(report.to_dict()) if as_json else _verify_text(report))
+    if not report.ok:
+        raise CorruptObject(f"{len(report.errors)} problem(s) in the store; the list above says "
+                            "which files (restore them from a bundle or re-archive the reports)")
+
+
+def _verify_text(report) -> str:
+    lines = [f"{f.kind:<10} {f.path}  {f.detail}" for f in report.errors + report.leftovers]
+    lines.append(f"checked {report.runs} runs, {report.objects} objects "
+                 f"({_human_bytes(report.bytes)}): {len(report.errors)} problem(s), "
+                 f"{len(report.leftovers)} leftover(s)")
+    return "\n".join(lines)
+
+
+def _human_bytes(count: int) -> str:
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} B"
+
+
+@cli.command(name="gc")
+@click.option("--dry-run", is_flag=True, help="Only show what would be removed.")
+@click.option("--grace", default="1h", show_default=True,
+              help="Keep leftovers younger than this (an archive may still be writing them): "
+              "seconds, or with s/m/h/d; 0 removes all.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was removed as JSON.")
+@store_option
+def gc_command(dry_run, grace, as_json, store):
+    """Remove objects no run references and stale temp files (runs are never removed)."""
+    from triage.archive.integrity import gc, parse_duration
+    from triage.archive.store import Store
+
+    report = gc(Store.open(store), grace_seconds=parse_duration(grace), dry_run=dry_run)
+    if as_json:
+        click.echo(textview.to_json(report.to_dict()))
+        return
+    verb = "would remove" if dry_run else "removed"
+    for item in report.removed:
+        click.echo(f"{verb} {item['kind']:<7} {item['path']}  {_human_bytes(item['bytes'])}")
+    click.echo(f"{verb} {len(report.removed)} file(s), {_human_bytes(report.bytes)}; kept "
+               f"{report.kept_recent} younger than --grace {grace}")
+
+
+@cli.command(name="export")
+@click.argument("runs", nargs=-1, required=True)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Bundle file: .tar, .tar.gz or .tar.zst (needs the zstandard module).")
+@click.option("--labels", is_flag=True, help="Include the labels that point at these runs.")
+@store_option
+def export_command(runs, output, labels, store):
+    """Write runs with their reports, tables and notes to one bundle for a colleague."""
+    from triage.archive.bundle import export_runs
+    from triage.archive.store import Store
+
+    result = export_runs(Store.open(store), list(runs), output, labels=labels)
+    click.echo(f"wrote {result.path}: {len(result.runs)} run(s), {result.objects} objects "
+               f"({_human_bytes(result.bytes)})")
+
+
+@cli.command(name="import")
+@click.argument("bundle", type=click.Path(dir_okay=True))
+@click.option("--labels", is_flag=True, help="Also set the labels the bundle carries.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was added as JSON.")
+@store_option
+def import_command(bundle, labels, as_json, store):
+    """Add the runs of a bundle from `triage export` (every hash is checked first)."""
+    from dataclasses import asdict
+
+    from triage.archive.bundle import import_bundle
+
+    result = import_bundle(store, bundle, labels=labels)
+    if as_json:
+        click.echo(textview.to_json(asdict(result)))
+        return
+    for run_id in result.runs_added:
+        click.echo(f"{textview.short_id(run_id)}  added")
+    for run_id in result.runs_present:
+        click.echo(f"{textview.short_id(run_id)}  already in the store")
+    for name, run_id in result.labels_set.items():
+        click.echo(f"{name} -> {textview.short_id(run_id)}")
+    if result.labels_skipped:
+        click.echo(f"labels not set (pass --labels): {', '.join(result.labels_skipped)}")
+    click.echo(f"{result.objects_added} objects ({_human_bytes(result.bytes_added)}) added")
+
+
+# -- report ------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("runs", nargs=-1, required=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Write the report here; the suffix (.html, .md) picks the format. "
+              "Default: standard output.")
+@click.option("--format", "fmt", type=click.Choice(["html", "md"]), default=None,
+              help="html: self-contained page with charts; md: GitHub Markdown for a PR comment "
+              "(default: from the --output suffix, else html).")
+@click.option("--section", "sections", multiple=True, help="Only this section (id or name); "
+              "repeatable.")
+@click.option("--kernel", help="Only kernels whose name matches this regex.")
+@click.option("--metric", help="Only metrics whose name matches this regex (charts keep only "
+              "what matches).")
+@click.option("--all", "show_all", is_flag=True, help="List unchanged metrics too.")
+@click.option("--threshold", default=1.0, show_default=True, type=float,
+              help="Relative change (%) below which a metric counts as unchanged.")
+@click.option("--strict", type=click.Choice(["invalid", "caution"]), is_flag=False,
+              flag_value="invalid", default=None,
+              help="Exit 3 when a verdict is invalid (--strict) or caution or worse "
+              "(--strict=caution); the report is written either way.")
+@store_option
+def report(runs, output, fmt, sections, kernel, metric, show_all, threshold, strict, store):
+    """Review report of RUN B against RUN A: verdict and drift, kernels by time changed, charts,
+    sections and rules, provenance. With more runs (A B C ...), a series: each against A.
+
+    The numbers are those of `triage diff` with the same options. Exit codes: 0 written; with
+    --strict, 3 when the worst verdict reaches the gate."""
+    from triage.archive.store import Store
+    from triage.compare.ncu_diff import DiffOptions
+    from triage.report import diff_series, render, report_format, worst_verdict, write_report
+
+    fmt = report_format(output, fmt)
+    # Every metric is fetched (charts draw unchanged ones too); --all only decides the listing.
+    opts = DiffOptions(sections=tuple(sections), kernel=kernel, metric=metric, show_all=True,
+                       threshold_pct=threshold)
+    diffs = diff_series(Store.open(store), list(runs), opts)
+    if output:
+        write_report(output, diffs, fmt, show_unchanged=show_all)
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(render(diffs, fmt, show_unchanged=show_all), nl=False)
+    _gate(worst_verdict([d["verdict"] for d in diffs]), strict)
+
+
+# -- top / explain -----------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("run")
+@click.option("-k", "k", default=3, show_default=True, type=click.IntRange(min=0),
+              help="Kernels to suggest ncu commands for.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@store_option
+def top(run, k, as_json, store):
+    """Where an nsys run spends GPU time: kernels by total time with cumulative share, GPU idle
+    gaps and what the host did meanwhile, copies serialised against kernels, NCCL overlap, NVTX
+    ranges; then the ncu commands that profile one typical launch of each of the top K kernels."""
+    from triage.archive.store import Store
+    from triage.compare.rundata import RunData
+    from triage.compare.top import top_run
+
+    result = top_run(RunData(Store.open(store), run), k=k)
+    if as_json:
+        click.echo(textview.to_json(result))
+        return
+    from triage.topview import render_top
+
+    click.echo(render_top(result))
+
+
+@cli.command()
+@click.argument("run")
+@click.option("--kernel", help="Only kernels whose name matches this regex.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@store_option
+def explain(run, kernel, as_json, store):
+    """Why each kernel of an ncu run is slow, in a fixed order: 1 compute vs memory throughput,
+    2 memory efficiency, 3 occupancy, 4 issue slots then stalls, 5 conclusion (memory-bound,
+    latency-bound, sync/serialisation-bound, compute-bound) with what to inspect and the usual
+    fix. Every statement cites its metric values; missing sections are named, never guessed."""
+    from triage.archive.store import Store
+    from triage.compare.explain import explain_run
+    from triage.compare.rundata import RunData
+
+    result = explain_run(RunData(Store.open(store), run), kernel=kernel)
+    if as_json:
+        click.echo(textview.to_json(result))
+        return
+    from triage.explainview import render_explain
+
+    click.echo(render_explain(result))

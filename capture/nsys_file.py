@@ -1,0 +1,230 @@
+"""An Nsight Systems report file (.nsys-rep, legacy .qdrep): its index, read without nsys, and its
+export to SQLite with the user's nsys.
+
+Only nsys can turn a report into tables, and an nsys older than the report refuses it ("Version
+number is invalid", "ProtobufParseException"). The report's own index says which nsys wrote it,
+so triage can record the capturing version even when another nsys exports the file, and can say
+"this nsys is too old" before running it.
+
+Format (checked on every corpus report, nsys 2019.5 to 2026.1): the file starts with
+b"NVIDIA Tegra Profiler Report" and ends with a little-endian uint64 offset followed by the 8
+bytes b"U3w[END]". The bytes from that offset up to the last 16 are a protobuf message whose
+repeated field 1 lists the sections as {1: name, 2: offset, 3: size}. The section "UI Data" is a
+message with string fields 4 (capture start, local time without zone), 5 and 40 (host name),
+6 (nsys version, e.g. "2026.1.1.204-261137176666v0") and 25 (the nsys command line).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+
+from triage.capture.formats import NSYS_MAGIC
+from triage.capture.protowire import WIRE_LEN, Field, WireError, decode, iter_fields
+from triage.errors import ToolMissing, ToolTooOld, UnsupportedReport
+
+TRAILER_MAGIC = b"U3w[END]"
+TRAILER_SIZE = 16
+# The index and "UI Data" are a few hundred bytes in every corpus report; anything far larger
+# is not a real index, and reading it whole could exhaust memory.
+MAX_INDEX = 1 << 20
+MAX_UI_DATA = 1 << 20
+UI_DATA = {
+    4: Field("created_local", "str"), 5: Field("host", "str"), 6: Field("version", "str"),
+    25: Field("command", "str"), 40: Field("target_host", "str"),
+}
+VERSION = re.compile(r"(\d{4})\.(\d+)(?:\.(\d+))?(?:\.(\d+))?")
+
+
+@dataclass
+class NsysFileInfo:
+    """What the report's index and "UI Data" section say about the capture."""
+
+    sections: dict[str, tuple[int, int]] = field(default_factory=dict)
+    version: str | None = None
+    created_local: str | None = None
+    host: str | None = None
+    command: str | None = None
+
+
+def version_number(version: str | None) -> str | None:
+    """'2026.1.1.204-261137176666v0' -> '2026.1.1.204' (the build suffix dropped)."""
+    match = VERSION.match(version or "")
+    return match.group(0) if match else None
+
+
+def version_tuple(version: str | None) -> tuple[int, ...]:
+    """'2022.4.2.1-df9881f' -> (2022, 4, 2, 1); () when there is no version."""
+    match = VERSION.match(version or "")
+    return tuple(int(g) for g in match.groups() if g is not None) if match else ()
+
+
+def _corrupt(path, what: str) -> UnsupportedReport:
+    return UnsupportedReport(f"{path}: truncated or corrupt Nsight Systems report ({what}); "
+                             "copy the report again from the machine that captured it")
+
+
+def _read_at(stream, offset: int, size: int) -> bytes:
+    stream.seek(offset)
+    return stream.read(size)
+
+
+def _index_bounds(path, stream, size: int) -> tuple[int, int]:
+    """(offset, size) of the index message, checked against the file size."""
+    if size < len(NSYS_MAGIC) + TRAILER_SIZE:
+        raise _corrupt(path, "too short")
+    trailer = _read_at(stream, size - TRAILER_SIZE, TRAILER_SIZE)
+    if trailer[8:] != TRAILER_MAGIC:
+        raise _corrupt(path, "no end-of-file index")
+    (offset,) = struct.unpack("<Q", trailer[:8])
+    end = size - TRAILER_SIZE
+    if not len(NSYS_MAGIC) <= offset <= end or end - offset > MAX_INDEX:
+        raise _corrupt(path, "index offset out of range")
+    return offset, end - offset
+
+
+def _sections(path, index: bytes, limit: int) -> dict[str, tuple[int, int]]:
+    """{section name: (offset, size)}; every section must lie before the index."""
+    entry = {1: Field("name", "str"), 2: Field("offset", "uint"), 3: Field("size", "uint")}
+    out = {}
+    try:
+        for number, wire, raw in iter_fields(index):
+            if number != 1 or wire != WIRE_LEN:
+                continue
+            item = decode(raw, entry)
+            start, length = item.get("offset", -1), item.get("size", -1)
+            if start < 0 or length < 0 or start + length > limit:
+                raise _corrupt(path, f"section {item.get('name')!r} out of range")
+            out.setdefault(item.get("name", ""), (start, length))
+    except WireError as exc:
+        raise _corrupt(path, f"index: {exc}") from None
+    return out
+
+
+def read_nsys_file(path: str | os.PathLike) -> NsysFileInfo:
+    """Validate the framing of a .nsys-rep/.qdrep and read its "UI Data" section."""
+    with open(path, "rb") as stream:
+        if stream.read(len(NSYS_MAGIC)) != NSYS_MAGIC:
+            raise UnsupportedReport(f"{path}: not an Nsight Systems report (no report header)")
+        size = stream.seek(0, os.SEEK_END)
+        index_offset, index_size = _index_bounds(path, stream, size)
+        sections = _sections(path, _read_at(stream, index_offset, index_size), index_offset)
+        info = NsysFileInfo(sections=sections)
+        if "UI Data" in sections:
+            offset, length = sections["UI Data"]
+            if length > MAX_UI_DATA:
+                raise _corrupt(path, "oversized UI Data section")
+            _fill_ui_data(path, info, _read_at(stream, offset, length))
+    return info
+
+
+def _fill_ui_data(path, info: NsysFileInfo, raw: bytes) -> None:
+    try:
+        values = decode(raw, UI_DATA)
+    except WireError as exc:
+        raise _corrupt(path, f"UI Data: {exc}") from None
+    info.version = values.get("version") or None
+    info.created_local = values.get("created_local") or None
+    info.host = values.get("target_host") or values.get("host") or None
+    info.command = values.get("command") or None
+
+
+# -- exporting with the user's nsys ------------------------------------------------------------
+
+# What an nsys older than the report prints when it cannot parse it.
+TOO_OLD_MARKERS = ("Version number is invalid", "ProtobufParseException")
+
+
+@dataclass
+class Exported:
+    """A report exported to SQLite by a local nsys."""
+
+    sqlite: str
+    nsys: str
+    nsys_version: str | None
+
+
+def _fallback_hint(path) -> str:
+    name = os.path.basename(os.fspath(path))
+    return (f"or archive the .sqlite export made with `nsys export --type sqlite {name}` "
+            "on a machine with a recent nsys")
+
+
+def find_nsys(path, info: NsysFileInfo, nsys: str | None) -> str:
+    """The nsys to export with: the one given (--nsys, $TRIAGE_NSYS), else nsys on PATH."""
+    import shutil
+
+    wanted = version_number(info.version) or "the report's version"
+    if nsys:
+        found = shutil.which(nsys)
+        if not found:
+            raise ToolMissing(f"{path}: nsys not found at {nsys} (from --nsys or $TRIAGE_NSYS); "
+                              f"point it at an nsys >= {wanted}, {_fallback_hint(path)}")
+        return found
+    found = shutil.which("nsys")
+    if not found:
+        raise ToolMissing(f"{path}: reading a .{_suffix(path)} needs nsys to export it and none is "
+                          f"on PATH; install Nsight Systems >= {wanted} or pass --nsys PATH, "
+                          f"{_fallback_hint(path)}")
+    return found
+
+
+def _suffix(path) -> str:
+    return os.fspath(path).rsplit(".", 1)[-1]
+
+
+def local_version(nsys: str) -> str | None:
+    """'2022.4.2.1-df9881f' from `nsys --version`, or None when it prints no version."""
+    import subprocess
+
+    try:
+        done = subprocess.run([nsys, "--version"], capture_output=True, text=True,
+                              errors="replace", timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ToolMissing(f"{nsys} cannot be run ({exc}); check the nsys installation") from None
+    match = re.search(r"\d{4}\.\d+(?:\.\d+)*(?:-\w+)?", done.stdout + done.stderr)
+    return match.group(0) if match else None
+
+
+def too_old(path, info: NsysFileInfo, nsys: str, local: str | None, reason: str = "") -> ToolTooOld:
+    """The one-line "this nsys cannot read that report" error."""
+    written = version_number(info.version)
+    wanted = ".".join(str(p) for p in version_tuple(written)[:2])
+    because = f" ({reason})" if reason else ""
+    return ToolTooOld(f"{path} was written by nsys {written or '(version not recorded)'} but "
+                      f"{nsys} is {version_number(local) or 'of unknown version'}, which cannot "
+                      f"read it{because}; export it with "
+                      f"{'nsys >= ' + wanted if wanted else 'a newer nsys'} (pass --nsys PATH or "
+                      f"set $TRIAGE_NSYS), {_fallback_hint(path)}")
+
+
+def _failure_reason(output: str) -> str:
+    """The line of nsys's output that says what went wrong (progress bars dropped)."""
+    lines = [ln.strip() for ln in re.split(r"[\r\n]+", output) if ln.strip()]
+    for line in reversed(lines):
+        if re.search(r"error|exception|fail|invalid", line, re.IGNORECASE):
+            return re.sub(r"^(std::exception::what:|Exportation error:)\s*", "", line)[:200]
+    return lines[-1][:200] if lines else "no output"
+
+
+def export_sqlite(path, info: NsysFileInfo, nsys: str | None, directory: str) -> Exported:
+    """Run `nsys export --type sqlite` into `directory`; clear errors when nsys cannot."""
+    import subprocess
+
+    exe = find_nsys(path, info, nsys)
+    local = local_version(exe)
+    if local and version_tuple(info.version)[:2] > version_tuple(local)[:2]:
+        raise too_old(path, info, exe, local)  # decided before running it: nsys would fail
+    out = os.path.join(directory, "export.sqlite")
+    done = subprocess.run([exe, "export", "--type", "sqlite", "--output", out, os.fspath(path)],
+                          capture_output=True, text=True, errors="replace",
+                          stdin=subprocess.DEVNULL)
+    if done.returncode != 0 or not os.path.isfile(out):
+        reason = _failure_reason(done.stdout + "\n" + done.stderr)
+        if any(marker in reason for marker in TOO_OLD_MARKERS):
+            raise too_old(path, info, exe, local, reason.split(":")[0])
+        raise UnsupportedReport(f"{path}: `{exe} export --type sqlite` failed ({reason}); "
+                                f"try a newer nsys (--nsys PATH), {_fallback_hint(path)}")
+    return Exported(out, exe, local)

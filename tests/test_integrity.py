@@ -1,0 +1,215 @@
+"""`triage verify` and `triage gc` on stores made from real corpus reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+
+import pytest
+
+from helpers import corpus_file
+from triage.archive import integrity
+from triage.archive.store import Store
+
+SMALL = "LakshyaSingh354__CudaCode__report.ncu-rep"
+OTHER = "Lashi0812__CudaProgramming__simpleSOA.ncu-rep"
+FLIPS_PER_FILE = 12
+
+
+def archived(triage, name: str = SMALL) -> tuple[Store, str, dict]:
+    run = triage.json("archive", corpus_file(name))[0]
+    store = Store.open(os.environ["TRIAGE_STORE"])
+    return store, run["id"], store.read_manifest(run["id"])
+
+
+def make_old(path, seconds: float = 7200) -> None:
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+def orphan_object(store: Store, data: bytes = b"left by a crashed archive") -> str:
+    sha, _size = store.put_bytes(data)
+    make_old(store.object_path(sha))
+    return sha
+
+
+def test_a_fresh_store_verifies_clean(triage):
+    store, run_id, manifest = archived(triage)
+    report = triage.json("verify")
+    assert report["ok"] is True and report["errors"] == [] and report["leftovers"] == []
+    assert report["runs"] == 1
+    assert report["objects"] == 1 + len(manifest["tables"])
+    assert triage.json("verify", run_id[:8])["scope"] == "runs"
+
+
+def test_a_missing_table_is_an_error_with_exit_1(triage):
+    store, run_id, manifest = archived(triage)
+    sha = manifest["tables"]["metrics"]["sha256"]
+    store.object_path(sha).unlink()
+    result = triage("verify", "--json", expect=1)
+    found = json.loads(result.stdout)["errors"]
+    assert [(f["kind"], f["run"]) for f in found] == [("missing", run_id)]
+    assert "table metrics" in found[0]["detail"]
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("triage: error: 1 problem")
+
+
+def test_leftovers_are_reported_but_not_errors(triage):
+    store, _run_id, _manifest = archived(triage)
+    sha = orphan_object(store)
+    (store.objects / ".tmp-crashed-kernels.parquet").write_bytes(b"PAR1")
+    (store.annotations / ("0" * 64 + ".json")).write_text("{}")
+    report = triage.json("verify")
+    assert report["ok"] is True
+    kinds = sorted((f["kind"], f["path"]) for f in report["leftovers"])
+    assert kinds == [("orphan", f"annotations/{'0' * 64}.json"),
+                     ("orphan", f"objects/{sha[:2]}/{sha[2:]}"),
+                     ("temp", "objects/.tmp-crashed-kernels.parquet")]
+
+
+def test_damaged_catalog_segment_and_dangling_pointers_are_errors(triage):
+    store, run_id, _manifest = archived(triage)
+    segment = next(store.index.glob("catalog-*.parquet"))
+    data = bytearray(segment.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    segment.write_bytes(bytes(data))
+    store.label_dir.mkdir()
+    (store.label_dir / "gone").write_text("f" * 64 + "\n")
+    (store.keys / ("e" * 64)).write_text("half-writ")
+    report = json.loads(triage("verify", "--json", expect=1).stdout)
+    assert sorted((f["kind"], f["path"].split("/")[0]) for f in report["errors"]) == [
+        ("corrupt", "index"), ("dangling", "keys"), ("dangling", "labels")]
+
+
+def test_a_manifest_that_does_not_hash_to_its_id_is_corrupt(triage):
+    store, run_id, manifest = archived(triage)
+    path = store.run_path(run_id)
+    os.chmod(path, 0o644)
+    path.write_bytes(path.read_bytes().replace(b'"source":"archive"', b'"source":"ARCHIVE"'))
+    report = json.loads(triage("verify", run_id, "--json", expect=1).stdout)
+    assert [(f["kind"], f["path"]) for f in report["errors"]] == [
+        ("corrupt", f"runs/{run_id}.json")]
+
+
+def stored_files(store: Store, run_id: str, manifest: dict) -> list:
+    """Every object, table and the manifest of a run."""
+    paths = [store.object_path(r["sha256"]) for r in manifest["reports"]]
+    paths += [store.object_path(t["sha256"]) for t in manifest["tables"].values()]
+    return paths + [store.run_path(run_id)]
+
+
+def test_every_single_byte_flip_is_detected(triage):
+    """A sample of positions in every object, table and manifest of two runs, each flipped
+    alone: verify must name that file as corrupt."""
+    store, first, manifest = archived(triage)
+    _store, second, other = archived(triage, OTHER)
+    rng = random.Random(1234)
+    files = stored_files(store, first, manifest) + stored_files(store, second, other)
+    flips = 0
+    for path in files:
+        size = path.stat().st_size
+        positions = {0, size - 1, size // 2} | {rng.randrange(size) for _ in range(FLIPS_PER_FILE)}
+        original = path.read_bytes()
+        os.chmod(path, 0o644)
+        for pos in sorted(positions):
+            damaged = bytearray(original)
+            damaged[pos] ^= 1 << rng.randrange(8) if pos % 2 else 0xFF
+            path.write_bytes(bytes(damaged))
+            report = integrity.verify(store)
+            rel = path.relative_to(store.root).as_posix()
+            found = [(f.kind, f.path) for f in report.errors]
+            # A flip inside a manifest's object reference also makes that object "missing".
+            assert found[0] == ("corrupt", rel) and all(k == "missing" for k, _ in found[1:]), \
+                (rel, pos, found)
+            flips += 1
+        path.write_bytes(original)
+        os.chmod(path, 0o444)
+    assert integrity.verify(store).ok and flips >= 10 * len(files)
+    print(f"\nbyte flips: {flips} in {len(files)} files, every one detected")
+
+
+def test_gc_removes_only_old_unreferenced_files(triage):
+    store, run_id, manifest = archived(triage)
+    triage("label", run_id, "keep")
+    old, _size = store.put_bytes(b"old orphan")
+    make_old(store.object_path(old), 45 * 60)
+    fresh, _size = store.put_bytes(b"fresh orphan: an archive may be writing its manifest now")
+    temp = store.objects / ".tmp-stale"
+    temp.write_bytes(b"x" * 100)
+    make_old(temp, 45 * 60)
+    dry = triage.json("gc", "--dry-run")
+    assert dry["removed"] == [] and dry["kept_recent"] == 3  # default grace 1h: none is old
+    dry = triage.json("gc", "--dry-run", "--grace", "30m")
+    assert sorted(i["path"] for i in dry["removed"]) == sorted(
+        [f"objects/{old[:2]}/{old[2:]}", "objects/.tmp-stale"])
+    assert dry["bytes"] == len(b"old orphan") + 100 and dry["kept_recent"] == 1
+    assert store.has_object(old) and temp.exists()
+    done = triage.json("gc", "--grace", "30m")
+    assert done["files"] == 2 and not store.has_object(old) and not temp.exists()
+    assert store.has_object(fresh)
+    triage.json("gc", "--grace", "0")
+    assert not store.has_object(fresh)
+    report = triage.json("verify")
+    assert report["ok"] and report["leftovers"] == [] and report["runs"] == 1
+    assert triage.json("show", "keep")["id"] == run_id
+
+
+def test_gc_text_output_says_what_and_how_many_bytes(triage):
+    store, _run_id, _manifest = archived(triage)
+    sha = orphan_object(store, b"12345")
+    out = triage("gc", "--dry-run", "--grace", "0").stdout
+    assert f"would remove orphan  objects/{sha[:2]}/{sha[2:]}  5 B" in out
+    assert "would remove 1 file(s), 5 B" in out
+    assert triage("gc", "--grace", "soon", expect=2).stderr.startswith("triage: error: invalid")
+
+
+def test_gc_refuses_when_a_manifest_is_unreadable(triage):
+    store, run_id, manifest = archived(triage)
+    path = store.run_path(run_id)
+    os.chmod(path, 0o644)
+    path.write_bytes(b"{not json")
+    result = triage("gc", "--grace", "0", expect=1)
+    assert "gc cannot tell what it references" in result.stderr
+    assert store.has_object(manifest["tables"]["kernels"]["sha256"])
+
+
+def test_gc_puts_back_an_object_an_archive_republished_meanwhile(triage, monkeypatch):
+    """The race gc must lose: between its scan and its delete, an archive of the same report
+    renames a fresh copy of the orphan into place and then writes the manifest that needs it."""
+    store, run_id, manifest = archived(triage)
+    sha = orphan_object(store, b"a report whose first archive crashed")
+    real_replace = os.replace
+    calls = []
+
+    def racing_replace(src, dst):
+        calls.append((src, dst))
+        if len(calls) == 1:  # the concurrent archive publishes its copy just before gc's rename
+            store.put_bytes(b"a report whose first archive crashed")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(integrity.os, "replace", racing_replace)
+    report = integrity.gc(store, grace_seconds=60)
+    assert report.restored == 1 and report.removed == [] and store.has_object(sha)
+
+
+def test_gc_puts_back_an_object_a_new_manifest_references(triage, monkeypatch):
+    store, run_id, manifest = archived(triage)
+    sha = orphan_object(store, b"table of a run being written")
+    real = integrity.referenced_objects
+    calls = []
+
+    def with_new_run(st, run_ids):
+        calls.append(1)
+        refs = real(st, run_ids)
+        return refs | {sha} if len(calls) == 2 else refs  # the manifest landed after the scan
+
+    monkeypatch.setattr(integrity, "referenced_objects", with_new_run)
+    report = integrity.gc(store, grace_seconds=60)
+    assert report.restored == 1 and store.has_object(sha)
+
+
+@pytest.mark.parametrize("text,seconds", [("0", 0), ("90", 90), ("90s", 90), ("30m", 1800),
+                                          ("1h", 3600), ("2d", 172800), ("1.5h", 5400)])
+def test_parse_duration(text, seconds):
+    assert integrity.parse_duration(text) == seconds
