@@ -2,7 +2,7 @@
 
 The captures need gcc, nsys and the nvidia-nvtx headers but no GPU. Without them these tests skip,
 unless TRIAGE_REQUIRE_TOOLS=1 (CI), which turns a missing tool into a failure. The demo captures
-under tests/data/demo (made by its make_demo.sh) are used where nsys is not needed.
+under triage/demo (made by its make_demo.sh) are used where nsys is not needed.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from nvtx_capture import (ToolUnavailable, build_program, capture, export_sqlite
                           require_or_skip, require_tool)
 from triage.capture.nsys import PreparedNsys
 
-DEMO = REPO / "tests" / "data" / "demo"
+DEMO = REPO / "triage" / "demo"
 SECRET = "hunter2"
 
 

@@ -97,11 +97,13 @@ def _section_lines(kernel: dict) -> list[str]:
 
 def _nsys_lines(nsys: dict) -> list[str]:
     gpu = nsys["gpu"]
-    lines = ["", "GPU time:",
-             f"  kernel time {fmt_ns(gpu['a']['kernel_ns'])} -> {fmt_ns(gpu['b']['kernel_ns'])} "
-             f"({fmt_pct(gpu['kernel_delta_pct'])}); idle between kernels "
-             f"{fmt_ns(gpu['a']['idle_ns'])} -> {fmt_ns(gpu['b']['idle_ns'])} "
-             f"({fmt_pct(gpu['idle_delta_pct'])})"]
+    lines = []
+    if gpu["a"]["kernel_ns"] or gpu["b"]["kernel_ns"]:
+        lines += ["", "GPU time:",
+                  f"  kernel time {fmt_ns(gpu['a']['kernel_ns'])} -> "
+                  f"{fmt_ns(gpu['b']['kernel_ns'])} ({fmt_pct(gpu['kernel_delta_pct'])}); "
+                  f"idle between kernels {fmt_ns(gpu['a']['idle_ns'])} -> "
+                  f"{fmt_ns(gpu['b']['idle_ns'])} ({fmt_pct(gpu['idle_delta_pct'])})"]
     for title, key, label in (("NVTX ranges", "nvtx", lambda e: e["text"]),
                               ("memory operations", "memops", lambda e: f"{e['op']} {e['kind']}"),
                               ("API calls", "api", lambda e: e["name"])):
@@ -124,9 +126,12 @@ def render_diff(diff: dict, limit: int = 20) -> str:
     lines = [f"A: {_run_label(runs['a'])}", f"B: {_run_label(runs['b'])}"]
     lines += _verdict_lines(diff) + _drift_lines(diff)
     kernels = sorted(diff["kernels"], key=_time_changed, reverse=True)
+    if not kernels:
+        lines += ["", "kernels: no kernel activity recorded in either run"]
     totals = diff["tools"] == ["nsys", "nsys"]
     what = "total GPU time and launches" if totals else "mean duration per launch"
-    lines += ["", f"kernels ({len(kernels)}; {what}, ranked by time changed):"]
+    if kernels:
+        lines += ["", f"kernels ({len(kernels)}; {what}, ranked by time changed):"]
     detail = diff["tools"] == ["ncu", "ncu"]
     for kernel in kernels[:limit]:
         lines += _kernel_lines(kernel, detail, totals)

@@ -14,7 +14,7 @@ if [ -z "${TRIAGE_DEMO_CLEAN_ENV:-}" ]; then  # start over with only what the to
 fi
 
 here="$(cd "$(dirname "$0")" && pwd)"
-source_file="$here/../../programs/nvtx_steps.c"
+source_file="$here/../../tests/programs/nvtx_steps.c"
 nsys="${NSYS:-nsys}"
 python="${PYTHON:-python3}"
 work="$(mktemp -d)"
