@@ -49,3 +49,22 @@ class Triage:
 @pytest.fixture
 def triage(store_dir) -> Triage:
     return Triage()
+
+
+@pytest.fixture(scope="session")
+def nsys_exe() -> str:
+    """Debian's (or any) nsys on PATH; a skip without it, a failure in CI."""
+    from helpers import require_tool
+
+    return require_tool("nsys")
+
+
+@pytest.fixture(scope="session")
+def nvtx_program(tmp_path_factory) -> Path:
+    """tests/programs/nvtx_steps.c compiled against the nvidia-nvtx wheel's headers."""
+    from nvtx_capture import ToolUnavailable, build_program, require_or_skip
+
+    try:
+        return build_program(tmp_path_factory.mktemp("program"))
+    except ToolUnavailable as exc:
+        require_or_skip(exc)

@@ -26,13 +26,9 @@ def corpus_file(name: str) -> Path:
 
 def require_tool(name: str) -> str:
     """The tool's path; skip the test when it is missing, unless CI demands real tools."""
-    import shutil
+    import nvtx_capture
 
-    import pytest
-
-    path = shutil.which(name)
-    if path:
-        return path
-    if os.environ.get("TRIAGE_REQUIRE_TOOLS") == "1":
-        pytest.fail(f"{name} is required (TRIAGE_REQUIRE_TOOLS=1) but not on PATH")
-    pytest.skip(f"{name} not installed")
+    try:
+        return nvtx_capture.require_tool(name)
+    except nvtx_capture.ToolUnavailable as exc:
+        nvtx_capture.require_or_skip(exc)

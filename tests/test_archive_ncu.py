@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from helpers import corpus_file, corpus_manifest
-from triage.archive.store import Store
 
 NCU_ROWS = [r for r in corpus_manifest() if r["kind"] == "ncu"]
 GEMM_NAIVE = "LakshyaSingh354__CudaCode__gemm_naive.ncu-rep"

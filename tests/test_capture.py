@@ -121,3 +121,43 @@ def test_env_with_and_without_tools(triage, monkeypatch, tmp_path):
     assert report["tools"]["ncu"]["path"] is None
     assert "nsight-compute" in report["tools"]["ncu"]["missing"]
     assert "[FAIL] ncu installed" in triage("env").stdout
+
+
+def test_nsys_capture_archives_one_run_with_how_it_ran(triage, workdir, nsys_exe, nvtx_program):
+    argv = ["nsys", "profile", "--trace=nvtx,osrt", "--sample=none", "--cpuctxsw=none",
+            "-o", "step", str(nvtx_program), "3", "100"]
+    run = json.loads(triage("capture", "--json", "--label", "step", "--note", "first capture",
+                            "--", *argv).stdout)
+    assert run["tool"] == "nsys" and run["new"] is True
+    assert run["reports"] == ["step.nsys-rep"]
+    shown = triage.json("show", "step")
+    capture = shown["capture"]
+    assert capture["argv"] == argv and capture["exit_code"] == 0
+    assert shown["source"] == "capture" and shown["command"] == " ".join(argv)
+    assert shown["tool_version"] == capture["tool_version"] == "2022.4.2.1"
+    settings, source = shown["settings"], shown["settings_source"]
+    assert (settings["trace"], source["trace"]) == ("nvtx,osrt", "command")
+    assert (settings["sample"], source["sample"]) == ("none", "command")
+    assert source["capture_range"] == "default" and source["duration"] == "default"
+    assert capture["git"]["commit"] == head(workdir)
+    host = capture["machine"]["host"]
+    assert host["hostname"]["value"] and host["python_version"]["value"]
+    assert shown["notes"][0]["text"] == "first capture"
+    ranges = triage.json("query", "select text, count(*) n from nvtx_ranges group by text "
+                         "order by text")
+    assert {"text": "forward", "n": 3} in ranges and {"text": "step", "n": 3} in ranges
+    assert "capture" in triage("show", "step").stdout
+
+
+def test_nsys_capture_of_ranks_is_one_run(triage, workdir, nsys_exe, nvtx_program):
+    """The documented multi-rank pattern, with a shell loop standing in for srun: every rank
+    writes its own report (%q{RANK}); one triage process archives them as one run."""
+    loop = ("for r in 0 1; do RANK=$r nsys profile --trace=nvtx --sample=none --cpuctxsw=none "
+            f"-o rank.%q{{RANK}} {nvtx_program} 2 50 || exit 1; done")
+    run = json.loads(triage("capture", "--json", "--shell", "--", loop).stdout)
+    assert sorted(run["reports"]) == ["rank.0.nsys-rep", "rank.1.nsys-rep"]
+    shown = triage.json("show", run["id"])
+    assert sorted(r["rank"] for r in shown["reports"]) == [0, 1]
+    per_report = triage.json("query", "select report_index, count(*) n from nvtx_ranges "
+                             "where text = 'step' group by 1 order by 1")
+    assert per_report == [{"report_index": 0, "n": 2}, {"report_index": 1, "n": 2}]

@@ -16,28 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from helpers import REPO
-from nvtx_capture import (ToolUnavailable, build_program, capture, export_sqlite, nsys_version,
-                          require_or_skip, require_tool)
+from nvtx_capture import capture, export_sqlite, nsys_version
 from triage.capture.nsys import PreparedNsys
 
 DEMO = REPO / "triage" / "demo"
 SECRET = "hunter2"
-
-
-@pytest.fixture(scope="session")
-def nsys_exe() -> str:
-    try:
-        return require_tool("nsys")
-    except ToolUnavailable as exc:
-        require_or_skip(exc)
-
-
-@pytest.fixture(scope="session")
-def nvtx_program(tmp_path_factory) -> Path:
-    try:
-        return build_program(tmp_path_factory.mktemp("program"))
-    except ToolUnavailable as exc:
-        require_or_skip(exc)
 
 
 @pytest.fixture(scope="session")

@@ -204,7 +204,8 @@ def capture(command, label, note, shell, group, from_run, nsys, redact, as_json,
     request = CaptureRequest(list(command), store=store, label=label, note=note, shell=shell,
                              group=group, from_run=from_run, nsys=nsys,
                              redact_patterns=tuple(redact))
-    result = run_capture(request, on_output=click.echo,
+    # With --json, stdout carries only the JSON document; the profiler's output goes to stderr.
+    result = run_capture(request, on_output=lambda line: click.echo(line, err=as_json),
                          on_warning=lambda w: click.echo(f"triage: warning: {w}", err=True))
     if as_json:
         click.echo(textview.to_json(_archive_json(result)))
