@@ -1,0 +1,91 @@
+"""`triage diff` of nsys runs (corpus families, the project's own captures) and of mixed runs."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from helpers import corpus_file, require_tool
+from triage.compare.drift import DRIFT_RULES, grade
+from triage.demo import demo_file
+
+
+def archived(triage, *names) -> list[str]:
+    return [triage.json("archive", corpus_file(n))[0]["id"] for n in names]
+
+
+def test_yandong_pair_ranks_kernels_by_time_changed(triage):
+    require_tool("nsys")
+    a, b = archived(triage, "Yandong-Luo__parallel_diff_evolution__report3.qdrep",
+                    "Yandong-Luo__parallel_diff_evolution__report7.qdrep")
+    diff = triage.json("diff", a, b)
+    assert diff["verdict"] == "caution"
+    assert {d["field"] for d in diff["drift"]} == {"kernels.set"}
+    ranking = diff["nsys"]["kernels"]
+    deltas = [abs(e["delta_ns"]) for e in ranking]
+    assert deltas == sorted(deltas, reverse=True)
+    assert ranking[0]["name"].startswith("void cudaprocess::UpdateVecParamBasedClusterData<64>")
+    assert {e["change"] for e in ranking} == {"changed", "new", "vanished"}
+    assert {(e["op"], e["kind"]) for e in diff["nsys"]["memops"]} >= {("memcpy", "HtoD"),
+                                                                      ("memcpy", "DtoH")}
+    assert diff["nsys"]["gpu"]["a"]["idle_ns"] > 0 and diff["nsys"]["api"]
+    kernel = next(k for k in diff["kernels"] if k["match"] == "matched")
+    assert {"duration_ns", "total_ns", "launches"} <= set(kernel["a"])
+
+
+def test_abdel_rmse_pair_needs_a_newer_nsys(triage, store_dir):
+    require_tool("nsys")
+    result = triage("archive", corpus_file("Abdelrahman912__gpu-profiling__rmse_v1.nsys-rep"),
+                    expect=1)
+    assert "written by nsys 2024.2.3" in result.stderr and ".sqlite" in result.stderr
+    assert not store_dir.exists()
+
+
+def test_test_cuda_exports_are_comparable(triage):
+    a, b = archived(triage, "0x822a5b87__test-cuda__report1.sqlite",
+                    "0x822a5b87__test-cuda__report2.sqlite")
+    diff = triage.json("diff", a, b)
+    assert diff["verdict"] == "comparable" and diff["drift"] == []
+    kernel = diff["kernels"][0]
+    assert kernel["name"].startswith("add_parallel") and kernel["a"]["launches"] == 4
+
+
+def test_own_captures_show_the_deliberate_change(triage):
+    before = triage.json("archive", demo_file("before.sqlite"))[0]["id"]
+    after = triage.json("archive", demo_file("after.sqlite"))[0]["id"]
+    diff = triage.json("diff", before, after)
+    nvtx = {e["text"]: e for e in diff["nsys"]["nvtx"]}
+    for name in ("forward", "backward", "step"):
+        assert nvtx[name]["delta_pct"] < -20, name  # 300 -> 200 us per forward, 600 -> 400 back
+    markdown = triage("diff", before, after, "--format", "md").stdout
+    assert "comparable" in markdown.lower()
+
+
+def test_ncu_against_nsys_compares_only_names_and_durations(triage):
+    ncu, nsys = archived(triage, "Lashi0812__CudaProgramming__readWriteOffset_cg.ncu-rep",
+                         "Lashi0812__CudaProgramming__streamSimple.sqlite")
+    diff = triage.json("diff", ncu, nsys)
+    assert diff["tools"] == ["ncu", "nsys"]
+    assert diff["verdict"] == "caution"
+    tool = next(d for d in diff["drift"] if d["field"] == "tool")
+    assert (tool["a"], tool["b"]) == ("ncu", "nsys") and "different tools" in tool["why"]
+    assert "gpu.name" not in {d["field"] for d in diff["drift"]}  # both RTX 4090
+    assert all(k["sections"] == [] for k in diff["kernels"])
+
+
+NSYS_ONLY_RULES = [r for r in DRIFT_RULES
+                   if r.field in ("settings.trace", "environment.working_directory")]
+
+
+@pytest.mark.parametrize("rule", NSYS_ONLY_RULES, ids=lambda r: r.field)
+def test_grading_of_nsys_fields_on_real_records(triage, rule):
+    run = archived(triage, "0x822a5b87__test-cuda__report1.sqlite")[0]
+    record_a = triage.json("show", run)
+    record_b = copy.deepcopy(record_a)
+    if rule.field == "settings.trace":
+        record_b["settings"]["trace"] = "cuda"
+    else:
+        record_b["environment"]["working_directory"] = "/elsewhere"
+    item = next(i for i in grade(record_a, record_b) if i["field"] == rule.field)
+    assert item["severity"] == rule.severity and item["a"] != item["b"]
