@@ -9,7 +9,6 @@ import statistics
 
 from triage.archive.store import Store
 from triage.compare.drift import CAUTION, drift_item, grade, verdict
-from triage.compare.explain import conclusions_for_diff
 from triage.compare.matching import group_kernels
 from triage.compare.ncu_diff import DiffOptions, diff_ncu, relative_change
 from triage.compare.nsys_diff import diff_nsys, kernel_entries
@@ -94,7 +93,6 @@ def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions = DiffOpti
     if run_a.tool == run_b.tool == "ncu":
         kernels, section_drift = diff_ncu(run_a, run_b, opts)
         items += section_drift
-        conclusions_for_diff({"tools": ["ncu", "ncu"], "kernels": kernels}, run_a, run_b)
     elif run_a.tool == run_b.tool == "nsys":
         nsys = diff_nsys(run_a, run_b)
         kernels = kernel_entries(nsys["kernels"])

@@ -685,15 +685,3 @@ def explain_run(run: RunData, kernel: str | None = None) -> dict:
             "gpu": gpus[0].get("name"), "kernels": kernels,
             "thresholds": {k: {"value": t.value, "unit": t.unit, "why": t.why}
                            for k, t in THRESHOLDS.items()}}
-
-
-def conclusions_for_diff(diff: dict, run_a: RunData, run_b: RunData) -> None:
-    """Add kernel["conclusion"] = {"a": label, "b": label} to the matched kernels of an ncu diff."""
-    if diff.get("tools") != ["ncu", "ncu"]:
-        return
-    labels_a = {k["name"]: k["conclusion"] for k in explain_run(run_a)["kernels"]}
-    labels_b = {k["name"]: k["conclusion"] for k in explain_run(run_b)["kernels"]}
-    for kernel in diff["kernels"]:
-        if kernel["match"] == "matched":
-            kernel["conclusion"] = {"a": labels_a.get(kernel["name"]),
-                                    "b": labels_b.get(kernel.get("name_b") or kernel["name"])}

@@ -57,13 +57,14 @@ class Side:
             key = (row["report_index"], row["kernel_index"])
             if key in launches:
                 self.sections.setdefault(key, []).append(row)
-        self.values: dict[tuple[Launch, str], tuple] = {}
+        self.values: dict[Launch, dict[str, tuple]] = {}
         columns = ["report_index", "kernel_index", "name", "unit", "value", "text"]
-        for row in run.rows_for("metrics", indices, columns).to_pylist():
-            key = (row["report_index"], row["kernel_index"])
-            if key in launches:
-                value = row["value"] if row["value"] is not None else row["text"]
-                self.values[(key, row["name"])] = (value, row["unit"])
+        table = run.rows_for("metrics", indices, columns)
+        for report, kernel, name, unit, value, text in zip(
+                *(table.column(c).to_pylist() for c in columns)):
+            if (report, kernel) in launches:
+                self.values.setdefault((report, kernel), {})[name] = (
+                    value if value is not None else text, unit)
         self.rules: dict[Launch, list[dict]] = {}
         for row in run.rows_for("rules", indices).to_pylist():
             self.rules.setdefault((row["report_index"], row["kernel_index"]), []).append(row)
@@ -80,10 +81,18 @@ class Side:
         return list(layout.values())
 
     def metric(self, launches: list[Launch], name: str) -> tuple:
-        found = [self.values[(l, name)] for l in launches if (l, name) in self.values]
+        found = [self.values[l][name] for l in launches if name in self.values.get(l, {})]
         if not found:
             return None, None
         return _mean([v for v, _u in found]), found[0][1]
+
+    def conclusion(self, launches: list[Launch]) -> str | None:
+        """`triage explain`'s conclusion for these launches (their mean values)."""
+        from triage.compare.explain import Values, explain_values, mean_values
+
+        raw = mean_values([self.values.get(l, {}) for l in launches])
+        sections = {row["section_id"] for l in launches for row in self.sections.get(l, [])}
+        return explain_values(Values(raw, sections))[-1]["label"]
 
 
 def _metric_entry(name: str, a: tuple, b: tuple, opts: DiffOptions) -> dict:
@@ -198,6 +207,9 @@ def _kernel_entry(match: Match, side_a: Side, side_b: Side, opts: DiffOptions) -
                                   f"{len(match.b.launches)}); compared the first {n_pairs} of each")
         entry["sections"] = _section_entries(match, side_a, side_b, opts)
         entry["rules"] = _rule_entries(match, side_a, side_b)
+        pairs = match.pairs()
+        entry["conclusion"] = {"a": side_a.conclusion([p[0] for p in pairs]),
+                               "b": side_b.conclusion([p[1] for p in pairs])}
     return entry
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from functools import cached_property
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from triage.archive.runs import show
@@ -27,29 +27,36 @@ class RunData:
     def has(self, name: str) -> bool:
         return name in (self.record.get("tables") or {})
 
-    def table(self, name: str, columns: list[str] | None = None, where=None) -> pa.Table | None:
-        """A stored table (or None if the run has none), optionally filtered on read."""
+    def parquet(self, name: str) -> pq.ParquetFile | None:
         ref = (self.record.get("tables") or {}).get(name)
-        if not ref:
-            return None
-        path = self.store.object_path(ref["sha256"])
-        return pq.read_table(path, columns=columns, filters=where)
+        return pq.ParquetFile(self.store.object_path(ref["sha256"])) if ref else None
+
+    def table(self, name: str, columns: list[str] | None = None) -> pa.Table | None:
+        """A stored table, or None if the run has none."""
+        source = self.parquet(name)
+        return source.read(columns=columns) if source is not None else None
 
     @cached_property
     def kernels(self) -> pa.Table:
         return self.table("kernels", columns=["report_index", "kernel_index", "name", "short_name",
                                               "duration_ns"])
 
-    def rows_for(self, name: str, kernel_indices: list[int], columns=None) -> pa.Table:
-        """Rows of a per-kernel table for some kernels (pushdown filter on kernel_index)."""
-        table = self.table(name, columns=columns,
-                           where=[("kernel_index", "in", sorted(set(kernel_indices)))])
-        return table if table is not None else pa.table({})
+    def rows_for(self, name: str, kernel_indices, columns=None) -> pa.Table:
+        """The row groups of a per-kernel table that can hold these kernels (by the row-group
+        statistics of kernel_index), so a 100,000-kernel run is not read whole for a few."""
+        source = self.parquet(name)
+        if source is None:
+            return pa.table({})
+        wanted = sorted(set(kernel_indices))
+        groups = [i for i in range(source.num_row_groups) if _may_hold(source, i, wanted)]
+        return source.read_row_groups(groups, columns=columns) if groups else \
+            source.schema_arrow.empty_table().select(columns or source.schema_arrow.names)
 
 
-def column(table: pa.Table, name: str) -> list:
-    return table.column(name).to_pylist()
-
-
-def mask_in(table: pa.Table, name: str, values) -> pa.Table:
-    return table.filter(pc.is_in(table.column(name), value_set=pa.array(list(values))))
+def _may_hold(source: pq.ParquetFile, group: int, wanted: list[int]) -> bool:
+    column = source.schema_arrow.get_field_index("kernel_index")
+    stats = source.metadata.row_group(group).column(column).statistics
+    if stats is None or not stats.has_min_max:
+        return True
+    first = bisect_left(wanted, stats.min)
+    return first < len(wanted) and wanted[first] <= stats.max

@@ -174,7 +174,7 @@ def test_tables_are_complete():
                               "sync/serialisation-bound")
 
 
-def test_conclusions_for_diff(ncu_store):
+def test_diff_carries_the_conclusions_of_explain(ncu_store):
     """`triage diff` shows each matched kernel's conclusion before and after."""
     from triage.compare.diff import diff_runs
 
@@ -183,7 +183,8 @@ def test_conclusions_for_diff(ncu_store):
     a = runs["armleth__cuda-mlp-inference__mlp_v1.ncu-rep"]
     b = runs["armleth__cuda-mlp-inference__mlp_v4_8_per_thread.ncu-rep"]
     result = diff_runs(store, a, b)
-    explain.conclusions_for_diff(result, RunData(store, a), RunData(store, b))
+    assert result["kernels"][0]["conclusion"]["a"] == explain.explain_run(
+        RunData(store, a))["kernels"][0]["conclusion"]
     matched = [k for k in result["kernels"] if k["match"] == "matched"]
     assert matched and matched[0]["conclusion"] == {"a": "memory-bound", "b": "latency-bound"}
     from triage.diffview import render_diff
