@@ -17,6 +17,7 @@ from triage.timeutil import from_epoch
 from triage.capture.ncu_file import NcuFileInfo, read_ncu_file
 from triage.capture.profiler_args import ParsedCommand, parse_command
 from triage.capture.redact import parse_environment_text
+from triage.capture.settings import joined_option, resolve
 from triage.errors import UnsupportedReport
 
 DURATION_METRIC = "gpu__time_duration.sum"
@@ -149,50 +150,37 @@ def _section_set_from_command(command: ParsedCommand) -> str | None:
     return None
 
 
-# Each setting: (name, from the report, from the command, the tool's default). Data, not code
-# paths: a setting's source is the first column that yields a value.
-def _settings_table(info: NcuFileInfo, tool_version: str | None):
+def _settings_table(info: NcuFileInfo, command: ParsedCommand, tool_version: str | None
+                    ) -> list[tuple]:
+    """Each setting: (name, from the report, from the command, the tool's default), None where
+    that source says nothing. Data, not code paths: `resolve` takes the first value per row."""
     recorded = info.session.get("settings", {})
+    filters = recorded.get("filter") or {}
     return [
         ("clock_control",
-         lambda: (recorded.get("clock_control_mode") or "").lower() or _from_clock_status(info),
-         lambda c: c.last("--clock-control"), lambda: "base"),
-        ("cache_control", lambda: None, lambda c: c.last("--cache-control"), lambda: "all"),
-        ("replay_mode", lambda: (recorded.get("replay_mode") or "").lower() or None,
-         lambda c: c.last("--replay-mode"), lambda: "kernel"),
-        ("section_set", lambda: None, _section_set_from_command,
-         lambda: default_section_set(tool_version)),
-        ("metrics", lambda: (recorded.get("other") or {}).get("metrics") or None,
-         lambda c: ",".join(c.options["--metrics"]) if c.has("--metrics") else None,
-         lambda: None),
-        ("kernel_filter", lambda: (recorded.get("filter") or {}).get("kernel_name") or None,
-         lambda c: c.last("--kernel-name") or c.last("--kernel-id"), lambda: None),
-        ("launch_count", lambda: (recorded.get("filter") or {}).get("capture_count") or None,
-         lambda c: c.last("--launch-count"), lambda: None),
-        ("launch_skip", lambda: (recorded.get("filter") or {}).get("skip_count") or None,
-         lambda c: c.last("--launch-skip"), lambda: "0"),
-        ("nvtx_filter", lambda: None,
-         lambda c: ";".join(c.options["--nvtx-include"]) if c.has("--nvtx-include") else None,
-         lambda: None),
-        ("target_processes", lambda: None, lambda c: c.last("--target-processes"),
-         lambda: "application-only"),
+         (recorded.get("clock_control_mode") or "").lower() or _from_clock_status(info),
+         command.last("--clock-control"), "base"),
+        ("cache_control", None, command.last("--cache-control"), "all"),
+        ("replay_mode", (recorded.get("replay_mode") or "").lower() or None,
+         command.last("--replay-mode"), "kernel"),
+        ("section_set", None, _section_set_from_command(command),
+         default_section_set(tool_version)),
+        ("metrics", (recorded.get("other") or {}).get("metrics") or None,
+         joined_option(command, "--metrics"), None),
+        ("kernel_filter", filters.get("kernel_name") or None,
+         command.last("--kernel-name") or command.last("--kernel-id"), None),
+        ("launch_count", filters.get("capture_count") or None, command.last("--launch-count"),
+         None),
+        ("launch_skip", filters.get("skip_count") or None, command.last("--launch-skip"), "0"),
+        ("nvtx_filter", None, joined_option(command, "--nvtx-include", sep=";"), None),
+        ("target_processes", None, command.last("--target-processes"), "application-only"),
     ]
 
 
 def derive_settings(info: NcuFileInfo, command: ParsedCommand, tool_version: str | None
                     ) -> tuple[dict, dict]:
     """Settings in effect and where each came from: "report", "command" or "default"."""
-    settings, sources = {}, {}
-    for name, from_report, from_command, default in _settings_table(info, tool_version):
-        for source, value in (("report", from_report), ("command", lambda: from_command(command)),
-                              ("default", default)):
-            got = value()
-            if got is not None:
-                settings[name], sources[name] = got, source
-                break
-        else:
-            settings[name], sources[name] = None, "default"
-    return settings, sources
+    return resolve(_settings_table(info, command, tool_version))
 
 
 def provenance(report: NcuReport, sections: list[str], sm_clocks: list[float]) -> dict:

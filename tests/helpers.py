@@ -11,7 +11,11 @@ CORPUS = Path(os.environ.get("TRIAGE_CORPUS", REPO.parent / "shared" / "corpus")
 
 
 def corpus_manifest() -> list[dict]:
-    with open(CORPUS / "MANIFEST.csv", newline="") as stream:
+    manifest = CORPUS / "MANIFEST.csv"
+    if not manifest.is_file():
+        raise RuntimeError(f"the report corpus is not at {CORPUS}: the tests read "
+                           "../shared/corpus beside the checkout; set TRIAGE_CORPUS to its path")
+    with open(manifest, newline="") as stream:
         return list(csv.DictReader(stream))
 
 

@@ -12,7 +12,7 @@ from explain_agreement import agreement
 from helpers import corpus_file, corpus_manifest
 from triage.archive.ingest import archive_files
 from triage.archive.store import Store
-from triage.compare import explain
+from triage.compare import explain, explain_tables
 from triage.compare.rundata import RunData
 
 NCU_ROWS = [r for r in corpus_manifest() if r["kind"] == "ncu"]
@@ -74,7 +74,7 @@ def test_every_report_walks_the_five_steps(triage, ncu_store, row):
                 assert step["status"] == "not_collected" and step["missing"], step
                 assert all("section" in m["why"] and m["section"] for m in step["missing"])
         conclusion = kernel["steps"][-1]
-        assert kernel["conclusion"] in explain.LABELS + (None,)
+        assert kernel["conclusion"] in explain_tables.LABELS + (None,)
         # a conclusion exists exactly when step 1 (the throughputs) was collected
         assert (kernel["conclusion"] is None) == (kernel["steps"][0]["status"] != "concluded")
         assert conclusion["status"] == ("concluded" if kernel["conclusion"] else "not_collected")
@@ -164,14 +164,14 @@ def test_kernel_filter_and_wrong_tool(triage, ncu_store, corpus):
 
 
 def test_tables_are_complete():
-    for key, metric in explain.METRICS.items():
+    for key, metric in explain_tables.METRICS.items():
         assert metric.section and metric.names, key
-    assert all(t.why and t.unit for t in explain.THRESHOLDS.values())
-    paths = {path for path, _meaning in explain.STALLS.values()}
+    assert all(t.why and t.unit for t in explain_tables.THRESHOLDS.values())
+    paths = {path for path, _meaning in explain_tables.STALLS.values()}
     handled = {"memory", "sync", "serial", "compute", "latency", None}
     assert paths <= handled
-    assert explain.LABELS == ("memory-bound", "compute-bound", "balanced", "latency-bound",
-                              "sync/serialisation-bound")
+    assert explain_tables.LABELS == ("memory-bound", "compute-bound", "balanced",
+                                     "latency-bound", "sync/serialisation-bound")
 
 
 def test_diff_carries_the_conclusions_of_explain(ncu_store):

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from triage.capture import machine as m
+from triage.capture import nvsmi
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
 FACT_KEYS = {"value", "reason"}
@@ -30,7 +31,7 @@ def read(name: str) -> str:
 # --- nvidia-smi parsing ------------------------------------------------------------------------
 
 def test_xml_a100_with_mig_enabled():
-    facts = m.parse_smi_xml(read("a100-sxm4-80gb-535.54.03-mig.xml"))
+    facts = nvsmi.parse_smi_xml(read("a100-sxm4-80gb-535.54.03-mig.xml"))
     assert facts["source"] == "nvidia-smi -q -x"
     assert facts["driver_version"] == {"value": "535.54.03", "reason": None}
     assert facts["cuda_driver_version"] == {"value": "12.2", "reason": None}
@@ -44,7 +45,7 @@ def test_xml_a100_with_mig_enabled():
 
 
 def test_xml_t4_schema_v11_power_readings_and_no_mig():
-    facts = m.parse_smi_xml(read("tesla-t4-515.105.01.xml"))
+    facts = nvsmi.parse_smi_xml(read("tesla-t4-515.105.01.xml"))
     assert facts["cuda_driver_version"]["value"] == "11.7"
     [gpu] = facts["gpus"]["value"]
     assert gpu == {
@@ -57,7 +58,7 @@ def test_xml_t4_schema_v11_power_readings_and_no_mig():
 
 
 def test_xml_two_gpus_schema_v13():
-    facts = m.parse_smi_xml(read("dual-rtx-a5000-590.44.01.xml"))
+    facts = nvsmi.parse_smi_xml(read("dual-rtx-a5000-590.44.01.xml"))
     assert facts["driver_version"]["value"] == "590.44.01"
     assert facts["cuda_driver_version"]["value"] == "13.1"
     gpus = facts["gpus"]["value"]
@@ -72,14 +73,14 @@ def test_xml_two_gpus_schema_v13():
 
 
 def test_xml_that_is_not_xml():
-    facts = m.parse_smi_xml("NVIDIA-SMI has failed because it couldn't communicate")
+    facts = nvsmi.parse_smi_xml("NVIDIA-SMI has failed because it couldn't communicate")
     assert facts["source"] is None
     assert facts["gpus"]["value"] is None
     assert facts["gpus"]["reason"].startswith("nvidia-smi -q -x output is not XML")
 
 
 def test_xml_with_a_foreign_root():
-    facts = m.parse_smi_xml('<?xml version="1.0" ?><nvidia_smi_unit_log/>')
+    facts = nvsmi.parse_smi_xml('<?xml version="1.0" ?><nvidia_smi_unit_log/>')
     assert facts["gpus"]["reason"] == ("nvidia-smi -q -x output has root <nvidia_smi_unit_log>, "
                                        "not <nvidia_smi_log>")
 
@@ -88,7 +89,7 @@ def test_xml_without_cuda_version_and_gpus():
     """The top of the A100 report with its <cuda_version> and <gpu> elements removed."""
     lines = read("a100-sxm4-80gb-535.54.03-mig.xml").splitlines()
     head = [line for line in lines[:7] if "cuda_version" not in line]
-    facts = m.parse_smi_xml("\n".join(head + ["</nvidia_smi_log>"]))
+    facts = nvsmi.parse_smi_xml("\n".join(head + ["</nvidia_smi_log>"]))
     assert facts["driver_version"]["value"] == "535.54.03"
     assert facts["cuda_driver_version"] == {
         "value": None, "reason": "no cuda_version in nvidia-smi -q -x (older drivers omit it)"}
@@ -96,7 +97,7 @@ def test_xml_without_cuda_version_and_gpus():
 
 
 def test_csv_h200_capture_with_header_units_and_long_names():
-    [gpu] = m.parse_smi_csv(read("h200-580.173.02-query-gpu.csv"))
+    [gpu] = nvsmi.parse_smi_csv(read("h200-580.173.02-query-gpu.csv"))
     assert gpu == {
         "name": "NVIDIA H200", "uuid": "GPU-00000000-0000-0000-0000-000000000000",
         "driver_version": "580.173.02", "sm_clock_mhz": 345, "max_sm_clock_mhz": 1980,
@@ -110,7 +111,7 @@ def test_csv_missing_columns_are_unavailable():
     """The H200 capture cut to its first eight columns: later fields are absent, not errors."""
     header, row = (",".join(line.split(",")[:8]) for line in read(
         "h200-580.173.02-query-gpu.csv").splitlines())
-    [gpu] = m.parse_smi_csv(f"{header}\n{row}\n")
+    [gpu] = nvsmi.parse_smi_csv(f"{header}\n{row}\n")
     assert (gpu["name"], gpu["bus_id"], gpu["memory_mib"]) == ("NVIDIA H200", "00000000:83:00.0",
                                                                None)
     assert gpu["unavailable"]["memory_mib"] == "not reported by this driver's nvidia-smi"
@@ -118,14 +119,14 @@ def test_csv_missing_columns_are_unavailable():
 
 def test_csv_header_only_and_empty():
     header = read("h200-580.173.02-query-gpu.csv").splitlines()[0]
-    assert m.parse_smi_csv(header + "\n") == []
-    assert m.parse_smi_csv("") == []
+    assert nvsmi.parse_smi_csv(header + "\n") == []
+    assert nvsmi.parse_smi_csv("") == []
 
 
 def test_query_fields_are_all_understood():
     """Every field queried with --query-gpu maps to a record key (short aliases included)."""
-    names = {name for field in m.GPU_FIELDS.values() for name in field.csv}
-    assert set(m.QUERY_FIELDS) <= names
+    names = {name for field in nvsmi.GPU_FIELDS.values() for name in field.csv}
+    assert set(nvsmi.QUERY_FIELDS) <= names
 
 
 # --- running nvidia-smi on this machine --------------------------------------------------------
@@ -133,19 +134,19 @@ def test_query_fields_are_all_understood():
 def test_gpu_facts_tool_not_on_path(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     reason = "nvidia-smi not found on PATH"
-    assert m.gpu_facts() == {"source": None, "driver_version": m.unknown(reason),
+    assert nvsmi.gpu_facts() == {"source": None, "driver_version": m.unknown(reason),
                              "cuda_driver_version": m.unknown(reason), "gpus": m.unknown(reason)}
 
 
 def test_gpu_facts_tool_not_at_path(tmp_path):
-    facts = m.gpu_facts(nvidia_smi=str(tmp_path / "nvidia-smi"))
+    facts = nvsmi.gpu_facts(nvidia_smi=str(tmp_path / "nvidia-smi"))
     assert facts["gpus"] == {"value": None, "reason": "nvidia-smi not found at that path"}
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="no nvidia-smi on this machine")
 def test_gpu_facts_with_this_machines_nvidia_smi():
     """Without a driver nvidia-smi exits non-zero; with a GPU every record has every field."""
-    facts = m.gpu_facts()
+    facts = nvsmi.gpu_facts()
     json.dumps(facts)
     if facts["gpus"]["value"] is None:
         assert "nvidia-smi exited with status" in facts["gpus"]["reason"]
@@ -153,7 +154,7 @@ def test_gpu_facts_with_this_machines_nvidia_smi():
     else:
         assert facts["source"] in ("nvidia-smi -q -x", "nvidia-smi --query-gpu")
         for gpu in facts["gpus"]["value"]:
-            assert set(gpu) == set(m.GPU_FIELDS) | {"unavailable"}
+            assert set(gpu) == set(nvsmi.GPU_FIELDS) | {"unavailable"}
 
 
 def test_run_command_failure_modes(tmp_path):

@@ -188,7 +188,7 @@ def test_summaries_match_nsys_stats(triage, corpus, table, row, local_nsys, tmp_
 
 def test_demo_nvtx_summary_matches_nsys_stats(triage, local_nsys, tmp_path):
     exe, _ = local_nsys
-    demo = REPO / "tests" / "data" / "demo" / "before.sqlite"
+    demo = REPO / "triage" / "demo" / "before.sqlite"
     run = triage.json("archive", demo)[0]
     ours = triage.json("query", f"select text, instances, total_ns from nvtx_summary where "
                                 f"run_id = '{run['id']}' and kind = 'push_pop'")

@@ -8,11 +8,11 @@ import pyarrow as pa
 import pytest
 
 from helpers import REPO, corpus_manifest
-from triage.capture.nsys import push_pop_depth
 from triage.capture.nsys_file import read_nsys_file, version_number, version_tuple
+from triage.capture.nsys_tables import push_pop_depth
 from triage.errors import UnsupportedReport
 
-DEMO_REPORT = REPO / "tests" / "data" / "demo" / "before.nsys-rep"
+DEMO_REPORT = REPO / "triage" / "demo" / "before.nsys-rep"
 REPORT_ROWS = [r for r in corpus_manifest() if r["kind"] == "nsys-rep"]
 
 

@@ -8,6 +8,7 @@ keeps its traceback.
 from __future__ import annotations
 
 import sys
+from typing import Any, Callable
 
 import click
 
@@ -49,6 +50,12 @@ def main() -> None:
     cli(prog_name="triage")
 
 
+def _print(data: Any, as_json: bool, render: Callable[[Any], str]) -> None:
+    """--json prints the data itself; otherwise `render` lays out the same data for people, so
+    the two never disagree on what a command found."""
+    click.echo(textview.to_json(data) if as_json else render(data))
+
+
 # -- archive / ls / show / label / query -------------------------------------------------------
 
 
@@ -70,11 +77,8 @@ def archive(reports, label, note, nsys, redact, as_json, store):
 
     results = archive_files(store, list(reports), label=label, note=note, nsys=nsys,
                             redact_patterns=tuple(redact))
-    if as_json:
-        click.echo(textview.to_json([_archive_json(r) for r in results]))
-        return
-    for result in results:
-        click.echo(_archive_line(result))
+    _print([_archive_json(r) for r in results], as_json,
+           lambda infos: "\n".join(map(_archive_line, infos)))
 
 
 def _archive_json(result) -> dict:
@@ -87,11 +91,11 @@ def _archive_json(result) -> dict:
             "notices": manifest.get("notices", [])}
 
 
-def _archive_line(result) -> str:
-    info = _archive_json(result)
-    state = "new" if result.new else "already archived"
+def _archive_line(info: dict) -> str:
+    """One archived run as `triage archive` lists it, from its _archive_json() record."""
+    state = "new" if info["new"] else "already archived"
     version = info["tool_version"] or "version unknown"
-    line = (f"{textview.short_id(result.id)}  {info['tool']} {version}  "
+    line = (f"{textview.short_id(info['id'])}  {info['tool']} {version}  "
             f"{info['gpu'] or 'GPU unknown'}  {info['kernels']} kernels  "
             f"{', '.join(info['reports'])}  ({state})")
     return line + "".join(f"\n    note: {n}" for n in info["notices"])
@@ -105,19 +109,17 @@ def ls_command(as_json, store):
     from triage.archive.runs import list_runs
     from triage.archive.store import Store
 
-    rows = list_runs(Store.open(store))
-    if as_json:
-        click.echo(textview.to_json(rows))
-        return
+    _print(list_runs(Store.open(store)), as_json, _ls_text)
+
+
+def _ls_text(rows: list[dict]) -> str:
     if not rows:
-        click.echo("no runs yet; `triage archive REPORT` adds one")
-        return
+        return "no runs yet; `triage archive REPORT` adds one"
     body = [[textview.short_id(r["id"]), (r["archived"] or "")[:16].replace("T", " "), r["tool"],
              r["tool_version"] or "-", r["gpu"] or "-", str(r["kernels"]),
              ",".join(r["labels"]), r["report_names"]] for r in rows]
-    click.echo(textview.table(body, ["id", "archived", "tool", "version", "gpu", "kernels",
-                                     "labels", "reports"],
-                              max_widths={4: 28, 7: 40}, align_right={5}))
+    return textview.table(body, ["id", "archived", "tool", "version", "gpu", "kernels", "labels",
+                                 "reports"], max_widths={4: 28, 7: 40}, align_right={5})
 
 
 @cli.command()
@@ -128,14 +130,9 @@ def show(run, as_json, store):
     """Show one run: versions, GPU, command, settings and where each came from."""
     from triage.archive.runs import show as show_run
     from triage.archive.store import Store
-
-    record = show_run(Store.open(store), run)
-    if as_json:
-        click.echo(textview.to_json(record))
-        return
     from triage.showview import render_show
 
-    click.echo(render_show(record))
+    _print(show_run(Store.open(store), run), as_json, render_show)
 
 
 @cli.command()
@@ -207,10 +204,7 @@ def capture(command, label, note, shell, group, from_run, nsys, redact, as_json,
     # With --json, stdout carries only the JSON document; the profiler's output goes to stderr.
     result = run_capture(request, on_output=lambda line: click.echo(line, err=as_json),
                          on_warning=lambda w: click.echo(f"triage: warning: {w}", err=True))
-    if as_json:
-        click.echo(textview.to_json(_archive_json(result)))
-    else:
-        click.echo(_archive_line(result))
+    _print(_archive_json(result), as_json, _archive_line)
 
 
 @cli.command(name="env")
@@ -221,8 +215,7 @@ def env_command(nsys, as_json):
     from triage.capture.session import environment_check
     from triage.envview import render_env
 
-    report = environment_check(nsys=nsys)
-    click.echo(textview.to_json(report) if as_json else render_env(report))
+    _print(environment_check(nsys=nsys), as_json, render_env)
 
 
 # -- demo --------------------------------------------------------------------------------------
@@ -248,7 +241,7 @@ def demo(keep, as_json):
             from triage.diffview import render_diff
 
             for result in outcome["runs"]:
-                click.echo(_archive_line(result))
+                click.echo(_archive_line(_archive_json(result)))
             click.echo("")
             click.echo(render_diff(outcome["diff"]))
         if keep:
@@ -356,17 +349,18 @@ def verify(runs, as_json, store):
     from triage.errors import CorruptObject
 
     report = verify_store(Store.open(store), list(runs))
-    click.echo(textview.to_json(report.to_dict()) if as_json else _verify_text(report))
+    _print(report.to_dict(), as_json, _verify_text)
     if not report.ok:
         raise CorruptObject(f"{len(report.errors)} problem(s) in the store; the list above says "
                             "which files (restore them from a bundle or re-archive the reports)")
 
 
-def _verify_text(report) -> str:
-    lines = [f"{f.kind:<10} {f.path}  {f.detail}" for f in report.errors + report.leftovers]
-    lines.append(f"checked {report.runs} runs, {report.objects} objects "
-                 f"({_human_bytes(report.bytes)}): {len(report.errors)} problem(s), "
-                 f"{len(report.leftovers)} leftover(s)")
+def _verify_text(report: dict) -> str:
+    errors, leftovers = report["errors"], report["leftovers"]
+    lines = [f"{f['kind']:<10} {f['path']}  {f['detail']}" for f in errors + leftovers]
+    lines.append(f"checked {report['runs']} runs, {report['objects']} objects "
+                 f"({_human_bytes(report['bytes'])}): {len(errors)} problem(s), "
+                 f"{len(leftovers)} leftover(s)")
     return "\n".join(lines)
 
 
@@ -390,14 +384,17 @@ def gc_command(dry_run, grace, as_json, store):
     from triage.archive.store import Store
 
     report = gc(Store.open(store), grace_seconds=parse_duration(grace), dry_run=dry_run)
-    if as_json:
-        click.echo(textview.to_json(report.to_dict()))
-        return
-    verb = "would remove" if dry_run else "removed"
-    for item in report.removed:
-        click.echo(f"{verb} {item['kind']:<7} {item['path']}  {_human_bytes(item['bytes'])}")
-    click.echo(f"{verb} {len(report.removed)} file(s), {_human_bytes(report.bytes)}; kept "
-               f"{report.kept_recent} younger than --grace {grace}")
+    _print(report.to_dict(), as_json, lambda found: _gc_text(found, grace))
+
+
+def _gc_text(report: dict, grace: str) -> str:
+    """What gc removed, one file a line; `grace` as the user wrote it, not in seconds."""
+    verb = "would remove" if report["dry_run"] else "removed"
+    lines = [f"{verb} {item['kind']:<7} {item['path']}  {_human_bytes(item['bytes'])}"
+             for item in report["removed"]]
+    lines.append(f"{verb} {len(report['removed'])} file(s), {_human_bytes(report['bytes'])}; "
+                 f"kept {report['kept_recent']} younger than --grace {grace}")
+    return "\n".join(lines)
 
 
 @cli.command(name="export")
@@ -428,18 +425,19 @@ def import_command(bundle, labels, as_json, store):
     from triage.archive.bundle import import_bundle
 
     result = import_bundle(store, bundle, labels=labels)
-    if as_json:
-        click.echo(textview.to_json(asdict(result)))
-        return
-    for run_id in result.runs_added:
-        click.echo(f"{textview.short_id(run_id)}  added")
-    for run_id in result.runs_present:
-        click.echo(f"{textview.short_id(run_id)}  already in the store")
-    for name, run_id in result.labels_set.items():
-        click.echo(f"{name} -> {textview.short_id(run_id)}")
-    if result.labels_skipped:
-        click.echo(f"labels not set (pass --labels): {', '.join(result.labels_skipped)}")
-    click.echo(f"{result.objects_added} objects ({_human_bytes(result.bytes_added)}) added")
+    _print(asdict(result), as_json, _import_text)
+
+
+def _import_text(result: dict) -> str:
+    short = textview.short_id
+    lines = [f"{short(run_id)}  added" for run_id in result["runs_added"]]
+    lines += [f"{short(run_id)}  already in the store" for run_id in result["runs_present"]]
+    lines += [f"{name} -> {short(run_id)}" for name, run_id in result["labels_set"].items()]
+    if result["labels_skipped"]:
+        lines.append(f"labels not set (pass --labels): {', '.join(result['labels_skipped'])}")
+    lines.append(f"{result['objects_added']} objects ({_human_bytes(result['bytes_added'])}) "
+                 "added")
+    return "\n".join(lines)
 
 
 # -- report ------------------------------------------------------------------------------------
@@ -505,14 +503,9 @@ def top(run, k, as_json, store):
     from triage.archive.store import Store
     from triage.compare.rundata import RunData
     from triage.compare.top import top_run
-
-    result = top_run(RunData(Store.open(store), run), k=k)
-    if as_json:
-        click.echo(textview.to_json(result))
-        return
     from triage.topview import render_top
 
-    click.echo(render_top(result))
+    _print(top_run(RunData(Store.open(store), run), k=k), as_json, render_top)
 
 
 @cli.command()
@@ -528,11 +521,6 @@ def explain(run, kernel, as_json, store):
     from triage.archive.store import Store
     from triage.compare.explain import explain_run
     from triage.compare.rundata import RunData
-
-    result = explain_run(RunData(Store.open(store), run), kernel=kernel)
-    if as_json:
-        click.echo(textview.to_json(result))
-        return
     from triage.explainview import render_explain
 
-    click.echo(render_explain(result))
+    _print(explain_run(RunData(Store.open(store), run), kernel=kernel), as_json, render_explain)

@@ -1,0 +1,441 @@
+"""Nsight Systems SQLite exports: opening one, and streaming its launch-level tables to Arrow.
+
+Export schemas differ across nsys 2019.5 ... 2026.1 (tables absent when empty, columns added and
+renamed), so every query is built from the columns the file actually has. Launch-level tables are
+streamed in batches from SQLite cursors straight into Arrow, so no table is ever held in Python
+whole. How the report was captured (versions, GPUs, settings) is read by `nsys`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+from urllib.request import pathname2url
+
+from triage.errors import UnsupportedReport
+
+BATCH = 65536
+INT64_MAX = (1 << 63) - 1
+# CUPTI_ACTIVITY_KIND_MEMCPY.copyKind when the export has no ENUM_CUDA_MEMCPY_OPER table:
+# CUpti_ActivityMemcpyKind 0-10 from the CUPTI docs; 11-13 are nsys's unified-memory kinds
+# (as ENUM_CUDA_MEMCPY_OPER lists them in every corpus export that has it).
+MEMCPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
+                7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH",
+                13: "UVM DtoD"}
+# NVTX_EVENTS.eventType when the export has no ENUM_NSYS_EVENT_TYPE table (nsys docs, and the
+# enum table of every corpus export that has one).
+NVTX_EVENT_TYPES = {"NvtxPushPopRange": 59, "NvtxStartEndRange": 60, "NvtxDomainCreate": 75}
+
+
+def as_text(value) -> str | None:
+    """SQLite text as str; exports can hold bytes that are not UTF-8."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+# -- opening an export -------------------------------------------------------------------------
+
+
+def open_export(path) -> sqlite3.Connection:
+    """A read-only connection whose text comes back as bytes (decoded by the reader)."""
+    uri = f"file:{pathname2url(os.path.abspath(path))}?mode=ro&immutable=1"
+    try:
+        con = sqlite3.connect(uri, uri=True)
+        con.text_factory = bytes
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise UnsupportedReport(f"{path}: not a readable SQLite database ({exc}); pass the file "
+                                "written by `nsys export --type sqlite`") from None
+    return con
+
+
+class Export:
+    """An open nsys SQLite export: its tables and their columns, probed once."""
+
+    def __init__(self, path, con: sqlite3.Connection):
+        self.path, self.con = path, con
+        rows = con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
+        self.tables = {as_text(name) for (name,) in rows}
+        self._columns: dict[str, set[str]] = {}
+
+    def columns(self, table: str) -> set[str]:
+        if table not in self._columns:
+            rows = self.con.execute(f"PRAGMA table_info({table})") if table in self.tables else []
+            self._columns[table] = {as_text(row[1]) for row in rows}
+        return self._columns[table]
+
+    def col(self, table: str, name: str, alias: str = "t") -> str:
+        """`alias.name` when the table has that column, else NULL."""
+        return f"{alias}.{name}" if name in self.columns(table) else "NULL"
+
+    def pairs(self, table: str) -> list[tuple[str, str]]:
+        if not {"name", "value"} <= self.columns(table):
+            return []
+        rows = self.con.execute(f"SELECT name, value FROM {table}")
+        return [(as_text(name), as_text(value)) for name, value in rows]
+
+    def check_is_nsys(self) -> None:
+        if "StringIds" not in self.tables or not any(t.startswith("TARGET_INFO_")
+                                                     for t in self.tables):
+            raise UnsupportedReport(f"{self.path}: an SQLite database but not an Nsight Systems "
+                                    "export (no StringIds / TARGET_INFO_* tables); pass the file "
+                                    "written by `nsys export --type sqlite REPORT.nsys-rep`")
+
+    def string(self, column: str) -> str:
+        """SQL for a StringIds id column resolved to its text (older exports held text inline)."""
+        return (f"(CASE WHEN typeof({column}) = 'integer' THEN (SELECT value FROM StringIds "
+                f"WHERE id = {column}) ELSE {column} END)")
+
+
+# -- streaming rows into Arrow -----------------------------------------------------------------
+
+
+def _arrow_fields(fields):
+    """(name, 'int'|'str') pairs -> Arrow fields; text arrives as bytes, checked afterwards."""
+    import pyarrow as pa
+
+    return [pa.field(name, pa.int64() if kind == "int" else pa.binary()) for name, kind in fields]
+
+
+def _utf8(array):
+    """Binary -> string; bytes that are not UTF-8 are decoded with replacement characters."""
+    import pyarrow as pa
+
+    try:
+        return array.cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array([as_text(v) for v in array.to_pylist()], pa.string())
+
+
+def _coerce(values, kind):
+    """Slow path for a batch whose SQLite values do not have their declared types."""
+    import pyarrow as pa
+
+    if kind == "int":
+        return pa.array([int(v) if isinstance(v, int) or (isinstance(v, float) and abs(v) < 2**63)
+                         else None for v in values], pa.int64())
+    return pa.array([as_text(v) if isinstance(v, bytes) or v is None else str(v) for v in values],
+                    pa.string())
+
+
+def _to_arrow(rows: list[tuple], fields):
+    """One fetched batch as an Arrow table, converted in C++ unless the values are unusual."""
+    import pyarrow as pa
+
+    try:
+        arrays = pa.array(rows, type=pa.struct(_arrow_fields(fields))).flatten()
+        arrays = [_utf8(a) if kind == "str" else a for a, (_, kind) in zip(arrays, fields)]
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        arrays = [_coerce(col, kind) for col, (_, kind) in zip(zip(*rows), fields)]
+    return pa.table(arrays, names=[name for name, _ in fields])
+
+
+def stream(export: Export, sql: str, fields, params=()):
+    """Yield Arrow tables of at most BATCH rows of a query (fetchmany, never fetchall)."""
+    cursor = export.con.execute(sql, params)
+    while rows := cursor.fetchmany(BATCH):
+        yield _to_arrow(rows, fields)
+
+
+def write_stream(batches, write) -> int:
+    """Write each batch on a worker thread while the next one is fetched; returns the rows.
+
+    Converting SQLite rows holds the GIL, while Arrow compute and Parquet encoding release it,
+    so the two overlap. One worker keeps the batches in order (depth carries across them).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    count, pending = 0, None
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        for batch in batches:
+            count += pending.result() if pending else 0
+            pending = pool.submit(write, batch)
+        count += pending.result() if pending else 0
+    return count
+
+
+def _write_batch(batch, writer, report_index: int, **constants):
+    """Add the report index, durations and constant columns, null-fill the rest, write."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = batch.num_rows
+    columns = {"report_index": pa.repeat(report_index, n).cast(pa.int32())}
+    if "start_ns" in batch.column_names:
+        columns["duration_ns"] = pc.subtract(batch["end_ns"], batch["start_ns"])
+    columns.update({k: pa.repeat(v, n) for k, v in constants.items()})
+    for name in batch.column_names:
+        columns[name] = batch[name]
+    table = pa.table({f.name: columns.get(f.name, pa.nulls(n, f.type))
+                      for f in writer.schema})
+    writer.write_arrow(table)
+    return n
+
+
+# -- tables ------------------------------------------------------------------------------------
+
+# What each launch-level table reads: (column written, "int" | "str", export column, how):
+# how is None (as stored), "string" (a StringIds id), "api" (a StringIds id naming a CUDA API
+# function, without the "_v7000"-style ABI suffix, as `nsys stats` shows it) or "pid" (the
+# process in a globalPid).
+KERNELS = [
+    ("start_ns", "int", "start", None), ("end_ns", "int", "end", None),
+    ("name", "str", "demangledName", "string"), ("short_name", "str", "shortName", "string"),
+    ("mangled_name", "str", "mangledName", "string"),
+    *((f"{part}_{axis}", "int", f"{part}{axis.upper()}", None)
+      for part in ("grid", "block") for axis in "xyz"),
+    ("registers_per_thread", "int", "registersPerThread", None),
+    ("static_shared_bytes", "int", "staticSharedMemory", None),
+    ("dynamic_shared_bytes", "int", "dynamicSharedMemory", None),
+    ("device_id", "int", "deviceId", None), ("context_id", "int", "contextId", None),
+    ("stream_id", "int", "streamId", None), ("correlation_id", "int", "correlationId", None),
+    ("process_id", "int", "globalPid", "pid"),
+]
+API_CALLS = [
+    ("start_ns", "int", "start", None), ("end_ns", "int", "end", None),
+    ("thread_id", "int", "globalTid", None), ("correlation_id", "int", "correlationId", None),
+    ("name", "str", "nameId", "api"), ("return_value", "int", "returnValue", None),
+]
+MEMOPS = [
+    ("start_ns", "int", "start", None), ("end_ns", "int", "end", None),
+    ("bytes", "int", "bytes", None), ("device_id", "int", "deviceId", None),
+    ("context_id", "int", "contextId", None), ("stream_id", "int", "streamId", None),
+    ("correlation_id", "int", "correlationId", None),
+]
+OSRT_CALLS = [
+    ("start_ns", "int", "start", None), ("end_ns", "int", "end", None),
+    ("thread_id", "int", "globalTid", None), ("name", "str", "nameId", "string"),
+    ("return_value", "int", "returnValue", None), ("nesting_level", "int", "nestingLevel", None),
+]
+# Every source table, in the order its rows are written: (triage table, export table, spec,
+# constant columns, order).
+SOURCES = [
+    ("kernels", "CUPTI_ACTIVITY_KIND_KERNEL", KERNELS, {},
+     ("start", "end", "deviceId", "streamId", "correlationId")),
+    ("api_calls", "CUPTI_ACTIVITY_KIND_RUNTIME", API_CALLS, {"api": "runtime"}, ("start",)),
+    ("api_calls", "CUPTI_ACTIVITY_KIND_DRIVER", API_CALLS, {"api": "driver"}, ("start",)),
+    ("memops", "CUPTI_ACTIVITY_KIND_MEMCPY", MEMOPS, {"op": "memcpy"}, ("start",)),
+    ("memops", "CUPTI_ACTIVITY_KIND_MEMSET", MEMOPS, {"op": "memset", "kind": "memset"},
+     ("start",)),
+    ("osrt_calls", "OSRT_API", OSRT_CALLS, {}, ("start",)),
+]
+
+
+def _expression(export: Export, table: str, column: str, how: str | None) -> str:
+    expr = export.col(table, column)
+    if expr == "NULL" or how is None:
+        return expr
+    if how == "pid":
+        return f"(({expr} >> 24) & 16777215)"
+    text = export.string(expr)
+    if how == "api":
+        return (f"(SELECT CASE substr(n, -6, 2) WHEN '_v' THEN substr(n, 1, length(n) - 6) "
+                f"ELSE n END FROM (SELECT {text} AS n))")
+    return text
+
+
+def memcpy_kinds(export: Export) -> dict[int, str]:
+    """copyKind -> 'HtoD' ..., from ENUM_CUDA_MEMCPY_OPER when the export has it."""
+    if not {"id", "name"} <= export.columns("ENUM_CUDA_MEMCPY_OPER"):
+        return dict(MEMCPY_KINDS)
+    kinds = {}
+    for kind_id, name in export.con.execute("SELECT id, name FROM ENUM_CUDA_MEMCPY_OPER"):
+        name = as_text(name) or ""
+        match = re.fullmatch(r"CUDA_MEMCPY_KIND_(UVM_)?([A-Z])TO([A-Z])", name)
+        if match:
+            kinds[kind_id] = f"{'UVM ' if match.group(1) else ''}{match.group(2)}to{match.group(3)}"
+        else:
+            kinds[kind_id] = name.removeprefix("CUDA_MEMCPY_KIND_").capitalize() or str(kind_id)
+    return kinds
+
+
+def source_query(export: Export, table: str, spec, order) -> tuple[str, list, list]:
+    """SELECT for one source table, from the columns it has: (sql, fields, parameters)."""
+    select = [_expression(export, table, column, how) for _, _, column, how in spec]
+    fields = [(name, kind) for name, kind, _, _ in spec]
+    params: list = []
+    if table == "CUPTI_ACTIVITY_KIND_MEMCPY" and "copyKind" in export.columns(table):
+        kinds = sorted(memcpy_kinds(export).items())
+        select.append("CASE t.copyKind " + " ".join("WHEN ? THEN ?" for _ in kinds)
+                      + " ELSE 'kind ' || t.copyKind END")
+        fields.append(("kind", "str"))
+        params = [value for pair in kinds for value in pair]
+    keys = [export.col(table, c) for c in order if c in export.columns(table)]
+    sql = (f"SELECT {', '.join(select)} FROM {table} t"
+           + (f" ORDER BY {', '.join(keys)}" if keys else ""))
+    return sql, fields, params
+
+
+def _numbered(batches):
+    """kernel_index: launch order by start, across batches."""
+    import pyarrow as pa
+
+    count = 0
+    for batch in batches:
+        yield batch.append_column("kernel_index",
+                                  pa.array(range(count, count + batch.num_rows), pa.int64()))
+        count += batch.num_rows
+
+
+def write_sources(export: Export, tables, report_index: int) -> dict[str, int]:
+    """Every launch-level table but NVTX; returns rows written per triage table."""
+    counts: dict[str, int] = {}
+    for name, table, spec, constants, order in SOURCES:
+        counts.setdefault(name, 0)
+        if table not in export.tables:
+            continue
+        sql, fields, params = source_query(export, table, spec, order)
+        batches = stream(export, sql, fields, params)
+        writer = tables.writer(name)
+        counts[name] += write_stream(
+            _numbered(batches) if name == "kernels" else batches,
+            lambda batch, c=constants: _write_batch(batch, writer, report_index, **c))
+    return counts
+
+
+NVTX_FIELDS = [("event_type", "int"), ("start_ns", "int"), ("end_ns", "int"),
+               ("thread_id", "int"), ("text", "str"), ("domain_id", "int")]
+
+
+def nvtx_event_types(export: Export) -> dict[str, int]:
+    """eventType ids by name, from ENUM_NSYS_EVENT_TYPE when the export has it."""
+    types = dict(NVTX_EVENT_TYPES)
+    if {"id", "name"} <= export.columns("ENUM_NSYS_EVENT_TYPE"):
+        for type_id, name in export.con.execute("SELECT id, name FROM ENUM_NSYS_EVENT_TYPE"):
+            if as_text(name) in types:
+                types[as_text(name)] = type_id
+    return types
+
+
+def _nvtx_text(export: Export, alias: str) -> str:
+    """Range text: inline `text`, or a registered string via `textId`."""
+    parts = [f"{alias}.text"] if "text" in export.columns("NVTX_EVENTS") else []
+    if "textId" in export.columns("NVTX_EVENTS"):
+        parts.append(f"(SELECT value FROM StringIds WHERE id = {alias}.textId)")
+    return f"coalesce({', '.join(parts)})" if len(parts) > 1 else (parts or ["NULL"])[0]
+
+
+def write_nvtx_ranges(export: Export, tables, report_index: int) -> int:
+    """Push/pop ranges (with their depth per thread) and start/end ranges; marks are skipped.
+
+    One pass in start order: domain-create events come before the ranges of their domain, so
+    their names are known by the time a range needs one.
+    """
+    if not {"eventType", "start"} <= export.columns("NVTX_EVENTS"):
+        return 0
+    types = nvtx_event_types(export)
+    wanted = [types[name] for name in ("NvtxPushPopRange", "NvtxStartEndRange",
+                                       "NvtxDomainCreate")]
+    c = lambda name: export.col("NVTX_EVENTS", name, "e")  # noqa: E731 - local shorthand
+    sql = (f"SELECT e.eventType, e.start, {c('end')}, {c('globalTid')}, "
+           f"{_nvtx_text(export, 'e')}, {c('domainId')} FROM NVTX_EVENTS e "
+           f"WHERE e.eventType IN (?, ?, ?) AND e.start IS NOT NULL "
+           f"ORDER BY e.start, {c('end')} DESC")
+    batches = stream(export, sql, NVTX_FIELDS, wanted)
+    return write_stream(batches, NvtxBatches(tables.writer("nvtx_ranges"), report_index, wanted))
+
+
+class NvtxBatches:
+    """Writes NVTX batches in order, remembering domain names and push/pop ranges still open."""
+
+    def __init__(self, writer, report_index: int, event_types: list[int]):
+        self.writer, self.report_index = writer, report_index
+        self.push_pop, self.start_end, self.create = event_types
+        self.domains: dict[tuple[int, int], str] = {}  # (globalTid >> 24, domainId) -> name
+        self.carry = None
+
+    def __call__(self, batch) -> int:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        creates = pc.equal(batch["event_type"], self.create)
+        for row in batch.filter(creates).to_pylist():
+            if row["thread_id"] is not None and row["domain_id"] is not None:
+                self.domains[(row["thread_id"] >> 24, row["domain_id"])] = row["text"]
+        ranges = batch.filter(pc.invert(creates))
+        if ranges.num_rows == 0:
+            return 0
+        is_push_pop = pc.equal(ranges["event_type"], self.push_pop)
+        table = pa.table({
+            "start_ns": ranges["start_ns"], "end_ns": ranges["end_ns"],
+            "thread_id": ranges["thread_id"], "text": ranges["text"],
+            "domain": self._domain(ranges),
+            "kind": pc.if_else(is_push_pop, "push_pop", "start_end"),
+            "depth": self._depth(ranges, is_push_pop),
+        })
+        return _write_batch(table, self.writer, self.report_index)
+
+    def _depth(self, ranges, is_push_pop):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        nested = ranges.filter(is_push_pop)
+        depth = pa.nulls(ranges.num_rows, pa.int32())
+        if nested.num_rows == 0:
+            return depth
+        nested_depth, self.carry = push_pop_depth(nested, self.carry)
+        return pc.replace_with_mask(depth, is_push_pop.combine_chunks(), nested_depth)
+
+    def _domain(self, ranges):
+        """Null for the default domain (id 0), the created name, else 'domain <id>'."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        ids = ranges["domain_id"]
+        named = pc.fill_null(pc.not_equal(ids, 0), False)
+        if not pc.any(named).as_py():
+            return pa.nulls(ranges.num_rows, pa.string())
+        domain = pc.if_else(named, pc.binary_join_element_wise(
+            "domain ", ids.cast(pa.string()), ""), pa.scalar(None, pa.string()))
+        process = pc.shift_right(ranges["thread_id"], 24)
+        for (proc, domain_id), name in self.domains.items():
+            here = pc.fill_null(pc.and_(pc.equal(process, proc), pc.equal(ids, domain_id)), False)
+            domain = pc.if_else(here, pa.scalar(name, pa.string()), domain)
+        return domain
+
+
+def push_pop_depth(batch, carry):
+    """Nesting depth of each push/pop range on its thread, for a batch sorted by start.
+
+    Vectorized as a sweep: every range is a +1 event at its start and a -1 event at its end;
+    in time order per thread, the running sum at a start event is the depth + 1. A stable sort
+    on (thread, time) keeps the concatenation order for equal times: ends first, then starts
+    (parents before children, as the query orders them), then the ends of empty ranges. Ranges
+    still open at the end of a batch are carried into the next as starts at -infinity.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = batch.num_rows
+    c_tid, c_end = carry or (pa.array([], pa.int64()), pa.array([], pa.int64()))
+    start, tid = batch["start_ns"].combine_chunks(), batch["thread_id"].combine_chunks()
+    end = pc.fill_null(batch["end_ns"].combine_chunks(), INT64_MAX)
+    empty = pc.less_equal(end, start)
+    lasting = pc.invert(empty)
+    fill = lambda like, v: pa.repeat(v, len(like)).cast(pa.int64())  # noqa: E731 - shorthand
+    segments = [  # (thread, time, +1/-1, row of a batch start or -1), in tie-breaking order
+        (c_tid, c_end, fill(c_tid, -1), fill(c_tid, -1)),
+        (tid.filter(lasting), end.filter(lasting), fill(tid.filter(lasting), -1),
+         fill(tid.filter(lasting), -1)),
+        (c_tid, fill(c_tid, -INT64_MAX), fill(c_tid, 1), fill(c_tid, -1)),
+        (tid, start, fill(tid, 1), pa.array(range(n), pa.int64())),
+        (tid.filter(empty), start.filter(empty), fill(tid.filter(empty), -1),
+         fill(tid.filter(empty), -1)),
+    ]
+    events = pa.table([pa.concat_arrays([seg[i] for seg in segments]) for i in range(4)],
+                      names=["tid", "time", "delta", "row"])
+    order = pc.sort_indices(events, [("tid", "ascending"), ("time", "ascending")])
+    events = events.take(order)
+    level = pc.subtract(pc.cumulative_sum(events["delta"]), 1)
+    starts = pc.greater_equal(events["row"], 0)
+    depth = pa.table({"row": events["row"].filter(starts), "depth": level.filter(starts)})
+    depth = depth.sort_by("row")["depth"].combine_chunks().cast(pa.int32())
+    last = start[n - 1]
+    keep_c, keep_b = pc.greater(c_end, last), pc.greater(end, last)
+    carry = (pa.concat_arrays([c_tid.filter(keep_c), tid.filter(keep_b)]),
+             pa.concat_arrays([c_end.filter(keep_c), end.filter(keep_b)]))
+    return depth, carry
