@@ -59,6 +59,7 @@ def catalog_row(store: Store, run_id: str, manifest: dict, annotations: dict) ->
         "clock_control": settings.get("clock_control"),
         "cache_control": settings.get("cache_control"),
         "replay_mode": settings.get("replay_mode"),
+        "capture_group": (manifest.get("capture") or {}).get("group"),
         "notes": "\n".join(n["text"] for n in annotations.get("notes", [])) or None,
         "tables": json.dumps({k: v["sha256"] for k, v in sorted(tables.items())}),
         "kernel_summary": summary.to_pylist() if summary is not None else [],
@@ -103,11 +104,22 @@ def _read_segments(store: Store, columns: list[str] | None = None
     for _attempt in range(READ_ATTEMPTS):
         paths = _segments(store)
         try:
-            parts = [pq.ParquetFile(p).read(columns=schema.names).cast(schema) for p in paths]
+            parts = [_read_segment(p, schema) for p in paths]
         except FileNotFoundError:
             continue
         return (pa.concat_tables(parts) if parts else schema.empty_table()), paths
     raise RuntimeError("index segments kept changing while being read")
+
+
+def _read_segment(path: Path, schema: pa.Schema) -> pa.Table:
+    """One segment in the current catalog schema; columns added since it was written are null."""
+    source = pq.ParquetFile(path)
+    present = [n for n in schema.names if n in source.schema_arrow.names]
+    table = source.read(columns=present)
+    for field in schema:
+        if field.name not in present:
+            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
+    return table.select(schema.names).cast(schema)
 
 
 def _dedupe(table: pa.Table, visible: set[str]) -> pa.Table:

@@ -9,7 +9,8 @@ from triage.errors import AmbiguousRun, RunNotFound
 MIN_PREFIX = 4
 LIST_COLUMNS = ("id", "tool", "tool_version", "created", "archived", "source", "gpu",
                 "driver_version", "cuda_version", "host", "command", "kernels", "reports",
-                "report_names", "clock_control", "cache_control", "replay_mode", "notes")
+                "report_names", "clock_control", "cache_control", "replay_mode", "capture_group",
+                "notes")
 
 
 def resolve(store: Store, ref: str) -> str:

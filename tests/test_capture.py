@@ -161,3 +161,18 @@ def test_nsys_capture_of_ranks_is_one_run(triage, workdir, nsys_exe, nvtx_progra
     per_report = triage.json("query", "select report_index, count(*) n from nvtx_ranges "
                              "where text = 'step' group by 1 order by 1")
     assert per_report == [{"report_index": 0, "n": 2}, {"report_index": 1, "n": 2}]
+
+
+def test_capture_on_every_rank_needs_a_group(triage, workdir, nsys_exe, nvtx_program,
+                                             monkeypatch):
+    """srun starting `triage capture` on every rank: refused without --group, tagged with it."""
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    argv = ["nsys", "profile", "--trace=nvtx", "--sample=none", "--cpuctxsw=none", "-o",
+            "rank1", str(nvtx_program), "1", "10"]
+    refused = triage("capture", "--", *argv, expect=2)
+    assert "rank 1 of 2" in refused.stderr and "--group" in refused.stderr
+    run = json.loads(triage("capture", "--json", "--group", "step20", "--", *argv).stdout)
+    rows = triage.json("query", "select id, capture_group from runs")
+    assert rows == [{"id": run["id"], "capture_group": "step20"}]
+    assert triage.json("show", run["id"])["capture"]["rank"] == 1
