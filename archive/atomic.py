@@ -15,12 +15,20 @@ from typing import BinaryIO, Iterator
 
 TMP_PREFIX = ".tmp-"
 CHUNK = 1 << 20
+_KNOWN_DIRS: set[Path] = set()
+
+
+def ensure_dir(directory: Path) -> None:
+    """mkdir -p, once per directory and process (a run writes a dozen files into a few)."""
+    if directory not in _KNOWN_DIRS or not directory.is_dir():
+        directory.mkdir(parents=True, exist_ok=True)
+        _KNOWN_DIRS.add(directory)
 
 
 @contextmanager
 def temp_file_in(directory: Path, suffix: str = "") -> Iterator[tuple[BinaryIO, Path]]:
     """Open a new temp file in `directory`; it is removed unless the caller renamed it away."""
-    directory.mkdir(parents=True, exist_ok=True)
+    ensure_dir(directory)
     fd, name = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=suffix, dir=directory)
     path = Path(name)
     try:
@@ -36,7 +44,7 @@ def publish(temp: Path, target: Path, readonly: bool) -> None:
         os.fsync(stream.fileno())
     if readonly:
         os.chmod(temp, 0o444)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(target.parent)
     os.replace(temp, target)
 
 

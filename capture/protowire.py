@@ -115,29 +115,43 @@ def decode(buf: bytes | memoryview, description: dict[int, Field]) -> dict:
     return out
 
 
+def _varint_at(data: bytes, pos: int) -> tuple[int, int]:
+    """read_varint with a fast path for the one-byte values that dominate keys and lengths."""
+    byte = data[pos]
+    if byte < 0x80:
+        return byte, pos + 1
+    return read_varint(memoryview(data), pos)
+
+
 def last_field(buf: bytes | memoryview, wanted: int) -> tuple[int, Value] | None:
     """(wire type, raw value) of the last occurrence of one field, skipping all others fast.
 
     Used to pick one small field out of large messages (a ProfileResult's ClockStatus sits after
-    hundreds of metric entries) without materialising the rest.
+    hundreds of metric entries) without materialising the rest: only positions are tracked.
     """
-    view = memoryview(buf)
-    pos, end, found = 0, len(view), None
-    while pos < end:
-        key, pos = read_varint(view, pos)
-        number, wire = key >> 3, key & 7
-        if wire == WIRE_VARINT:
-            value, pos = read_varint(view, pos)
-        elif wire == WIRE_LEN:
-            length, pos = read_varint(view, pos)
-            value, pos = view[pos:pos + length], pos + length
-        elif wire in (WIRE_FIXED64, WIRE_FIXED32):
-            size = 8 if wire == WIRE_FIXED64 else 4
-            value, pos = view[pos:pos + size], pos + size
-        else:
-            raise WireError(f"unsupported wire type {wire}")
-        if pos > end or number == 0:
-            raise WireError("field runs past the end of the message")
-        if number == wanted:
-            found = (wire, value)
-    return found
+    data = bytes(buf)
+    pos, end, found = 0, len(data), None
+    try:
+        while pos < end:
+            key, pos = _varint_at(data, pos)
+            number, wire, start = key >> 3, key & 7, pos
+            if wire == WIRE_VARINT:
+                _value, pos = _varint_at(data, pos)
+            elif wire == WIRE_LEN:
+                length, start = _varint_at(data, pos)
+                pos = start + length
+            elif wire in (WIRE_FIXED64, WIRE_FIXED32):
+                pos += 8 if wire == WIRE_FIXED64 else 4
+            else:
+                raise WireError(f"unsupported wire type {wire}")
+            if pos > end or number == 0:
+                raise WireError("field runs past the end of the message")
+            if number == wanted:
+                found = (wire, start, pos)
+    except IndexError:
+        raise WireError("varint runs past the end of the message") from None
+    if found is None:
+        return None
+    wire, start, stop = found
+    return wire, (_varint_at(data, start)[0] if wire == WIRE_VARINT else
+                  memoryview(data)[start:stop])
