@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 
 from triage.archive.runs import show
 from triage.archive.store import Store
+from triage.errors import TriageError
 
 
 class RunData:
@@ -19,6 +20,10 @@ class RunData:
         self.store = store
         self.record = show(store, ref)
         self.id = self.record["id"]
+        if self.record.get("source") == "capture-failed":
+            raise TriageError(f"run {self.id[:12]} is a capture attempt that produced no report; "
+                              f"there is nothing to compare or explain (`triage show "
+                              f"{self.id[:12]}` says what happened)")
 
     @property
     def tool(self) -> str:

@@ -104,3 +104,13 @@ def test_tables_hold_every_metric_section_and_rule(triage, corpus):
     duration = triage.json("query", f"select duration_ns from kernels where run_id = '{run['id']}'"
                            " and kernel_index = 0")[0]["duration_ns"]
     assert duration == action.metric_by_name("gpu__time_duration.sum").value()
+
+
+def test_store_option_before_or_after_the_command(triage, tmp_path, monkeypatch):
+    monkeypatch.delenv("TRIAGE_STORE")
+    store = tmp_path / "elsewhere"
+    run = triage.json("--store", store, "archive", corpus_file(GEMM_NAIVE))[0]
+    assert [r["id"] for r in triage.json("ls", "--store", store)] == [run["id"]]
+    assert [r["id"] for r in triage.json("--store", store, "ls")] == [run["id"]]
+    result = triage("--store", tmp_path / "none", "ls", expect=1)
+    assert "no triage store" in result.stderr

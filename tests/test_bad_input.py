@@ -275,7 +275,7 @@ def test_store_path_under_a_regular_file(tmp_path):
     check_refused(result, "cannot create store")
     assert blocker.read_bytes() == b"not a folder"
     result = run_triage(["archive", corpus_file(REPORT)], blocker)  # --store must be a folder
-    check_refused(result, "is a file", click_usage=True)
+    check_refused(result, "is a file, not a directory")
 
 
 def test_truncation_offsets_are_spread_and_never_on_a_block_end():

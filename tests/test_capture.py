@@ -57,6 +57,9 @@ def test_ncu_capture_without_gpu_is_recorded_and_fails(triage, workdir):
     assert {"identifier": "SpeedOfLight"} in sections
     sets = triage.json("query", "select identifier, enabled from ncu_set_list where enabled")
     assert len(sets) == 1
+    for command in (["diff", shown["id"], shown["id"]], ["explain", shown["id"]]):
+        refused = triage(*command, expect=1)
+        assert "produced no report" in refused.stderr and refused.stderr.count("\n") == 1
 
 
 def test_capture_redacts_secrets_in_argv_and_environment(triage, workdir, monkeypatch):

@@ -32,14 +32,22 @@ class TriageGroup(click.Group):
             ctx.exit(EXIT_OK)
 
 
+def _store_or_group_store(ctx: click.Context, _param, value):
+    """`triage ls --store X` or `triage --store X ls`; else Store.open uses $TRIAGE_STORE."""
+    return value or (ctx.find_root().params.get("store") if ctx.parent else None)
+
+
 store_option = click.option(
-    "--store", "store", envvar="TRIAGE_STORE", type=click.Path(file_okay=False),
+    "--store", "store", type=click.Path(file_okay=False), callback=_store_or_group_store,
     help="Store directory (default: $TRIAGE_STORE, else the per-user data directory).")
 
 
 @click.group(cls=TriageGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="triage")
-def cli():
+@click.option("--store", "store", type=click.Path(file_okay=False),
+              help="Store directory for any command (default: $TRIAGE_STORE, else the per-user "
+              "data directory).")
+def cli(store):
     """Archive Nsight Systems / Nsight Compute reports with how they were captured, and compare
     them weeks later, loudly flagging version, GPU and clock drift.
 
