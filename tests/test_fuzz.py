@@ -10,12 +10,10 @@ default 300) and derandomized, so CI runs the same examples every time.
 
 from __future__ import annotations
 
-import importlib
 import os
 import signal
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -99,10 +97,9 @@ def test_the_unmutated_seeds_read():
 
 
 def nsys_reader():
-    try:
-        return importlib.import_module("triage.capture.nsys_file").read_nsys_file
-    except (ImportError, AttributeError):
-        pytest.skip("the nsys trailer reader (capture/nsys_file.read_nsys_file) is not merged yet")
+    from triage.capture.nsys_file import read_nsys_file
+
+    return read_nsys_file
 
 
 NSYS_BYTES = corpus_file(NSYS_SEED).read_bytes()
