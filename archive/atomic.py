@@ -74,3 +74,22 @@ def copy_hashing(source: BinaryIO, sink: BinaryIO) -> tuple[str, int]:
         sink.write(chunk)
         size += len(chunk)
     return digest.hexdigest(), size
+
+
+def write_user_file(target: Path, data: bytes) -> Path:
+    """Write an output the user asked for (-o FILE): atomically, with the umask's permissions
+    (temp files are private; a report is for sharing), and a one-line error if it cannot be."""
+    from triage.errors import TriageError
+
+    target = Path(target)
+    if target.is_dir():
+        raise TriageError(f"cannot write {target}: it is a directory; give a file name with -o")
+    try:
+        write_bytes(target, data)
+        umask = os.umask(0)
+        os.umask(umask)
+        target.chmod(0o666 & ~umask)
+    except OSError as exc:
+        raise TriageError(f"cannot write {target}: {exc.strerror or exc}; "
+                          "choose another -o path") from None
+    return target

@@ -26,6 +26,7 @@ import json
 import lzma
 import os
 import re
+import shutil
 import stat
 import tarfile
 import tempfile
@@ -36,7 +37,8 @@ from pathlib import Path
 from triage.archive import atomic, catalog
 from triage.archive.integrity import manifest_refs
 from triage.archive.manifest import check_version
-from triage.archive.store import SHA256_RE, Store, _os_error, canonical_json
+from triage.archive.store import (SHA256_RE, STORE_MARKER, Store, _os_error, canonical_json,
+                                  check_label, store_path as store_path_of)
 from triage.errors import CorruptObject, NewerFormat, TriageError, UsageError
 from triage.timeutil import utc_now
 
@@ -213,6 +215,7 @@ def import_bundle(store_path, bundle: str, labels: bool = False) -> ImportResult
     """Check a whole bundle, then add its runs that the store does not have yet."""
     path = Path(bundle)
     with _open_bundle(path) as stream:
+        new_store = not (store_path_of(store_path) / STORE_MARKER).exists()
         store = Store.open(store_path, create=True)
         store.check_writable()
         staged = _Staged()
@@ -222,6 +225,10 @@ def import_bundle(store_path, bundle: str, labels: bool = False) -> ImportResult
             return _publish(store, staged, labels)
         except OSError as exc:
             raise _os_error(exc, store.root, "write") from None
+        except TriageError:
+            if new_store:  # a refused bundle leaves no store behind where there was none
+                shutil.rmtree(store.root, ignore_errors=True)
+            raise
         finally:
             staged.discard()
 
@@ -350,6 +357,11 @@ def _check_doc(path: Path, data: bytes) -> dict:
     if not isinstance(labels, dict) or not all(isinstance(v, str) and v in runs
                                                for v in labels.values()):
         raise TriageError(f"{path}: {BUNDLE_DOC} has labels for runs it does not hold")
+    for name in labels:
+        try:
+            check_label(name)
+        except UsageError:
+            raise TriageError(f"{path}: {BUNDLE_DOC} has an invalid label {name!r}") from None
     return doc
 
 

@@ -18,7 +18,7 @@ from triage import __version__
 from triage.archive import catalog
 from triage.archive.atomic import hash_file
 from triage.archive.manifest import MANIFEST_KIND, MANIFEST_VERSION
-from triage.archive.store import Store, canonical_json
+from triage.archive.store import Store, canonical_json, check_label
 from triage.archive.summaries import SUMMARIES, compute_summaries
 from triage.archive.tables import TableSet, tables_for_tool, tables_version
 from triage.capture import redact
@@ -67,6 +67,8 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
     """`triage archive REPORT...`: one run per report; every file is validated first."""
     if label and len(paths) > 1:
         raise UsageError("--label names one run; archive one report at a time to label it")
+    if label:
+        check_label(label)
     requests = [RunRequest([ReportInput(Path(p))], label=label, note=note, nsys=nsys,
                            redact_patterns=redact_patterns) for p in paths]
     for request in requests:

@@ -23,7 +23,7 @@ from triage.archive.duck import connect, fetch_arrow, sql_string
 from triage.archive.runs import labels_by_run, resolve
 from triage.archive.store import Store
 from triage.archive.tables import arrow_schema, table_specs
-from triage.errors import TriageError
+from triage.errors import TriageError, UsageError
 
 CATALOG_VIEWS = ("runs", "kernel_summary")
 
@@ -74,6 +74,28 @@ def _register_table(con, store: Store, name: str, cat: pa.Table) -> None:
                 f"JOIN _{name}_map m ON t._triage_file = m.path")
 
 
+def _check_read_only(con, sql: str) -> None:
+    """Only queries: no COPY/ATTACH/INSTALL/SET, which could write files or fetch extensions."""
+    import duckdb
+
+    if not sql.strip():
+        raise UsageError("empty query: `triage query \"select * from runs\"`")
+    statements = con.extract_statements(sql)
+    allowed = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+    refused = [s.type.name for s in statements if s.type not in allowed]
+    if refused or len(statements) != 1:
+        raise UsageError("triage query runs one read-only SELECT statement"
+                         + (f" (not {', '.join(refused)})" if refused else ""))
+
+
+def _lock_down(con, store: Store) -> None:
+    """After the views exist: files only under the store's objects, nothing else, no changes."""
+    directories = ", ".join(sql_string(str(d) + "/") for d in (store.objects, store.index))
+    con.execute(f"SET allowed_directories = [{directories}]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
 def run_query(store: Store, sql: str, runs: list[str] | None = None) -> pa.Table:
     """Run one SQL statement over the views it names; return the result as Arrow."""
     import duckdb
@@ -84,10 +106,12 @@ def run_query(store: Store, sql: str, runs: list[str] | None = None) -> pa.Table
         cat = cat.filter(pa.array([i in wanted for i in cat.column("id").to_pylist()]))
     con = connect()
     try:
+        _check_read_only(con, sql)
         _register_catalog(con, cat, labels_by_run(store))
         for name in per_run_views():
             if _mentioned(sql, name):
                 _register_table(con, store, name, cat)
+        _lock_down(con, store)
         return fetch_arrow(con, sql)
     except duckdb.Error as exc:
         first_line = str(exc).strip().splitlines()[0]

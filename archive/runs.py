@@ -23,8 +23,11 @@ def resolve(store: Store, ref: str) -> str:
             raise RunNotFound("no runs yet; `triage archive REPORT` adds one")
         return ids[-1]
     labels = store.labels()
-    if ref in labels and store.has_run(labels[ref]):
-        return labels[ref]
+    if ref in labels:
+        if store.has_run(labels[ref]):
+            return labels[ref]
+        raise RunNotFound(f"label {ref!r} points at run {labels[ref][:12]}, which is not in this "
+                          "store; `triage label RUN NAME` moves it")
     return _by_prefix(store, ref)
 
 
@@ -38,6 +41,9 @@ def _by_prefix(store: Store, ref: str) -> str:
             shown = ", ".join(m[:12] for m in matches[:5])
             raise AmbiguousRun(f"run prefix {ref!r} matches {len(matches)} runs ({shown}); "
                                "give more characters")
+    if len(lowered) < MIN_PREFIX and all(c in "0123456789abcdef" for c in lowered):
+        raise RunNotFound(f"run {ref!r} not found: id prefixes need {MIN_PREFIX}+ hex digits; "
+                          "`triage ls` lists runs")
     raise RunNotFound(f"run {ref!r} not found (not an id, prefix, label or 'latest'); "
                       "`triage ls` lists runs")
 

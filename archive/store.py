@@ -25,12 +25,13 @@ import re
 from pathlib import Path
 
 from triage.archive import atomic
-from triage.errors import NewerFormat, StoreError
+from triage.errors import NewerFormat, StoreError, UsageError
 
 STORE_MARKER = "triage-store.json"
 STORE_FORMAT = "triage-store"
 STORE_VERSION = 1
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+HEX_RE = re.compile(r"^[0-9a-fA-F]{4,64}$")
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 RESERVED_LABELS = {"latest"}
 
@@ -111,8 +112,10 @@ class Store:
             doc = json.loads(marker.read_text())
         except (OSError, ValueError) as exc:
             raise StoreError(f"unreadable store marker {marker}: {exc}") from None
-        if doc.get("format") != STORE_FORMAT:
+        if not isinstance(doc, dict) or doc.get("format") != STORE_FORMAT:
             raise StoreError(f"{marker.parent} is not a triage store; pass another --store")
+        if not isinstance(doc.get("version", 0), int):
+            raise StoreError(f"corrupt store marker {marker}: version is not a number")
         if doc.get("version", 0) > STORE_VERSION:
             raise NewerFormat(f"store {marker.parent} has format version {doc['version']}, newer "
                               f"than this triage ({STORE_VERSION}); upgrade triage")
@@ -249,13 +252,27 @@ class Store:
 
     def set_label(self, name: str, run_id: str) -> None:
         """Point a label at a run (atomically replacing where it pointed before)."""
-        from triage.errors import UsageError
-
-        if not LABEL_RE.match(name) or name in RESERVED_LABELS or ".." in name \
-                or SHA256_RE.match(name):
-            raise UsageError(f"invalid label {name!r}: use letters, digits, '.', '_', '-', '/' "
-                             "(not 'latest', not a run id)")
+        check_label(name)
+        path = self.label_dir / name
+        clash = next((p for p in [*path.parents, path] if p.is_relative_to(self.label_dir)
+                      and p != self.label_dir and (p.is_file() if p != path else p.is_dir())),
+                     None)
+        if clash is not None:
+            if clash.is_dir():
+                clash = next(p for p in clash.rglob("*") if p.is_file())
+            other = clash.relative_to(self.label_dir).as_posix()
+            raise UsageError(f"label {name!r} clashes with label {other!r} (one would be a "
+                             "folder of the other); choose another name")
         try:
-            atomic.write_bytes(self.label_dir / name, (run_id + "\n").encode())
+            atomic.write_bytes(path, (run_id + "\n").encode())
         except OSError as exc:
             raise _os_error(exc, self.root, "write") from None
+
+
+def check_label(name: str) -> None:
+    """Labels name runs without looking like run ids or prefixes, and map to one file path."""
+    parts = name.split("/")
+    if not LABEL_RE.match(name) or name in RESERVED_LABELS or HEX_RE.match(name) \
+            or any(p in ("", ".", "..") for p in parts):
+        raise UsageError(f"invalid label {name!r}: use letters, digits, '.', '_', '-' and '/' "
+                         "between names; not 'latest', and not 4+ hex digits (a run id prefix)")

@@ -13,6 +13,7 @@ from triage.errors import UnsupportedReport
 
 NCU_MAGIC = b"NVR\x00"
 NSYS_MAGIC = b"NVIDIA Tegra Profiler Report"
+NSYS_STREAM_MAGIC = b"NVIDIA Nsight Systems Stream"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SUFFIX_FORMATS = {".ncu-rep": "ncu-rep", ".nsight-cuprof-report": "nsight-cuprof-report",
                   ".nsight-cuprof": "ncu-rep", ".nsys-rep": "nsys-rep", ".qdrep": "qdrep"}
@@ -35,7 +36,7 @@ class PreparedReport(Protocol):
 def detect_format(path: Path) -> str:
     """'ncu-rep', 'nsight-cuprof-report', 'nsys-rep', 'qdrep' or 'sqlite', from the bytes."""
     with open(path, "rb") as stream:
-        head = stream.read(32)
+        head = stream.read(64)
     if not head:
         raise UnsupportedReport(f"{path}: empty file; not a report")
     suffix_format = SUFFIX_FORMATS.get(path.suffix.lower())
@@ -45,6 +46,11 @@ def detect_format(path: Path) -> str:
         return suffix_format if suffix_format in ("nsys-rep", "qdrep") else "nsys-rep"
     if head.startswith(SQLITE_MAGIC):
         return "sqlite"
+    if NSYS_STREAM_MAGIC in head:
+        raise UnsupportedReport(
+            f"{path}: an unfinished nsys stream (.qdstrm), not a report: nsys's QdstrmImporter "
+            "turns it into a .nsys-rep (`QdstrmImporter -i FILE.qdstrm`; Debian's nsys needs the "
+            "link /usr/lib/x86_64-linux-gnu/nsight-systems/host-linux-x64/QdstrmImporter)")
     expected = f" (its name says {suffix_format})" if suffix_format else ""
     raise UnsupportedReport(f"{path}: not an Nsight Compute or Nsight Systems report{expected}; "
                             "triage reads .ncu-rep, .nsight-cuprof-report, .nsys-rep, .qdrep "

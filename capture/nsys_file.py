@@ -209,6 +209,10 @@ def _failure_reason(output: str) -> str:
     return lines[-1][:200] if lines else "no output"
 
 
+# A hung nsys must not hang `triage archive`; big reports export in minutes, not hours.
+EXPORT_TIMEOUT_S = 3600
+
+
 def export_sqlite(path, info: NsysFileInfo, nsys: str | None, directory: str) -> Exported:
     """Run `nsys export --type sqlite` into `directory`; clear errors when nsys cannot."""
     import subprocess
@@ -218,9 +222,15 @@ def export_sqlite(path, info: NsysFileInfo, nsys: str | None, directory: str) ->
     if local and version_tuple(info.version)[:2] > version_tuple(local)[:2]:
         raise too_old(path, info, exe, local)  # decided before running it: nsys would fail
     out = os.path.join(directory, "export.sqlite")
-    done = subprocess.run([exe, "export", "--type", "sqlite", "--output", out, os.fspath(path)],
-                          capture_output=True, text=True, errors="replace",
-                          stdin=subprocess.DEVNULL)
+    timeout = float(os.environ.get("TRIAGE_NSYS_TIMEOUT", EXPORT_TIMEOUT_S))
+    try:
+        done = subprocess.run([exe, "export", "--type", "sqlite", "--output", out,
+                               os.fspath(path)], capture_output=True, text=True,
+                              errors="replace", stdin=subprocess.DEVNULL, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise UnsupportedReport(f"{path}: `{exe} export --type sqlite` did not finish in "
+                                f"{timeout:.0f} s; raise $TRIAGE_NSYS_TIMEOUT or "
+                                f"{_fallback_hint(path)}") from None
     if done.returncode != 0 or not os.path.isfile(out):
         reason = _failure_reason(done.stdout + "\n" + done.stderr)
         if any(marker in reason for marker in TOO_OLD_MARKERS):

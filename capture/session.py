@@ -20,11 +20,11 @@ from typing import Callable, Mapping
 
 from triage.archive.ingest import ArchiveResult, ReportInput, RunRequest, archive_run, \
     record_attempt
-from triage.archive.store import Store
+from triage.archive.store import Store, check_label
 from triage.capture import profilers, redact
 from triage.capture.outputs import find_reports, output_pattern, snapshot
 from triage.capture.profiler_args import ParsedCommand, parse_command
-from triage.errors import CaptureFailed, UsageError
+from triage.errors import CaptureFailed, ToolMissing, UsageError
 from triage.timeutil import utc_now
 
 TAIL_LINES = 200
@@ -63,11 +63,16 @@ def plan(request: CaptureRequest) -> tuple[ParsedCommand, str]:
     """Parse the command and find the profiler; fail before anything runs or is written."""
     if not request.argv:
         raise UsageError("nothing to capture: `triage capture -- ncu -o prof ./app`")
+    if request.label:
+        check_label(request.label)
     words = request.argv if not request.shell else shlex.split(" ".join(request.argv))
     parsed = parse_command(words)
     if parsed.tool is None:
         raise UsageError(f"triage capture runs ncu or nsys, not {request.argv[0]!r}: "
                          "`triage capture -- nsys profile -o step ./app`")
+    if not parsed.application and not request.shell:
+        raise UsageError(f"no program to profile after the {parsed.tool} options: "
+                         f"`triage capture -- {parsed.tool} ... ./app ARGS`")
     return parsed, profilers.find_tool(parsed.tool, parsed.executable)
 
 
@@ -194,6 +199,13 @@ def attempt_provenance(parsed: ParsedCommand, version: str | None, facts: dict,
 
 
 def _no_report_notice(parsed: ParsedCommand, outcome: Outcome) -> str:
+    if any(".qdstrm" in line for line in outcome.tail) and parsed.tool == "nsys":
+        return ("no report was produced: nsys left a .qdstrm stream it could not import "
+                "(its QdstrmImporter is missing; Debian's nsys needs the link /usr/lib/"
+                "x86_64-linux-gnu/nsight-systems/host-linux-x64/QdstrmImporter)")
+    if any("File exists" in line for line in outcome.tail):
+        return (f"no report was produced where asked: {parsed.tool} said the output file exists; "
+                "add --force-overwrite true (nsys) or -f (ncu)")
     if any(NO_KERNELS in line for line in outcome.tail):
         return (f"no report was produced: {parsed.tool} exited {outcome.exit_code} and said "
                 f"'{NO_KERNELS}' (no GPU, or the filters matched no kernel)")
@@ -316,9 +328,13 @@ def _resolve_from(store: Store, ref: str | None) -> str | None:
 def _tool_status(tool: str, given: str | None) -> dict:
     try:
         path = profilers.find_tool(tool, given)
-    except Exception as exc:  # noqa: BLE001 - ToolMissing: reported, not raised, by `triage env`
+    except ToolMissing as exc:  # reported, not raised, by `triage env`
         return {"path": None, "version": None, "missing": str(exc)}
-    version, _text = profilers.tool_version(tool, path)
+    version, text = profilers.tool_version(tool, path)
+    if version is None:
+        return {"path": None, "version": None,
+                "missing": f"{path} did not report a {tool} version ({(text.splitlines() or ['no output'])[0][:60]}); "
+                           f"{profilers.INSTALL_HINTS[tool]}"}
     return {"path": path, "version": version, "missing": None}
 
 

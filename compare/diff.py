@@ -13,6 +13,7 @@ from triage.compare.matching import group_kernels
 from triage.compare.ncu_diff import DiffOptions, diff_ncu, relative_change
 from triage.compare.nsys_diff import diff_nsys, kernel_entries
 from triage.compare.rundata import RunData
+from triage.errors import TriageError, UsageError
 
 PROVENANCE_KEYS = ("id", "tool", "tool_version", "created", "archived", "labels", "source",
                    "command", "application", "environment", "settings", "settings_source",
@@ -84,6 +85,20 @@ def _mixed_kernels(run_a: RunData, run_b: RunData) -> list[dict]:
     return entries
 
 
+def _check_filters(opts: DiffOptions, run_a: RunData, run_b: RunData, kernels: list) -> None:
+    """Filters that match nothing, or do not apply, are said instead of printing an empty diff."""
+    ncu = run_a.tool == run_b.tool == "ncu"
+    if not ncu and (opts.sections or opts.metric or opts.kernel):
+        raise UsageError("--section, --metric and --kernel filter ncu diffs; these runs are "
+                         f"{run_a.tool} and {run_b.tool}")
+    if opts.kernel and not kernels:
+        raise TriageError(f"no kernel of either run matches --kernel {opts.kernel!r}; "
+                          "`triage diff A B` lists them")
+    if opts.sections and not any(k["sections"] for k in kernels if k["match"] == "matched"):
+        raise TriageError(f"no section named {', '.join(opts.sections)} in these runs; "
+                          "`triage show RUN` lists the sections each run collected")
+
+
 def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions = DiffOptions()) -> dict:
     """Compare two runs: verdict, drift, kernels (and nsys summaries for nsys pairs)."""
     run_a, run_b = RunData(store, ref_a), RunData(store, ref_b)
@@ -101,6 +116,7 @@ def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions = DiffOpti
         items.append(drift_item("tool", run_a.tool, run_b.tool, CAUTION,
                                 "different tools: only kernel names and durations are compared "
                                 "(ncu replays kernels with locked clocks; nsys times them live)"))
+    _check_filters(opts, run_a, run_b, kernels)
     items += _kernel_set_drift(kernels)
     return {"format": DIFF_FORMAT, "a": run_a.id, "b": run_b.id,
             "tools": [run_a.tool, run_b.tool], "verdict": verdict(items), "drift": items,

@@ -8,6 +8,7 @@ drift. Numbers of repeated launches are the mean over the launches paired in ord
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from triage.compare.drift import NOT_COMPARABLE, drift_item
 from triage.compare.matching import Launch, Match, group_kernels, match_kernels
 from triage.compare.rundata import RunData
+from triage.errors import UsageError
 
 FIRED = ("optimization", "warning", "error")
 
@@ -28,6 +30,17 @@ class DiffOptions:
     metric: str | None = None
     show_all: bool = False
     threshold_pct: float = 1.0
+
+    def __post_init__(self):
+        for option, pattern in (("--kernel", self.kernel), ("--metric", self.metric)):
+            if pattern is not None:
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    raise UsageError(f"{option} {pattern!r} is not a regular expression: "
+                                     f"{exc}") from None
+        if not math.isfinite(self.threshold_pct) or self.threshold_pct < 0:
+            raise UsageError(f"--threshold {self.threshold_pct} must be a percentage >= 0")
 
 
 def relative_change(a, b) -> float | None:

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 
 from triage.archive.runs import show
 from triage.archive.store import Store
-from triage.errors import TriageError
+from triage.errors import CorruptObject, TriageError
 
 
 class RunData:
@@ -34,12 +34,27 @@ class RunData:
 
     def parquet(self, name: str) -> pq.ParquetFile | None:
         ref = (self.record.get("tables") or {}).get(name)
-        return pq.ParquetFile(self.store.object_path(ref["sha256"])) if ref else None
+        if not ref:
+            return None
+        path = self.store.object_path(ref["sha256"])
+        try:
+            return pq.ParquetFile(path)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise self._damaged(name, exc) from None
+
+    def _damaged(self, name: str, exc: Exception) -> CorruptObject:
+        return CorruptObject(f"run {self.id[:12]}: its {name} table is missing or damaged "
+                             f"({str(exc).splitlines()[0][:80]}); `triage verify` checks the store")
 
     def table(self, name: str, columns: list[str] | None = None) -> pa.Table | None:
         """A stored table, or None if the run has none."""
         source = self.parquet(name)
-        return source.read(columns=columns) if source is not None else None
+        if source is None:
+            return None
+        try:
+            return source.read(columns=columns)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise self._damaged(name, exc) from None
 
     @cached_property
     def kernels(self) -> pa.Table:

@@ -282,3 +282,12 @@ def test_truncation_offsets_are_spread_and_never_on_a_block_end():
     data = corpus_file(REPORT).read_bytes()
     assert len(set(TRUNCATIONS)) == 10 and not set(TRUNCATIONS) & block_ends(data)
     assert max(TRUNCATIONS) > len(data) * 0.8
+
+
+def test_an_unimported_nsys_stream_names_the_importer(tmp_path):
+    """The first bytes of a real .qdstrm (nsys 2022.4 without its QdstrmImporter), followed by
+    junk: triage must say what the file is and how to turn it into a report."""
+    stream = tmp_path / "step.qdstrm"
+    stream.write_bytes(b"U3w[END]NVIDIA Nsight Systems Stream 2022.4.2.1" + bytes(200))
+    result = run_triage(["archive", stream], tmp_path / "store")
+    check_refused(result, "QdstrmImporter")

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import click
 
 from triage import __version__, textview
-from triage.errors import TriageError
+from triage.errors import TriageError, UsageError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_GATE = 0, 1, 2, 3
 
@@ -34,6 +34,8 @@ class TriageGroup(click.Group):
 
 def _store_or_group_store(ctx: click.Context, _param, value):
     """`triage ls --store X` or `triage --store X ls`; else Store.open uses $TRIAGE_STORE."""
+    if value == "":
+        raise click.BadParameter("an empty path (an unset variable?); give the store directory")
     return value or (ctx.find_root().params.get("store") if ctx.parent else None)
 
 
@@ -45,6 +47,7 @@ store_option = click.option(
 @click.group(cls=TriageGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="triage")
 @click.option("--store", "store", type=click.Path(file_okay=False),
+              callback=_store_or_group_store,
               help="Store directory for any command (default: $TRIAGE_STORE, else the per-user "
               "data directory).")
 def cli(store):
@@ -103,9 +106,9 @@ def _archive_line(info: dict) -> str:
     """One archived run as `triage archive` lists it, from its _archive_json() record."""
     state = "new" if info["new"] else "already archived"
     version = info["tool_version"] or "version unknown"
+    kernels = f"{info['kernels']} kernel" + ("" if info["kernels"] == 1 else "s")
     line = (f"{textview.short_id(info['id'])}  {info['tool']} {version}  "
-            f"{info['gpu'] or 'GPU unknown'}  {info['kernels']} kernels  "
-            f"{', '.join(info['reports'])}  ({state})")
+            f"{info['gpu'] or 'GPU unknown'}  {kernels}  {', '.join(info['reports'])}  ({state})")
     return line + "".join(f"\n    note: {n}" for n in info["notices"])
 
 
@@ -171,6 +174,8 @@ def query(sql, runs, as_json, as_csv, store):
     from triage.archive.query import run_query
     from triage.archive.store import Store
 
+    if as_json and as_csv:
+        raise UsageError("--json and --csv ask for two formats; give one")
     result = run_query(Store.open(store), sql, list(runs) or None)
     rows = result.to_pylist()
     if as_json:
@@ -270,7 +275,7 @@ def demo(keep, as_json):
 @click.option("--kernel", help="Only kernels whose name matches this regex.")
 @click.option("--metric", help="Only metrics whose name matches this regex.")
 @click.option("--all", "show_all", is_flag=True, help="Show unchanged metrics too.")
-@click.option("--threshold", default=1.0, show_default=True, type=float,
+@click.option("--threshold", default=1.0, show_default=True, type=click.FloatRange(min=0),
               help="Relative change (%) below which a metric counts as unchanged.")
 @click.option("--strict", type=click.Choice(["invalid", "caution"]), is_flag=False,
               flag_value="invalid", default=None,
@@ -280,7 +285,8 @@ def demo(keep, as_json):
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "md"]), default=None,
               help="Output format (md: GitHub-flavoured Markdown for a PR comment).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file.")
-@click.option("--limit", default=20, show_default=True, help="Kernels shown in text output.")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=0),
+              help="Kernels shown in text output.")
 @store_option
 def diff(run_a, run_b, sections, kernel, metric, show_all, threshold, strict, as_json, fmt,
          output, limit, store):
@@ -293,19 +299,21 @@ def diff(run_a, run_b, sections, kernel, metric, show_all, threshold, strict, as
     from triage.compare.diff import diff_runs
     from triage.compare.ncu_diff import DiffOptions
 
+    if as_json and fmt not in (None, "json"):
+        raise UsageError(f"--json and --format {fmt} ask for two formats; give one")
+    fmt = "json" if as_json else (fmt or _format_from_suffix(output) or "text")
     opts = DiffOptions(sections=tuple(sections), kernel=kernel, metric=metric,
                        show_all=show_all, threshold_pct=threshold)
     result = diff_runs(Store.open(store), run_a, run_b, opts)
-    fmt = "json" if as_json else (fmt or _format_from_suffix(output) or "text")
     _emit(_render_diff(result, fmt, limit), output)
     _gate(result["verdict"], strict)
 
 
 def _format_from_suffix(output: str | None) -> str | None:
-    if not output:
-        return None
-    return {".json": "json", ".md": "md", ".html": "html"}.get(
-        "." + output.rsplit(".", 1)[-1].lower() if "." in output else "")
+    suffix = output.rsplit(".", 1)[-1].lower() if output and "." in output else ""
+    if suffix in ("html", "htm"):
+        raise UsageError(f"{output}: HTML reviews come from `triage report A B -o {output}`")
+    return {"json": "json", "md": "md"}.get(suffix)
 
 
 def _render_diff(result: dict, fmt: str, limit: int) -> str:
@@ -324,7 +332,9 @@ def _emit(text: str, output: str | None) -> None:
     if output:
         from pathlib import Path
 
-        Path(output).write_text(text + "\n", encoding="utf-8")
+        from triage.archive.atomic import write_user_file
+
+        write_user_file(Path(output), (text + "\n").encode("utf-8"))
         click.echo(f"wrote {output}", err=True)
     else:
         click.echo(text)
@@ -465,7 +475,7 @@ def _import_text(result: dict) -> str:
 @click.option("--metric", help="Only metrics whose name matches this regex (charts keep only "
               "what matches).")
 @click.option("--all", "show_all", is_flag=True, help="List unchanged metrics too.")
-@click.option("--threshold", default=1.0, show_default=True, type=float,
+@click.option("--threshold", default=1.0, show_default=True, type=click.FloatRange(min=0),
               help="Relative change (%) below which a metric counts as unchanged.")
 @click.option("--strict", type=click.Choice(["invalid", "caution"]), is_flag=False,
               flag_value="invalid", default=None,

@@ -34,8 +34,10 @@ def _drift_lines(diff: dict) -> list[str]:
     for item in items:
         values = "" if item["a"] is None and item["b"] is None and item["severity"] != "unknown" \
             else f"{_v(item['a'])} -> {_v(item['b'])}  "
+        why = "not recorded on one side: neither a difference nor the same" \
+            if item["severity"] == "unknown" else item["why"]
         lines.append(truncate(f"  {SEVERITY_LABEL.get(item['severity'], item['severity']):<11} "
-                              f"{item['field']:<26} {values}{item['why']}", WIDTH))
+                              f"{item['field']:<26} {values}{why}", WIDTH))
     return lines
 
 
@@ -57,8 +59,8 @@ def _kernel_head(kernel: dict, totals: bool) -> str:
     a, b = kernel.get("a") or {}, kernel.get("b") or {}
     name = kernel["name"] + (f" -> {kernel['name_b']}" if kernel.get("name_b") else "")
     if totals:
-        launches = f"{a.get('launches', '-')}->{b.get('launches', '-')}"
-        return (f"  {truncate(name, 50):<50} {fmt_ns(a.get('total_ns')):>10} -> "
+        launches = f"{a.get('launches', '-')} -> {b.get('launches', '-')}"
+        return (f"  {truncate(name, 48):<48} {fmt_ns(a.get('total_ns')):>10} -> "
                 f"{fmt_ns(b.get('total_ns')):>10} {fmt_pct(kernel.get('delta_total_pct')):>8}"
                 f" {truncate(launches, 14):>14}")
     return (f"  {truncate(name, 58):<58} {fmt_ns(a.get('duration_ns')):>10} -> "
@@ -139,7 +141,7 @@ def render_diff(diff: dict, limit: int = 20) -> str:
         lines.append(f"  ... {len(kernels) - limit} more (use --json or --kernel REGEX)")
     if diff.get("nsys"):
         lines += _nsys_lines(diff["nsys"])
-    return "\n".join(lines)
+    return "\n".join(truncate(line, WIDTH) for line in lines)
 
 
 def _time_changed(kernel: dict) -> float:

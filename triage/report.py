@@ -10,7 +10,6 @@ templates hide the unchanged ones unless asked to show them.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -405,15 +404,10 @@ def render(diffs: list[dict], fmt: str, show_unchanged: bool | None = None) -> s
 def write_report(path: str | Path, diffs: list[dict], fmt: str | None = None,
                  show_unchanged: bool | None = None) -> Path:
     """Render and write the report atomically (a reader never sees half a file)."""
-    from triage.archive.atomic import write_bytes
+    from triage.archive.atomic import write_user_file
 
-    target = Path(path)
-    write_bytes(target, render(diffs, report_format(str(target), fmt),
-                               show_unchanged).encode("utf-8"))
-    umask = os.umask(0)  # the temp file was private; a report is for sharing, as umask allows
-    os.umask(umask)
-    target.chmod(0o666 & ~umask)
-    return target
+    text = render(diffs, report_format(str(path), fmt), show_unchanged)
+    return write_user_file(Path(path), text.encode("utf-8"))
 
 
 def diff_series(store, refs: list[str], opts) -> list[dict]:

@@ -30,6 +30,8 @@ def fmt_ns(value) -> str:
 def fmt_pct(value, signed: bool = True) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
+    if abs(value) >= 10000:  # keeps columns aligned: a 300x change reads as ">+9999%"
+        return (">+" if value > 0 else "<-") + "9999%" if signed else ">9999%"
     return f"{value:+.1f}%" if signed else f"{value:.1f}%"
 
 
@@ -75,13 +77,26 @@ def table(rows: list[list], headers: list[str], max_widths: dict[int, int] | Non
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells])
 
 
+def finite(data):
+    """The same data with NaN and infinities as null: JSON has no such numbers."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [finite(v) for v in data]
+    return data
+
+
 def to_json(data) -> str:
     """Indented JSON for people; long lists (ls of 10,000 runs) compact, one item per line,
-    because the indenting encoder is pure Python and ten times slower."""
+    because the indenting encoder is pure Python and ten times slower. Always valid JSON."""
+    data = finite(data)
     if isinstance(data, list) and len(data) > 100:
-        items = (json.dumps(item, default=str, ensure_ascii=False) for item in data)
+        items = (json.dumps(item, default=str, ensure_ascii=False, allow_nan=False)
+                 for item in data)
         return "[\n" + ",\n".join(items) + "\n]"
-    return json.dumps(data, indent=2, sort_keys=False, default=str, ensure_ascii=False)
+    return json.dumps(data, indent=2, default=str, ensure_ascii=False, allow_nan=False)
 
 
 def to_csv(columns: list[str], rows: list[tuple]) -> str:

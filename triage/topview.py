@@ -36,8 +36,9 @@ def _ranking_lines(ranking: dict) -> list[str]:
     if rest["kernels"]:
         lines.append(f"  the other {rest['kernels']} kernels add up to {_pct(rest['share'])} "
                      f"({fmt_ns(rest['total_ns'])})")
-    lines.append(f"  {ranking['kernels_for_tail_pct']} of {ranking['kernels']} kernels make up "
-                 f"{ranking['tail_pct']}% of GPU time")
+    if ranking["kernels"] > 1:
+        lines.append(f"  {ranking['kernels_for_tail_pct']} of {ranking['kernels']} kernels make "
+                     f"up {ranking['tail_pct']}% of GPU time")
     return lines
 
 
