@@ -264,23 +264,34 @@ def demo(keep, as_json):
             shutil.rmtree(root, ignore_errors=True)
 
 
+def diff_options(command):
+    """The comparison options `diff` and `report` share (both compute `diff_runs`)."""
+    options = [
+        click.option("--section", "sections", multiple=True,
+                     help="Only this section (id or name); repeatable."),
+        click.option("--kernel", help="Only kernels whose name matches this regex."),
+        click.option("--metric", help="Only metrics whose name matches this regex."),
+        click.option("--all", "show_all", is_flag=True, help="Show unchanged metrics too."),
+        click.option("--threshold", default=1.0, show_default=True,
+                     type=click.FloatRange(min=0),
+                     help="Relative change (%) below which a metric counts as unchanged."),
+        click.option("--strict", type=click.Choice(["invalid", "caution"]), is_flag=False,
+                     flag_value="invalid", default=None,
+                     help="Exit 3 when the verdict is invalid (--strict) or caution or worse "
+                     "(--strict=caution); output is written either way."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 # -- diff --------------------------------------------------------------------------------------
 
 
 @cli.command()
 @click.argument("run_a")
 @click.argument("run_b")
-@click.option("--section", "sections", multiple=True, help="Only this section (id or name); "
-              "repeatable.")
-@click.option("--kernel", help="Only kernels whose name matches this regex.")
-@click.option("--metric", help="Only metrics whose name matches this regex.")
-@click.option("--all", "show_all", is_flag=True, help="Show unchanged metrics too.")
-@click.option("--threshold", default=1.0, show_default=True, type=click.FloatRange(min=0),
-              help="Relative change (%) below which a metric counts as unchanged.")
-@click.option("--strict", type=click.Choice(["invalid", "caution"]), is_flag=False,
-              flag_value="invalid", default=None,
-              help="Exit 3 when the verdict is invalid (--strict) or caution or worse "
-              "(--strict=caution).")
+@diff_options
 @click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "md"]), default=None,
               help="Output format (md: GitHub-flavoured Markdown for a PR comment).")
@@ -469,18 +480,7 @@ def _import_text(result: dict) -> str:
 @click.option("--format", "fmt", type=click.Choice(["html", "md"]), default=None,
               help="html: self-contained page with charts; md: GitHub Markdown for a PR comment "
               "(default: from the --output suffix, else html).")
-@click.option("--section", "sections", multiple=True, help="Only this section (id or name); "
-              "repeatable.")
-@click.option("--kernel", help="Only kernels whose name matches this regex.")
-@click.option("--metric", help="Only metrics whose name matches this regex (charts keep only "
-              "what matches).")
-@click.option("--all", "show_all", is_flag=True, help="List unchanged metrics too.")
-@click.option("--threshold", default=1.0, show_default=True, type=click.FloatRange(min=0),
-              help="Relative change (%) below which a metric counts as unchanged.")
-@click.option("--strict", type=click.Choice(["invalid", "caution"]), is_flag=False,
-              flag_value="invalid", default=None,
-              help="Exit 3 when a verdict is invalid (--strict) or caution or worse "
-              "(--strict=caution); the report is written either way.")
+@diff_options
 @store_option
 def report(runs, output, fmt, sections, kernel, metric, show_all, threshold, strict, store):
     """Review report of RUN B against RUN A: verdict and drift, kernels by time changed, charts,
