@@ -79,8 +79,8 @@ def _write_segment(store: Store, table: pa.Table) -> Path:
     """Write one immutable segment named by the hash of its rows."""
     store.index.mkdir(parents=True, exist_ok=True)
     with atomic.temp_file_in(store.index, ".parquet") as (stream, temp):
+        pq.write_table(table, stream, **PARQUET_OPTIONS)
         stream.close()
-        pq.write_table(table, temp, **PARQUET_OPTIONS)
         sha, _size = atomic.hash_file(temp)
         target = store.index / f"{SEGMENT_PREFIX}{sha}.parquet"
         atomic.publish(temp, target, readonly=False)

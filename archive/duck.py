@@ -13,11 +13,13 @@ from functools import lru_cache
 OFFLINE = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
 
-def connect(threads: int | None = None):
-    """An in-memory DuckDB connection with extension autoloading disabled."""
+def connect(threads: int | None = None, temp_directory: str | None = None):
+    """An in-memory DuckDB connection with extension autoloading disabled; large sorts spill
+    to `temp_directory` (DuckDB's default is `.tmp` in the working directory)."""
     import duckdb
 
-    config = dict(OFFLINE, **({"threads": threads} if threads else {}))
+    config = dict(OFFLINE, **({"threads": threads} if threads else {}),
+                  **({"temp_directory": temp_directory} if temp_directory else {}))
     return duckdb.connect(":memory:", config=config)
 
 
@@ -38,3 +40,11 @@ def fetch_arrow(con, sql: str):
     relation = con.sql(sql)
     fetch = getattr(relation, "to_arrow_table", None) or relation.arrow
     return fetch()
+
+
+def arrow_reader(con, sql: str, params: list, batch_rows: int):
+    """A query's result as a stream of Arrow record batches (named differently across DuckDB
+    releases), never the whole result at once."""
+    relation = con.sql(sql, params=params)
+    read = getattr(relation, "to_arrow_reader", None) or relation.fetch_arrow_reader
+    return read(batch_rows)

@@ -11,14 +11,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from triage import __version__
 from triage.archive import catalog
-from triage.archive.atomic import hash_file
 from triage.archive.manifest import MANIFEST_KIND, MANIFEST_VERSION
-from triage.archive.store import Store, canonical_json, check_label
+from triage.archive.store import Staged, Store, canonical_json, check_label
 from triage.archive.summaries import SUMMARIES, compute_summaries
 from triage.archive.tables import TableSet, tables_for_tool, tables_version
 from triage.capture import redact
@@ -121,7 +122,7 @@ def archive_run(store: Store, request: RunRequest,
         tools = {p.tool for p in prepared}
         if len(tools) > 1:
             raise UsageError("one run holds reports of one tool; archive ncu and nsys separately")
-        digests = [hash_file(p.path)[0] for p in prepared]
+        digests = [p.sha256 for p in prepared]
         key = dedup_key(prepared[0].tool, digests, request) if request.capture is None else None
         existing = store.lookup_key(key) if key else None
         if existing:
@@ -148,20 +149,37 @@ def _finish(store: Store, run_id: str, manifest: dict, request: RunRequest,
 
 def _build(store: Store, request: RunRequest, prepared: list[PreparedReport],
            digests: list[str]) -> dict:
-    """Extract every report into one table set, store the blobs, assemble the manifest."""
+    """Extract every report into one table set, store the blobs, assemble the manifest.
+
+    The raw reports are copied into the store on a worker thread while they are read (copying
+    and hashing release the GIL), and become visible only once every table is written.
+    """
     tables = TableSet(store)
-    try:
-        tool = prepared[0].tool
-        for name in tables_for_tool(tool):
-            tables.writer(name)
-        provenances = [p.write_tables(tables, index) for index, p in enumerate(prepared)]
-        compute_summaries(tables, [n for n in tables_for_tool(tool) if n in SUMMARIES])
-        table_refs = _finish_tables(tables, request)
-    finally:
-        tables.discard()
-    reports = [_store_blob(store, p, d, i, prov)
-               for p, d, i, prov in zip(prepared, digests, request.inputs, provenances)]
+    with ThreadPoolExecutor(max_workers=1) as copier:
+        copies = [copier.submit(store.stage_file, p.path) for p in prepared]
+        try:
+            tool = prepared[0].tool
+            for name in tables_for_tool(tool):
+                tables.writer(name)
+            provenances = [p.write_tables(tables, index) for index, p in enumerate(prepared)]
+            compute_summaries(tables, [n for n in tables_for_tool(tool) if n in SUMMARIES])
+            table_refs = _finish_tables(tables, request)
+            staged = [copy.result() for copy in copies]
+            reports = [_store_blob(store, p, s, d, i, prov) for p, s, d, i, prov
+                       in zip(prepared, staged, digests, request.inputs, provenances)]
+        except BaseException:
+            _discard_copies(store, copies)
+            raise
+        finally:
+            tables.discard()
     return _manifest(request, provenances, reports, table_refs)
+
+
+def _discard_copies(store: Store, copies: list[Future]) -> None:
+    """Remove the temp copies of a run that failed (waiting for those still being made)."""
+    for copy in copies:
+        if not copy.cancel() and copy.exception() is None:
+            store.discard(copy.result())
 
 
 def _finish_tables(tables: TableSet, request: RunRequest) -> dict:
@@ -181,12 +199,12 @@ def record_attempt(store: Store, request: RunRequest, provenance: dict) -> Archi
     return _finish(store, store.write_manifest(manifest), manifest, request, new=True)
 
 
-def _store_blob(store: Store, prepared: PreparedReport, digest: str, given: ReportInput,
-                provenance: dict) -> dict:
-    sha, size = store.put_file(prepared.path)
-    if sha != digest:
+def _store_blob(store: Store, prepared: PreparedReport, staged: Staged, digest: str,
+                given: ReportInput, provenance: dict) -> dict:
+    if staged.sha256 != digest:
         raise TriageError(f"{prepared.path}: the file changed while it was being archived; "
                           "archive it again once it is complete")
+    sha, size = store.publish(staged)
     return {
         "name": prepared.path.name, "sha256": sha, "bytes": size, "format": prepared.format,
         "tool_version": provenance.get("tool_version"), "created": provenance.get("created"),
@@ -238,6 +256,7 @@ def _redacted_application(application: dict | None, extra) -> dict | None:
     return {**application, "argv": redact.redact_argv(application["argv"], extra)}
 
 
+@lru_cache(maxsize=None)
 def _library_versions(tool: str) -> dict:
     from importlib.metadata import PackageNotFoundError, version
 

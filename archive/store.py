@@ -22,6 +22,8 @@ import hashlib
 import json
 import os
 import re
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from triage.archive import atomic
@@ -66,6 +68,15 @@ def _os_error(exc: OSError, path: Path, doing: str) -> StoreError:
     if exc.errno == errno.ENOSPC:
         return StoreError(f"cannot {doing} store {path}: disk full; free space or move the store")
     return StoreError(f"cannot {doing} store {path}: {exc.strerror or exc}")
+
+
+@dataclass(frozen=True)
+class Staged:
+    """An object copied into a temp file under objects/, durable but not yet visible."""
+
+    temp: Path
+    sha256: str
+    bytes: int
 
 
 class Store:
@@ -136,14 +147,7 @@ class Store:
 
     def put_stream(self, stream) -> tuple[str, int]:
         """Store the bytes of a readable stream; return (sha256, size). Idempotent."""
-        try:
-            with atomic.temp_file_in(self.objects) as (sink, temp):
-                sha, size = atomic.copy_hashing(stream, sink)
-                sink.close()
-                self._publish_object(temp, sha)
-        except OSError as exc:
-            raise _os_error(exc, self.root, "write") from None
-        return sha, size
+        return self.publish(self.stage_stream(stream))
 
     def put_file(self, path: Path) -> tuple[str, int]:
         """Store a file's bytes (streamed, never read whole)."""
@@ -155,14 +159,48 @@ class Store:
 
         return self.put_stream(io.BytesIO(data))
 
+    def stage_stream(self, stream) -> Staged:
+        """Copy a stream into a durable temp file under objects/, hashing it on the way.
+
+        Split from `publish` so that a large report can be copied on a worker thread while it
+        is being read, and dropped (`discard`) if reading it fails: nothing becomes visible.
+        """
+        try:
+            atomic.ensure_dir(self.objects)
+            fd, name = tempfile.mkstemp(prefix=atomic.TMP_PREFIX, dir=self.objects)
+            temp = Path(name)
+            try:
+                with os.fdopen(fd, "wb") as sink:
+                    sha, size = atomic.copy_hashing(stream, sink)
+                    sink.flush()
+                    os.fsync(sink.fileno())
+            except BaseException:
+                temp.unlink(missing_ok=True)
+                raise
+        except OSError as exc:
+            raise _os_error(exc, self.root, "write") from None
+        return Staged(temp, sha, size)
+
+    def stage_file(self, path: Path) -> Staged:
+        with open(path, "rb") as stream:
+            return self.stage_stream(stream)
+
+    def publish(self, staged: Staged) -> tuple[str, int]:
+        """Make a staged object visible under its hash."""
+        try:
+            self._publish_object(staged.temp, staged.sha256)
+        except OSError as exc:
+            raise _os_error(exc, self.root, "write") from None
+        return staged.sha256, staged.bytes
+
+    @staticmethod
+    def discard(staged: Staged) -> None:
+        staged.temp.unlink(missing_ok=True)
+
     def adopt_temp(self, temp: Path) -> tuple[str, int]:
         """Move a finished temp file (created under objects/) into the store by its hash."""
         sha, size = atomic.hash_file(temp)
-        try:
-            self._publish_object(temp, sha)
-        except OSError as exc:
-            raise _os_error(exc, self.root, "write") from None
-        return sha, size
+        return self.publish(Staged(temp, sha, size))
 
     def _publish_object(self, temp: Path, sha: str) -> None:
         # Renamed into place even when a copy exists: the fresh file tells a concurrent

@@ -65,7 +65,13 @@ def arrow_schema(name: str) -> pa.Schema:
 
 
 class TableWriter:
-    """Streams rows of one table into a Parquet file."""
+    """Streams rows of one table into a Parquet file.
+
+    Rows arrive as Python tuples (`append`, `extend`) or Arrow tables (`write_arrow`) in
+    batches of any size; row groups are always BATCH_ROWS rows, so the file's bytes depend on
+    the rows alone, not on how a reader happened to batch them (the same capture archived from
+    its .nsys-rep or from its .sqlite export gives the same table objects).
+    """
 
     def __init__(self, name: str, path: Path):
         self.name = name
@@ -74,7 +80,12 @@ class TableWriter:
         self.rows: list[tuple] = []
         self.count = 0
         self.closed = False
-        self._writer = pq.ParquetWriter(str(path), self.schema, **PARQUET_OPTIONS)
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+        # An open sink, not a path string: pyarrow resolves a path's filesystem on every
+        # writer, which costs more than writing a small table.
+        self._sink = pa.OSFile(str(path), "wb")
+        self._writer = pq.ParquetWriter(self._sink, self.schema, **PARQUET_OPTIONS)
 
     def append(self, row: tuple) -> None:
         self.rows.append(row)
@@ -89,25 +100,41 @@ class TableWriter:
     def write_arrow(self, table: pa.Table) -> None:
         """Append an Arrow table (e.g. a DuckDB result) whose columns match the schema."""
         self.flush()
-        table = table.select(self.schema.names).cast(self.schema)
-        self._writer.write_table(table, row_group_size=BATCH_ROWS)
-        self.count += table.num_rows
+        self._queue(table.select(self.schema.names).cast(self.schema))
 
     def flush(self) -> None:
-        if not self.rows:
+        """Convert the Python rows collected so far (in one C++ pass, as a struct array)."""
+        if self.rows:
+            rows = pa.array(self.rows, type=pa.struct(list(self.schema)))
+            self.rows = []
+            self._queue(pa.Table.from_struct_array(rows))
+
+    def _queue(self, table: pa.Table) -> None:
+        self._pending.append(table)
+        self._pending_rows += table.num_rows
+        if self._pending_rows >= BATCH_ROWS:
+            self._write(final=False)
+
+    def _write(self, final: bool) -> None:
+        """Write the whole row groups queued (and, when final, the rest)."""
+        if not self._pending:
             return
-        columns = list(zip(*self.rows))
-        arrays = [pa.array(col, type=field.type) for col, field in zip(columns, self.schema)]
-        self._writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema),
-                                 row_group_size=BATCH_ROWS)
-        self.count += len(self.rows)
-        self.rows = []
+        table = pa.concat_tables(self._pending)
+        size = table.num_rows if final else table.num_rows - table.num_rows % BATCH_ROWS
+        for offset in range(0, size, BATCH_ROWS):
+            group = table.slice(offset, min(BATCH_ROWS, size - offset)).combine_chunks()
+            self._writer.write_table(group, row_group_size=BATCH_ROWS)
+        rest = table.slice(size)
+        self._pending, self._pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
+        self.count += size
 
     def close(self) -> int:
         """Write the footer; idempotent, so a table can be closed early to be read back."""
         if not self.closed:
             self.flush()
+            self._write(final=True)
             self._writer.close()
+            self._sink.close()
             self.closed = True
         return self.count
 
@@ -136,12 +163,11 @@ class TableSet:
 
     def finish(self) -> dict[str, dict]:
         """Close every table and move it into the store; return {name: {sha256, rows, bytes}}."""
-        out = {}
-        for name, writer in sorted(self.writers.items()):
-            rows = writer.close()
-            sha, size = self.store.adopt_temp(writer.path)
-            out[name] = {"sha256": sha, "rows": rows, "bytes": size}
-        return out
+        names = sorted(self.writers)
+        rows = [self.writers[name].close() for name in names]
+        adopted = [self.store.adopt_temp(self.writers[n].path) for n in names]
+        return {name: {"sha256": sha, "rows": count, "bytes": size}
+                for name, count, (sha, size) in zip(names, rows, adopted, strict=True)}
 
     def discard(self) -> None:
         """Remove whatever temp files are left (on error or after finish)."""

@@ -4,7 +4,8 @@ Captures tests/programs/nvtx_steps.c once with about 1,000,000 NVTX ranges (3 pe
 then times, side by side in one run, each from scratch (fresh output, fresh stores):
 
   1. `nsys export --type sqlite` of the .nsys-rep alone,
-  2. `triage archive` of the .nsys-rep (which runs that export itself),
+  2. `triage archive` of the .nsys-rep (which runs nsys's Arrow export itself, SQLite if that
+     fails),
   3. `triage archive` of the .sqlite export,
 
 and prints the ratios against the targets: (2) <= 1.3 x (1), and (3) >= 1M rows/s, where rows

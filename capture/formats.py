@@ -25,6 +25,7 @@ class PreparedReport(Protocol):
     path: Path
     tool: str
     format: str
+    sha256: str  # of the report file, taken while preparing it (its key in the store)
 
     def write_tables(self, tables, report_index: int) -> dict:
         """Append this report's rows; return its provenance (manifest parts)."""

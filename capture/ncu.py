@@ -310,17 +310,24 @@ def computed_by_ncu_report(name: str) -> bool:
     return name.startswith(("breakdown:", "derived__")) or "__" not in name
 
 
-def _metric_rows(report_index, kernel_index, action, readers, computed: dict):
-    """Rows of the metrics table; `computed` caches computed_by_ncu_report per name."""
+def _metric_rows(report_index, kernel_index, action, readers, units: dict):
+    """Rows of the metrics table.
+
+    `units` caches each metric's stored unit by name, for the whole report: a hardware metric's
+    unit comes from its counter definition (measured on the corpus: no metric name of the 36
+    reports has two units), and asking `ncu_report` for it on every result would cost a third
+    of the extraction. The value kind is asked every time: computed metrics change kind
+    between results.
+    """
     metric_by_name = action.metric_by_name
     for name in action.metric_names():
         metric = metric_by_name(name)
         read = readers.get(metric.kind())
         value = read(metric) if read else None
-        skip_unit = computed.get(name)
-        if skip_unit is None:
-            skip_unit = computed[name] = computed_by_ncu_report(name)
-        unit = None if skip_unit else (metric.unit() or None)
+        if name in units:
+            unit = units[name]
+        else:
+            unit = units[name] = None if computed_by_ncu_report(name) else (metric.unit() or None)
         if isinstance(value, str):
             yield (report_index, kernel_index, name, unit, None, value)
         else:
@@ -369,14 +376,14 @@ def write_tables(report: NcuReport, tables, report_index: int = 0) -> tuple[list
     seen_sections: dict[str, int] = {}
     sm_clocks = []
     locked = report.info.result_clock_locked
-    readers, computed = _value_readers(), {}
+    readers, units = _value_readers(), {}
     for kernel_index, (range_index, action) in enumerate(report.iter_actions()):
         row = _kernel_row(report_index, kernel_index, range_index, action,
                           locked[kernel_index] if kernel_index < len(locked) else None)
         kernels.append(row)
         if isinstance(row[-1], (int, float)):
             sm_clocks.append(float(row[-1]))
-        metrics.extend(_metric_rows(report_index, kernel_index, action, readers, computed))
+        metrics.extend(_metric_rows(report_index, kernel_index, action, readers, units))
         for section_row in _section_rows(report_index, kernel_index, action):
             seen_sections.setdefault(section_row[2], section_row[4])
             section_table.append(section_row)
@@ -392,6 +399,7 @@ class PreparedNcu:
 
     def __init__(self, path, fmt: str, report: NcuReport):
         self.path, self.format, self.report = path, fmt, report
+        self.sha256 = report.info.sha256
 
     @classmethod
     def open(cls, path, fmt: str) -> "PreparedNcu":

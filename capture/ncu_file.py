@@ -16,6 +16,7 @@ reports) or be spread over many small blocks (newer command-line reports): they 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 from dataclasses import dataclass, field
@@ -98,6 +99,20 @@ class NcuFileInfo:
     clock: ClockStatus = field(default_factory=ClockStatus)
     # Per result, in file order: ExecutedLocked, or None where the result records no ClockStatus.
     result_clock_locked: list[bool | None] = field(default_factory=list)
+    sha256: str | None = None  # of the bytes validated: the report's key in the store
+
+
+class _HashingReader:
+    """A stream that hashes what is read through it: validation reads every byte of the
+    report anyway, so its store key comes with that read instead of a second one."""
+
+    def __init__(self, stream: BinaryIO):
+        self.stream, self.digest = stream, hashlib.sha256()
+
+    def read(self, size: int) -> bytes:
+        data = self.stream.read(size)
+        self.digest.update(data)
+        return data
 
 
 def _read_exact(stream: BinaryIO, size: int, path: str, what: str) -> bytes:
@@ -186,10 +201,13 @@ def read_ncu_file(path: str | os.PathLike) -> NcuFileInfo:
     """
     path = os.fspath(path)
     try:
-        with open(path, "rb") as stream:
-            return _read_stream(stream, path)
+        with open(path, "rb") as raw:
+            stream = _HashingReader(raw)
+            info = _read_stream(stream, path)
     except WireError as exc:
         raise UnsupportedReport(f"{path}: corrupt Nsight Compute report ({exc})") from None
+    info.sha256 = stream.digest.hexdigest()
+    return info
 
 
 def _read_stream(stream: BinaryIO, path: str) -> NcuFileInfo:

@@ -1,9 +1,9 @@
 """Reading Nsight Systems reports (.nsys-rep, legacy .qdrep, and their .sqlite exports).
 
-A .nsys-rep can only be read by exporting it with nsys (`nsys_file.export_sqlite`); a .sqlite
-export is read as it is, with the standard `sqlite3` module. `nsys_tables` streams the export's
-tables into the run; this module reads how the report was captured (versions, GPUs, host,
-environment, settings) and ties the two together in `PreparedNsys`.
+A .nsys-rep can only be read by exporting it with nsys (`nsys_file.export_report`: Arrow, else
+SQLite); a user's .sqlite export is read as it is (`nsys_export` opens either). `nsys_tables`
+streams the export's tables into the run; this module reads how the report was captured
+(versions, GPUs, host, environment, settings) and ties the two together in `PreparedNsys`.
 """
 
 from __future__ import annotations
@@ -11,14 +11,17 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from triage.capture.nsys_file import (NsysFileInfo, export_sqlite, read_nsys_file,
+from triage.archive.atomic import hash_file
+from triage.capture.nsys_export import Export, as_text, open_export
+from triage.capture.nsys_file import (NsysFileInfo, export_report, read_nsys_file,
                                       version_number)
-from triage.capture.nsys_tables import (Export, as_text, open_export, write_nvtx_ranges,
-                                        write_sources)
+from triage.capture.nsys_tables import write_nvtx_ranges, write_sources
 from triage.capture.profiler_args import ParsedCommand, parse_command
 from triage.capture.settings import joined_option, resolve
+from triage.errors import UnsupportedReport
 from triage.timeutil import from_epoch
 
 PLATFORMS = {"L4X": "linux", "L4T": "linux", "LINUX": "linux", "WINDOWS": "windows",
@@ -73,9 +76,8 @@ def gpus(export: Export) -> list[dict]:
     """TARGET_INFO_GPU rows, same keys as the ncu reader plus uuid and bus, by device id."""
     if "TARGET_INFO_GPU" not in export.tables:
         return []
-    cursor = export.con.execute("SELECT * FROM TARGET_INFO_GPU")
-    names = [d[0] for d in cursor.description]
-    rows = [dict(zip(names, row)) for row in cursor]
+    names, values = export.rows("SELECT * FROM TARGET_INFO_GPU")
+    rows = [dict(zip(names, row)) for row in values]
     return [_gpu(r) for r in sorted(rows, key=lambda r: (r.get("id") is None, r.get("id") or 0))]
 
 
@@ -199,8 +201,8 @@ def _export_meta(export: Export) -> dict:
 def _created(export: Export) -> str | None:
     if "utcEpochNs" not in export.columns("TARGET_INFO_SESSION_START_TIME"):
         return None
-    row = export.con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
-    return from_epoch(row[0] / 1e9) if row and isinstance(row[0], int) else None
+    rows = export.rows("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[1]
+    return from_epoch(rows[0][0] / 1e9) if rows and isinstance(rows[0][0], int) else None
 
 
 def _notices(counts: dict, system: dict, tool_version: str | None) -> list[str]:
@@ -225,7 +227,7 @@ def _recorded(rows: list[tuple[str, str]]) -> dict[str, str]:
 
 
 def provenance(export: Export, info: NsysFileInfo | None, by: str, exporter: str | None,
-               counts: dict) -> dict:
+               counts: dict, export_format: str = "sqlite") -> dict:
     """The manifest parts an nsys report supplies, with the same keys as the ncu reader's."""
     capture_rows = export.pairs("META_DATA_CAPTURE")
     report = _recorded(capture_rows)
@@ -257,7 +259,8 @@ def provenance(export: Export, info: NsysFileInfo | None, by: str, exporter: str
         "evidence": {},
         "versions": {"nsys capture": info.version if info else None,
                      "nsys export": exported_by, "export schema": schema},
-        "export": {"nsys_version": exported_by, "schema_version": schema, "by": by},
+        "export": {"nsys_version": exported_by, "schema_version": schema, "by": by,
+                   "format": export_format},
         "notices": _notices(counts, system, tool_version),
     }
 
@@ -275,6 +278,8 @@ class PreparedNsys:
         self.path, self.format, self.info = path, fmt, info
         self.exporter, self.tempdir = exporter, tempdir
         self.export: Export | None = None
+        self.export_format = "sqlite"
+        self.sha256 = ""
 
     @classmethod
     def open(cls, path: Path, fmt: str, nsys: str | None = None) -> "PreparedNsys":
@@ -289,23 +294,44 @@ class PreparedNsys:
         return prepared
 
     def _load(self, nsys: str | None) -> None:
-        sqlite_path = self.path
-        if self.info is not None:
-            self.tempdir = tempfile.mkdtemp(prefix="triage-nsys-")
-            exported = export_sqlite(self.path, self.info, nsys, self.tempdir)
-            self.exporter, sqlite_path = exported.nsys_version, exported.sqlite
-        self.export = Export(self.path, open_export(sqlite_path))
-        self.export.check_is_nsys()
+        """Export (a .nsys-rep) and open the SQLite file; the report is hashed meanwhile."""
+        with ThreadPoolExecutor(max_workers=1) as hasher:
+            digest = hasher.submit(hash_file, self.path)
+            if self.info is None:
+                self.export = open_export(self.path)
+            else:
+                self.tempdir = tempfile.mkdtemp(prefix="triage-nsys-")
+                self.export = self._exported(nsys)
+            self.export.check_is_nsys()
+            self.sha256 = digest.result()[0]
+
+    def _exported(self, nsys: str | None) -> Export:
+        """nsys's Arrow export; its SQLite export when the Arrow one cannot be read as one."""
+        exported = export_report(self.path, self.info, nsys, self.tempdir)
+        self.exporter, self.export_format = exported.nsys_version, exported.format
+        export = None
+        try:
+            export = open_export(self.path, exported.file, exported.format)
+            export.check_is_nsys()
+            return export
+        except UnsupportedReport:
+            if export is not None:
+                export.close()
+            if exported.format == "sqlite":
+                raise
+        exported = export_report(self.path, self.info, nsys, self.tempdir, ("sqlite",))
+        self.export_format = exported.format
+        return open_export(self.path, exported.file, exported.format)
 
     def write_tables(self, tables, report_index: int) -> dict:
         counts = write_sources(self.export, tables, report_index)
         counts["nvtx_ranges"] = write_nvtx_ranges(self.export, tables, report_index)
         by = "user" if self.format == "sqlite" else "triage"
-        return provenance(self.export, self.info, by, self.exporter, counts)
+        return provenance(self.export, self.info, by, self.exporter, counts, self.export_format)
 
     def close(self) -> None:
         if self.export is not None:
-            self.export.con.close()
+            self.export.close()
             self.export = None
         if self.tempdir:
             shutil.rmtree(self.tempdir, ignore_errors=True)

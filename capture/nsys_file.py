@@ -137,11 +137,18 @@ def _fill_ui_data(path, info: NsysFileInfo, raw: bytes) -> None:
 TOO_OLD_MARKERS = ("Version number is invalid", "ProtobufParseException")
 
 
+# Export formats tried in order. Arrow first: the same tables and columns as SQLite (NVIDIA
+# calls both "core" export formats), written faster by nsys and read by triage without a
+# Python object per value (benchmarks/bench_nsys_archive.py). SQLite when Arrow fails.
+EXPORT_FORMATS = ("arrow", "sqlite")
+
+
 @dataclass
 class Exported:
-    """A report exported to SQLite by a local nsys."""
+    """A report exported by a local nsys: the file and its format ("arrow" or "sqlite")."""
 
-    sqlite: str
+    file: str
+    format: str
     nsys: str
     nsys_version: str | None
 
@@ -213,28 +220,39 @@ def _failure_reason(output: str) -> str:
 EXPORT_TIMEOUT_S = 3600
 
 
-def export_sqlite(path, info: NsysFileInfo, nsys: str | None, directory: str) -> Exported:
-    """Run `nsys export --type sqlite` into `directory`; clear errors when nsys cannot."""
-    import subprocess
-
+def export_report(path, info: NsysFileInfo, nsys: str | None, directory: str,
+                  formats: tuple[str, ...] = EXPORT_FORMATS) -> Exported:
+    """Run `nsys export` into `directory` (the first of `formats` that works); clear errors
+    when nsys cannot."""
     exe = find_nsys(path, info, nsys)
     local = local_version(exe)
     if local and version_tuple(info.version)[:2] > version_tuple(local)[:2]:
         raise too_old(path, info, exe, local)  # decided before running it: nsys would fail
-    out = os.path.join(directory, "export.sqlite")
+    reason = ""
+    for fmt in formats:
+        out = os.path.join(directory, f"export.{fmt}")
+        reason = _run_export(path, exe, fmt, out)
+        if not reason:
+            return Exported(out, fmt, exe, local)
+        if any(marker in reason for marker in TOO_OLD_MARKERS):
+            raise too_old(path, info, exe, local, reason.split(":")[0])
+    raise UnsupportedReport(f"{path}: `{exe} export --type sqlite` failed ({reason}); "
+                            f"try a newer nsys (--nsys PATH), {_fallback_hint(path)}")
+
+
+def _run_export(path, exe: str, fmt: str, out: str) -> str:
+    """Run one `nsys export`; return why it failed, or "" when `out` was written."""
+    import subprocess
+
     timeout = float(os.environ.get("TRIAGE_NSYS_TIMEOUT", EXPORT_TIMEOUT_S))
     try:
-        done = subprocess.run([exe, "export", "--type", "sqlite", "--output", out,
-                               os.fspath(path)], capture_output=True, text=True,
-                              errors="replace", stdin=subprocess.DEVNULL, timeout=timeout)
+        done = subprocess.run([exe, "export", "--type", fmt, "--output", out, os.fspath(path)],
+                              capture_output=True, text=True, errors="replace",
+                              stdin=subprocess.DEVNULL, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise UnsupportedReport(f"{path}: `{exe} export --type sqlite` did not finish in "
+        raise UnsupportedReport(f"{path}: `{exe} export --type {fmt}` did not finish in "
                                 f"{timeout:.0f} s; raise $TRIAGE_NSYS_TIMEOUT or "
                                 f"{_fallback_hint(path)}") from None
     if done.returncode != 0 or not os.path.isfile(out):
-        reason = _failure_reason(done.stdout + "\n" + done.stderr)
-        if any(marker in reason for marker in TOO_OLD_MARKERS):
-            raise too_old(path, info, exe, local, reason.split(":")[0])
-        raise UnsupportedReport(f"{path}: `{exe} export --type sqlite` failed ({reason}); "
-                                f"try a newer nsys (--nsys PATH), {_fallback_hint(path)}")
-    return Exported(out, exe, local)
+        return _failure_reason(done.stdout + "\n" + done.stderr)
+    return ""

@@ -1,21 +1,19 @@
-"""Nsight Systems SQLite exports: opening one, and streaming its launch-level tables to Arrow.
+"""Nsight Systems exports: streaming their launch-level tables into triage's tables.
 
 Export schemas differ across nsys 2019.5 ... 2026.1 (tables absent when empty, columns added and
-renamed), so every query is built from the columns the file actually has. Launch-level tables are
-streamed in batches from SQLite cursors straight into Arrow, so no table is ever held in Python
-whole. How the report was captured (versions, GPUs, settings) is read by `nsys`.
+renamed), so every query is built from the columns the export actually has (`nsys_export`).
+Launch-level tables are streamed in Arrow batches, so no table is ever held whole; rows are
+ordered by time with the export's row order breaking ties, so the same export gives the same
+bytes (nsys 2025.6 and later no longer export rows in time order). How the report was captured
+(versions, GPUs, settings) is read by `nsys`.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import sqlite3
-from urllib.request import pathname2url
 
-from triage.errors import UnsupportedReport
+from triage.capture.nsys_export import Export, as_text
 
-BATCH = 65536
 INT64_MAX = (1 << 63) - 1
 # CUPTI_ACTIVITY_KIND_MEMCPY.copyKind when the export has no ENUM_CUDA_MEMCPY_OPER table:
 # CUpti_ActivityMemcpyKind 0-10 from the CUPTI docs; 11-13 are nsys's unified-memory kinds
@@ -28,124 +26,11 @@ MEMCPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "At
 NVTX_EVENT_TYPES = {"NvtxPushPopRange": 59, "NvtxStartEndRange": 60, "NvtxDomainCreate": 75}
 
 
-def as_text(value) -> str | None:
-    """SQLite text as str; exports can hold bytes that are not UTF-8."""
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return str(value)
-
-
-# -- opening an export -------------------------------------------------------------------------
-
-
-def open_export(path) -> sqlite3.Connection:
-    """A read-only connection whose text comes back as bytes (decoded by the reader)."""
-    uri = f"file:{pathname2url(os.path.abspath(path))}?mode=ro&immutable=1"
-    try:
-        con = sqlite3.connect(uri, uri=True)
-        con.text_factory = bytes
-        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.DatabaseError as exc:
-        raise UnsupportedReport(f"{path}: not a readable SQLite database ({exc}); pass the file "
-                                "written by `nsys export --type sqlite`") from None
-    return con
-
-
-class Export:
-    """An open nsys SQLite export: its tables and their columns, probed once."""
-
-    def __init__(self, path, con: sqlite3.Connection):
-        self.path, self.con = path, con
-        rows = con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
-        self.tables = {as_text(name) for (name,) in rows}
-        self._columns: dict[str, set[str]] = {}
-
-    def columns(self, table: str) -> set[str]:
-        if table not in self._columns:
-            rows = self.con.execute(f"PRAGMA table_info({table})") if table in self.tables else []
-            self._columns[table] = {as_text(row[1]) for row in rows}
-        return self._columns[table]
-
-    def col(self, table: str, name: str, alias: str = "t") -> str:
-        """`alias.name` when the table has that column, else NULL."""
-        return f"{alias}.{name}" if name in self.columns(table) else "NULL"
-
-    def pairs(self, table: str) -> list[tuple[str, str]]:
-        if not {"name", "value"} <= self.columns(table):
-            return []
-        rows = self.con.execute(f"SELECT name, value FROM {table}")
-        return [(as_text(name), as_text(value)) for name, value in rows]
-
-    def check_is_nsys(self) -> None:
-        if "StringIds" not in self.tables or not any(t.startswith("TARGET_INFO_")
-                                                     for t in self.tables):
-            raise UnsupportedReport(f"{self.path}: an SQLite database but not an Nsight Systems "
-                                    "export (no StringIds / TARGET_INFO_* tables); pass the file "
-                                    "written by `nsys export --type sqlite REPORT.nsys-rep`")
-
-    def string(self, column: str) -> str:
-        """SQL for a StringIds id column resolved to its text (older exports held text inline)."""
-        return (f"(CASE WHEN typeof({column}) = 'integer' THEN (SELECT value FROM StringIds "
-                f"WHERE id = {column}) ELSE {column} END)")
-
-
-# -- streaming rows into Arrow -----------------------------------------------------------------
-
-
-def _arrow_fields(fields):
-    """(name, 'int'|'str') pairs -> Arrow fields; text arrives as bytes, checked afterwards."""
-    import pyarrow as pa
-
-    return [pa.field(name, pa.int64() if kind == "int" else pa.binary()) for name, kind in fields]
-
-
-def _utf8(array):
-    """Binary -> string; bytes that are not UTF-8 are decoded with replacement characters."""
-    import pyarrow as pa
-
-    try:
-        return array.cast(pa.string())
-    except pa.ArrowInvalid:
-        return pa.array([as_text(v) for v in array.to_pylist()], pa.string())
-
-
-def _coerce(values, kind):
-    """Slow path for a batch whose SQLite values do not have their declared types."""
-    import pyarrow as pa
-
-    if kind == "int":
-        return pa.array([int(v) if isinstance(v, int) or (isinstance(v, float) and abs(v) < 2**63)
-                         else None for v in values], pa.int64())
-    return pa.array([as_text(v) if isinstance(v, bytes) or v is None else str(v) for v in values],
-                    pa.string())
-
-
-def _to_arrow(rows: list[tuple], fields):
-    """One fetched batch as an Arrow table, converted in C++ unless the values are unusual."""
-    import pyarrow as pa
-
-    try:
-        arrays = pa.array(rows, type=pa.struct(_arrow_fields(fields))).flatten()
-        arrays = [_utf8(a) if kind == "str" else a for a, (_, kind) in zip(arrays, fields)]
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        arrays = [_coerce(col, kind) for col, (_, kind) in zip(zip(*rows), fields)]
-    return pa.table(arrays, names=[name for name, _ in fields])
-
-
-def stream(export: Export, sql: str, fields, params=()):
-    """Yield Arrow tables of at most BATCH rows of a query (fetchmany, never fetchall)."""
-    cursor = export.con.execute(sql, params)
-    while rows := cursor.fetchmany(BATCH):
-        yield _to_arrow(rows, fields)
-
-
 def write_stream(batches, write) -> int:
     """Write each batch on a worker thread while the next one is fetched; returns the rows.
 
-    Converting SQLite rows holds the GIL, while Arrow compute and Parquet encoding release it,
-    so the two overlap. One worker keeps the batches in order (depth carries across them).
+    Fetching rows (SQLite rows convert holding the GIL) and Arrow compute and Parquet encoding
+    (which release it) overlap. One worker keeps the batches in order (depth carries across them).
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -231,7 +116,7 @@ def _expression(export: Export, table: str, column: str, how: str | None) -> str
         return expr
     if how == "pid":
         return f"(({expr} >> 24) & 16777215)"
-    text = export.string(expr)
+    text = export.string(table, column)
     if how == "api":
         return (f"(SELECT CASE substr(n, -6, 2) WHEN '_v' THEN substr(n, 1, length(n) - 6) "
                 f"ELSE n END FROM (SELECT {text} AS n))")
@@ -243,7 +128,7 @@ def memcpy_kinds(export: Export) -> dict[int, str]:
     if not {"id", "name"} <= export.columns("ENUM_CUDA_MEMCPY_OPER"):
         return dict(MEMCPY_KINDS)
     kinds = {}
-    for kind_id, name in export.con.execute("SELECT id, name FROM ENUM_CUDA_MEMCPY_OPER"):
+    for kind_id, name in export.rows("SELECT id, name FROM ENUM_CUDA_MEMCPY_OPER")[1]:
         name = as_text(name) or ""
         match = re.fullmatch(r"CUDA_MEMCPY_KIND_(UVM_)?([A-Z])TO([A-Z])", name)
         if match:
@@ -264,10 +149,16 @@ def source_query(export: Export, table: str, spec, order) -> tuple[str, list, li
                       + " ELSE 'kind ' || t.copyKind END")
         fields.append(("kind", "str"))
         params = [value for pair in kinds for value in pair]
-    keys = [export.col(table, c) for c in order if c in export.columns(table)]
-    sql = (f"SELECT {', '.join(select)} FROM {table} t"
-           + (f" ORDER BY {', '.join(keys)}" if keys else ""))
+    keys = [f"{export.col(table, c)} NULLS FIRST" for c in order if c in export.columns(table)]
+    sql = f"SELECT {', '.join(select)} FROM {table} t{order_by(export, table, 't', keys)}"
     return sql, fields, params
+
+
+def order_by(export: Export, table: str, alias: str, keys: list[str]) -> str:
+    """ORDER BY the keys, then the export's own row order, so that ties (and NULLs, placed as
+    SQLite places them) come out the same on every run and from either export format."""
+    keys = [*keys, *filter(None, [export.row_order(table, alias)])]
+    return f" ORDER BY {', '.join(keys)}" if keys else ""
 
 
 def _numbered(batches):
@@ -289,7 +180,7 @@ def write_sources(export: Export, tables, report_index: int) -> dict[str, int]:
         if table not in export.tables:
             continue
         sql, fields, params = source_query(export, table, spec, order)
-        batches = stream(export, sql, fields, params)
+        batches = export.batches(sql, fields, params)
         writer = tables.writer(name)
         counts[name] += write_stream(
             _numbered(batches) if name == "kernels" else batches,
@@ -305,7 +196,7 @@ def nvtx_event_types(export: Export) -> dict[str, int]:
     """eventType ids by name, from ENUM_NSYS_EVENT_TYPE when the export has it."""
     types = dict(NVTX_EVENT_TYPES)
     if {"id", "name"} <= export.columns("ENUM_NSYS_EVENT_TYPE"):
-        for type_id, name in export.con.execute("SELECT id, name FROM ENUM_NSYS_EVENT_TYPE"):
+        for type_id, name in export.rows("SELECT id, name FROM ENUM_NSYS_EVENT_TYPE")[1]:
             if as_text(name) in types:
                 types[as_text(name)] = type_id
     return types
@@ -333,9 +224,9 @@ def write_nvtx_ranges(export: Export, tables, report_index: int) -> int:
     c = lambda name: export.col("NVTX_EVENTS", name, "e")  # noqa: E731 - local shorthand
     sql = (f"SELECT e.eventType, e.start, {c('end')}, {c('globalTid')}, "
            f"{_nvtx_text(export, 'e')}, {c('domainId')} FROM NVTX_EVENTS e "
-           f"WHERE e.eventType IN (?, ?, ?) AND e.start IS NOT NULL "
-           f"ORDER BY e.start, {c('end')} DESC")
-    batches = stream(export, sql, NVTX_FIELDS, wanted)
+           f"WHERE e.eventType IN (?, ?, ?) AND e.start IS NOT NULL"
+           + order_by(export, "NVTX_EVENTS", "e", ["e.start", f"{c('end')} DESC NULLS LAST"]))
+    batches = export.batches(sql, NVTX_FIELDS, wanted)
     return write_stream(batches, NvtxBatches(tables.writer("nvtx_ranges"), report_index, wanted))
 
 

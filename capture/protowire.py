@@ -133,13 +133,21 @@ def last_field(buf: bytes | memoryview, wanted: int) -> tuple[int, Value] | None
     pos, end, found = 0, len(data), None
     try:
         while pos < end:
-            key, pos = _varint_at(data, pos)
+            # The one-byte varint fast path is inlined for keys and lengths: this loop runs
+            # once per field of every profile result.
+            key = data[pos]
+            pos += 1
+            if key >= 0x80:
+                key, pos = read_varint(memoryview(data), pos - 1)
             number, wire, start = key >> 3, key & 7, pos
-            if wire == WIRE_VARINT:
-                _value, pos = _varint_at(data, pos)
-            elif wire == WIRE_LEN:
-                length, start = _varint_at(data, pos)
+            if wire == WIRE_LEN:
+                length = data[pos]
+                start = pos + 1
+                if length >= 0x80:
+                    length, start = read_varint(memoryview(data), pos)
                 pos = start + length
+            elif wire == WIRE_VARINT:
+                _value, pos = _varint_at(data, pos)
             elif wire in (WIRE_FIXED64, WIRE_FIXED32):
                 pos += 8 if wire == WIRE_FIXED64 else 4
             else:

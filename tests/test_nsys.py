@@ -25,11 +25,12 @@ SECRET = "hunter2"
 
 @pytest.fixture(scope="session")
 def steps_capture(nvtx_program, nsys_exe, tmp_path_factory) -> Path:
-    """6 steps, forward 200 us, backward 300 us; the environment holds a secret and a value
-    that is not UTF-8 (nsys records its environment in the report)."""
+    """6 steps, forward 200 us, backward 1000 us (far apart: a preempted spin on a busy CI
+    machine cannot swap their ranks); the environment holds a secret and a value that is not
+    UTF-8 (nsys records its environment in the report)."""
     env = {os.fsencode(k): os.fsencode(v) for k, v in os.environ.items()}
     env.update({b"MY_API_TOKEN": SECRET.encode(), b"TRIAGE_LATIN1": b"caf\xe9"})
-    return capture(nvtx_program, [6, 200, 300], tmp_path_factory.mktemp("capture") / "steps",
+    return capture(nvtx_program, [6, 200, 1000], tmp_path_factory.mktemp("capture") / "steps",
                    env=env, nsys=nsys_exe)
 
 
@@ -55,7 +56,7 @@ def test_capture_archives_with_its_provenance(triage, steps_capture, nsys_exe):
     assert report["format"] == "nsys-rep" and report["export"]["by"] == "triage"
     assert report["export"]["nsys_version"] == local and report["export"]["schema_version"]
     assert shown["command"].startswith(f"{nsys_exe} profile --trace=nvtx,osrt --sample=none")
-    assert shown["application"]["argv"][1:] == ["6", "200", "300"]
+    assert shown["application"]["argv"][1:] == ["6", "200", "1000"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", shown["created"])
     assert shown["environment"]["host"]["name"] == os.uname().nodename
     assert shown["environment"]["host"]["platform"] == "linux"
@@ -80,7 +81,7 @@ def test_nvtx_ranges_nest_with_domains_and_without_marks(triage, steps_capture):
     for text, depth in (("step", 0), ("forward", 1), ("backward", 1)):
         assert (by_text[text]["domain"], by_text[text]["kind"]) == (None, "push_pop")
         assert (by_text[text]["depth"], by_text[text]["n"]) == (depth, 6)
-    assert by_text["forward"]["shortest"] >= 200_000 and by_text["backward"]["shortest"] >= 300_000
+    assert by_text["forward"]["shortest"] >= 200_000 and by_text["backward"]["shortest"] >= 1_000_000
     orphans = query(triage, "select count(*) n from nvtx_ranges c where depth = 1 and not exists "
                     "(select 1 from nvtx_ranges p where p.text = 'step' and p.start_ns <= "
                     "c.start_ns and p.end_ns >= c.end_ns)")
@@ -101,7 +102,12 @@ def test_sqlite_export_gives_the_same_tables(triage, steps_capture, nsys_exe, tm
     exported = export_sqlite(steps_capture, tmp_path / "steps.sqlite", nsys=nsys_exe)
     from_rep = archive_one(triage, steps_capture)
     from_sqlite = archive_one(triage, exported)
-    assert from_sqlite["reports"][0]["export"]["by"] == "user"
+    assert from_rep["reports"][0]["export"]["format"] == "arrow"
+    assert from_sqlite["reports"][0]["export"] | {"format": "arrow", "by": "triage"} == \
+        from_rep["reports"][0]["export"]
+    # Read through DuckDB (Arrow) or sqlite3, every table has the same bytes.
+    assert {k: v["sha256"] for k, v in from_rep["tables"].items()} == \
+        {k: v["sha256"] for k, v in from_sqlite["tables"].items()}
     assert from_sqlite["tool_version"] == from_rep["tool_version"]
     assert from_sqlite["command"] is None and from_sqlite["versions"]["nsys capture"] is None
     for table in ("nvtx_ranges", "osrt_calls", "nvtx_summary"):
@@ -116,11 +122,31 @@ def test_export_goes_to_a_temp_dir_that_close_removes(steps_capture, nsys_exe):
     try:
         tempdir = Path(prepared.tempdir)
         assert tempdir.is_dir() and tempdir.parent != steps_capture.parent
-        assert any(p.suffix == ".sqlite" for p in tempdir.iterdir())
+        assert [p.name for p in tempdir.iterdir()] == ["export.arrow"]
     finally:
         prepared.close()
     assert not tempdir.exists()
     assert sorted(os.listdir(steps_capture.parent)) == before
+
+
+ARROW_FAILURES = {
+    "fails": 'echo "Exportation error: arrow unsupported" >&2; exit 1',
+    "unreadable": 'for a; do out=$prev; prev=$a; done; echo garbage > "$out"; exit 0',
+}
+
+
+@pytest.mark.parametrize("failure", sorted(ARROW_FAILURES))
+def test_sqlite_export_when_the_arrow_export_fails(triage, steps_capture, nsys_exe, tmp_path,
+                                                   failure):
+    """An nsys whose Arrow export fails or cannot be read still archives, via SQLite."""
+    wrapper = tmp_path / "nsys"
+    wrapper.write_text(f'#!/bin/sh\ncase "$*" in *"--type arrow"*) {ARROW_FAILURES[failure]};; '
+                       f'esac\nexec {nsys_exe} "$@"\n')
+    wrapper.chmod(0o755)
+    via_sqlite = archive_one(triage, steps_capture, "--nsys", str(wrapper))
+    assert via_sqlite["reports"][0]["export"]["format"] == "sqlite"
+    via_arrow = archive_one(triage, steps_capture)  # the same report: already archived
+    assert via_arrow["id"] == via_sqlite["id"]
 
 
 # -- secrets and odd bytes -----------------------------------------------------------------------

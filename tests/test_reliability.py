@@ -246,3 +246,28 @@ def test_a_report_archives_to_the_same_run_whatever_was_read_before(tmp_path):
     alone = archive_ids([BIG[0]], tmp_path / "alone")
     after = archive_ids([SEED_RUN, BIG[0]], tmp_path / "after")
     assert after[1] == alone[0]
+
+
+def test_a_failure_while_reading_leaves_no_object_and_no_temp_file(tmp_path, monkeypatch):
+    """The report is copied into the store while it is read; a reader that fails halfway (here
+    after its first result) must leave neither that copy nor any table behind."""
+    from triage.capture import ncu
+
+    real = ncu.write_tables
+
+    def fail_after_first_result(report, tables, report_index=0):
+        actions = report.iter_actions()
+
+        def first_then_fail():
+            yield next(actions)
+            raise OSError("disk gone")
+
+        report.iter_actions = first_then_fail
+        return real(report, tables, report_index)
+
+    monkeypatch.setattr(ncu, "write_tables", fail_after_first_result)
+    store = tmp_path / "store"
+    with pytest.raises(OSError, match="disk gone"):
+        archive_files(store, [str(corpus_file(BIG[0]))])
+    left = [p.relative_to(store) for p in store.rglob("*") if p.is_file()]
+    assert [str(p) for p in left] == ["triage-store.json"]

@@ -46,3 +46,33 @@ def test_schema_rejects_a_broken_manifest(archived_store):
     manifest["reports"][0]["sha256"] = "not-a-hash"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(manifest, manifest_schema())
+
+
+def test_table_bytes_do_not_depend_on_how_rows_were_batched(tmp_path):
+    """Readers hand rows over in batches of whatever size their source gives (sqlite3 fetches,
+    DuckDB vectors, one ncu result at a time); the Parquet file must depend on the rows only."""
+    import pyarrow as pa
+
+    from triage.archive.tables import BATCH_ROWS, TableWriter
+
+    rows = [(0, i, f"metric__{i % 7}.sum", "byte", float(i), None)
+            for i in range(2 * BATCH_ROWS + 123)]
+    schema = arrow_schema("metrics")
+    as_arrow = pa.Table.from_pylist([dict(zip(schema.names, r)) for r in rows], schema=schema)
+
+    def write(name, feed) -> bytes:
+        writer = TableWriter("metrics", tmp_path / name)
+        feed(writer)
+        assert writer.close() == len(rows)
+        return (tmp_path / name).read_bytes()
+
+    one_by_one = write("a", lambda w: [w.append(r) for r in rows])
+    in_odd_slices = write("b", lambda w: [w.extend(rows[i:i + 977])
+                                           for i in range(0, len(rows), 977)])
+    as_arrow_batches = write("c", lambda w: [w.write_arrow(as_arrow.slice(i, 5000))
+                                              for i in range(0, len(rows), 5000)])
+    mixed = write("d", lambda w: (w.extend(rows[:70000]), w.write_arrow(as_arrow.slice(70000))))
+    assert one_by_one == in_odd_slices == as_arrow_batches == mixed
+    groups = pq.ParquetFile(tmp_path / "a").metadata
+    assert [groups.row_group(i).num_rows for i in range(groups.num_row_groups)] == \
+        [BATCH_ROWS, BATCH_ROWS, 123]

@@ -1,0 +1,263 @@
+"""Nsight Systems exports, opened for SQL: SQLite files and nsys's Arrow export.
+
+Both formats carry the same tables and columns (StringIds, TARGET_INFO_*, CUPTI_ACTIVITY_KIND_*,
+NVTX_EVENTS, ...), so the readers in `nsys_tables` and `nsys` build one SQL text for either:
+
+- `SqliteExport`: a `.sqlite` export (the user's own, or one nsys wrote for triage), read with
+  the standard `sqlite3` module, row batches converted to Arrow;
+- `ArrowExport`: `nsys export --type arrow` (one Arrow IPC stream per table in one file),
+  memory-mapped and queried by an in-memory DuckDB that never loads an extension. Results come
+  back as Arrow batches: no Python object per value, which is what reading SQLite costs.
+
+Export schemas differ across nsys versions (tables absent when empty, columns added, renamed,
+or holding text inline instead of a StringIds id), so every query is built from the columns
+the export actually has (`columns`, `col`, `string`).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from urllib.request import pathname2url
+
+from triage.errors import UnsupportedReport
+
+BATCH = 65536
+NOT_NSYS = ("an SQLite database but not an Nsight Systems export (no StringIds / TARGET_INFO_* "
+            "tables); pass the file written by `nsys export --type sqlite REPORT.nsys-rep`")
+
+
+def as_text(value) -> str | None:
+    """Export text as str; exports can hold bytes that are not UTF-8."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+class Export:
+    """An open export: its tables and their columns (probed once), and SQL over them."""
+
+    def __init__(self, path, tables: set[str]):
+        self.path, self.tables = path, tables
+        self._columns: dict[str, set[str]] = {}
+
+    def columns(self, table: str) -> set[str]:
+        if table not in self._columns:
+            self._columns[table] = self._table_columns(table) if table in self.tables else set()
+        return self._columns[table]
+
+    def col(self, table: str, name: str, alias: str = "t") -> str:
+        """`alias.name` when the table has that column, else NULL."""
+        return f"{alias}.{name}" if name in self.columns(table) else "NULL"
+
+    def pairs(self, table: str) -> list[tuple[str, str]]:
+        if not {"name", "value"} <= self.columns(table):
+            return []
+        _names, rows = self.rows(f"SELECT name, value FROM {table}")
+        return [(as_text(name), as_text(value)) for name, value in rows]
+
+    def check_is_nsys(self) -> None:
+        if "StringIds" not in self.tables or not any(t.startswith("TARGET_INFO_")
+                                                     for t in self.tables):
+            raise UnsupportedReport(f"{self.path}: {NOT_NSYS}")
+
+    def string(self, table: str, column: str, alias: str = "t") -> str:
+        """SQL for a column holding a StringIds id, resolved to its text (older exports held
+        the text itself)."""
+        expr = self.col(table, column, alias)
+        lookup = f"(SELECT value FROM StringIds WHERE id = {expr})"
+        holds_id = self._holds_integers(table, column)
+        if holds_id is None:
+            return f"(CASE WHEN typeof({expr}) = 'integer' THEN {lookup} ELSE {expr} END)"
+        return lookup if holds_id else expr
+
+    # -- what each engine supplies ------------------------------------------------------------
+
+    def _table_columns(self, table: str) -> set[str]:
+        raise NotImplementedError
+
+    def _holds_integers(self, table: str, column: str) -> bool | None:
+        """Whether a column holds integers; None when only each row's value can tell."""
+        raise NotImplementedError
+
+    def row_order(self, table: str, alias: str) -> str | None:
+        """SQL for the export's own order of a table's rows, when it has one."""
+        raise NotImplementedError
+
+    def rows(self, sql: str, params=()) -> tuple[list[str], list[tuple]]:
+        """(column names, rows) of a small query."""
+        raise NotImplementedError
+
+    def batches(self, sql: str, fields, params=()):
+        """Arrow tables of at most BATCH rows, columns named and typed by `fields`
+        ((name, "int" | "str") pairs); never the whole result at once."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+# -- SQLite ------------------------------------------------------------------------------------
+
+
+class SqliteExport(Export):
+    """A `.sqlite` export through `sqlite3`: read-only, immutable, text as bytes."""
+
+    def __init__(self, path, sqlite_path=None):
+        uri = f"file:{pathname2url(os.path.abspath(sqlite_path or path))}?mode=ro&immutable=1"
+        try:
+            self.con = sqlite3.connect(uri, uri=True)
+            self.con.text_factory = bytes
+            kinds = self.con.execute(
+                "SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise UnsupportedReport(f"{path}: not a readable SQLite database ({exc}); pass the "
+                                    "file written by `nsys export --type sqlite`") from None
+        self.views = {as_text(name) for name, kind in kinds if as_text(kind) == "view"}
+        super().__init__(path, {as_text(name) for name, _kind in kinds})
+
+    def _table_columns(self, table: str) -> set[str]:
+        return {as_text(row[1]) for row in self.con.execute(f"PRAGMA table_info({table})")}
+
+    def _holds_integers(self, table: str, column: str) -> bool | None:
+        return None  # SQLite columns are not typed: old exports keep text in id columns
+
+    def row_order(self, table: str, alias: str) -> str | None:
+        return None if table in self.views else f"{alias}.rowid"
+
+    def rows(self, sql: str, params=()) -> tuple[list[str], list[tuple]]:
+        cursor = self.con.execute(sql, params)
+        return [d[0] for d in cursor.description], cursor.fetchall()
+
+    def batches(self, sql: str, fields, params=()):
+        cursor = self.con.execute(sql, params)
+        while rows := cursor.fetchmany(BATCH):
+            yield _rows_to_arrow(rows, fields)
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def _rows_to_arrow(rows: list[tuple], fields):
+    """One fetched batch as an Arrow table, converted in C++ unless the values are unusual."""
+    import pyarrow as pa
+
+    try:
+        struct = pa.struct([pa.field(name, pa.int64() if kind == "int" else pa.binary())
+                            for name, kind in fields])
+        arrays = pa.array(rows, type=struct).flatten()
+        arrays = [utf8(a) if kind == "str" else a for a, (_, kind) in zip(arrays, fields)]
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        arrays = [_coerce(col, kind) for col, (_, kind) in zip(zip(*rows), fields)]
+    return pa.table(arrays, names=[name for name, _ in fields])
+
+
+def _coerce(values, kind):
+    """Slow path for a batch whose SQLite values do not have their declared types."""
+    import pyarrow as pa
+
+    if kind == "int":
+        return pa.array([int(v) if isinstance(v, int) or (isinstance(v, float) and abs(v) < 2**63)
+                         else None for v in values], pa.int64())
+    return pa.array([as_text(v) if isinstance(v, bytes) or v is None else str(v) for v in values],
+                    pa.string())
+
+
+def utf8(array):
+    """Binary -> string; bytes that are not UTF-8 are decoded with replacement characters."""
+    import pyarrow as pa
+
+    if pa.types.is_string(array.type):
+        return array
+    try:
+        return array.cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array([as_text(v) for v in array.to_pylist()], pa.string())
+
+
+# -- nsys's Arrow export -----------------------------------------------------------------------
+
+
+class ArrowExport(Export):
+    """`nsys export --type arrow`: one IPC stream per table, each named by its `table_name`
+    metadata. Tables are memory-mapped (not read into memory) and get a `rowid` column, so the
+    SQL written for SQLite (which orders ties by rowid) means the same here."""
+
+    def __init__(self, path, arrow_path, spill_directory: str | None = None):
+        import pyarrow as pa
+
+        from triage.archive.duck import connect
+
+        self._map = pa.memory_map(os.fspath(arrow_path))
+        try:
+            self.arrow = _read_streams(self._map)
+        except (pa.ArrowInvalid, OSError) as exc:
+            self._map.close()
+            raise UnsupportedReport(f"{path}: nsys wrote an Arrow export triage cannot read "
+                                    f"({exc}); archive its `nsys export --type sqlite` "
+                                    "instead") from None
+        self.con = connect(temp_directory=spill_directory)
+        for name, table in self.arrow.items():
+            self.con.register(name, table)
+        super().__init__(path, set(self.arrow))
+
+    def _table_columns(self, table: str) -> set[str]:
+        return set(self.arrow[table].column_names)
+
+    def _holds_integers(self, table: str, column: str) -> bool | None:
+        import pyarrow as pa
+
+        arrow = self.arrow.get(table)
+        if arrow is None or column not in arrow.column_names:
+            return False
+        return pa.types.is_integer(arrow.schema.field(column).type)
+
+    def row_order(self, table: str, alias: str) -> str | None:
+        return f"{alias}.rowid"
+
+    def rows(self, sql: str, params=()) -> tuple[list[str], list[tuple]]:
+        cursor = self.con.execute(sql, list(params))
+        return [d[0] for d in cursor.description], cursor.fetchall()
+
+    def batches(self, sql: str, fields, params=()):
+        import pyarrow as pa
+
+        from triage.archive.duck import arrow_reader
+
+        for batch in arrow_reader(self.con, sql, list(params), BATCH):
+            arrays = [utf8(col) if kind == "str" else col.cast(pa.int64())
+                      for col, (_, kind) in zip(batch.columns, fields)]
+            yield pa.table(arrays, names=[name for name, _ in fields])
+
+    def close(self) -> None:
+        self.con.close()
+        self.arrow = {}
+        self._map.close()
+
+
+def _read_streams(source) -> dict:
+    """{table name: Arrow table} of a multi-stream IPC file, text columns as strings, each
+    with a `rowid` (0, 1, ...) in export order."""
+    import pyarrow as pa
+
+    tables = {}
+    while source.tell() < source.size():
+        table = pa.ipc.open_stream(source).read_all()
+        name = (table.schema.metadata or {}).get(b"table_name", b"").decode()
+        if not name:
+            raise pa.ArrowInvalid("a stream without a table_name")
+        columns = [utf8(c) if pa.types.is_binary(c.type) or pa.types.is_large_binary(c.type)
+                   else c for c in table.columns]
+        columns.append(pa.array(range(table.num_rows), pa.int64()))
+        tables[name] = pa.table(columns, names=[*table.column_names, "rowid"])
+    return tables
+
+
+def open_export(path, exported=None, fmt: str = "sqlite") -> Export:
+    """The export at `exported` (or `path` itself, a user's .sqlite) in the given format; an
+    Arrow export's queries spill (large sorts) beside it, in triage's temp directory."""
+    if fmt == "arrow":
+        return ArrowExport(path, exported, os.path.dirname(os.fspath(exported)))
+    return SqliteExport(path, exported)
