@@ -227,7 +227,8 @@ class ArrowExport(Export):
         from triage.archive.duck import arrow_reader
 
         for batch in arrow_reader(self.con, sql, list(params), BATCH):
-            arrays = [utf8(col) if kind == "str" else col.cast(pa.int64())
+            # Unsigned ids cast bit for bit: one above 2**63 must not stop the archive.
+            arrays = [utf8(col) if kind == "str" else col.cast(pa.int64(), safe=False)
                       for col, (_, kind) in zip(batch.columns, fields)]
             yield pa.table(arrays, names=[name for name, _ in fields])
 
