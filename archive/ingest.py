@@ -18,12 +18,13 @@ from pathlib import Path
 
 from triage import __version__
 from triage.archive import catalog
+from triage.archive.atomic import hash_file
 from triage.archive.manifest import MANIFEST_KIND, MANIFEST_VERSION
 from triage.archive.store import Staged, Store, canonical_json, check_label
 from triage.archive.summaries import SUMMARIES, compute_summaries
 from triage.archive.tables import TableSet, tables_for_tool, tables_version
 from triage.capture import redact
-from triage.capture.formats import PreparedReport, prepare_report
+from triage.capture.formats import PreparedReport, detect_format, prepare_report
 from triage.errors import TriageError, UsageError
 from triage.timeutil import utc_now
 
@@ -74,19 +75,39 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
                            redact_patterns=redact_patterns) for p in paths]
     for request in requests:
         check_readable(request.inputs[0].path)
+    known = [_exported_before(store_path, request) for request in requests]
     prepared: list[list[PreparedReport]] = []
     try:
         # Every report is validated before the store is opened (or created): a bad input,
         # even the last of several, leaves the store untouched.
-        for request in requests:
-            prepared.append([prepare_report(i.path, nsys=request.nsys) for i in request.inputs])
+        for request, run_id in zip(requests, known):
+            prepared.append([] if run_id else [prepare_report(i.path, nsys=request.nsys)
+                                               for i in request.inputs])
         store = Store.open(store_path, create=True)
         store.check_writable()
-        return [archive_run(store, r, p) for r, p in zip(requests, prepared, strict=True)]
+        return [_finish(store, run_id, store.read_manifest(run_id), r, new=False) if run_id
+                else archive_run(store, r, p)
+                for r, p, run_id in zip(requests, prepared, known, strict=True)]
     finally:
         for items in prepared:
             for item in items:
                 item.close()
+
+
+def _exported_before(store_path, request: RunRequest) -> str | None:
+    """The run of a .nsys-rep/.qdrep archived before, found by the file's hash alone.
+
+    Reading one means running `nsys export` (minutes for a large capture, and an nsys that may
+    be missing here); a report already in the store is the same bytes, validated then.
+    """
+    path = request.inputs[0].path
+    try:
+        if len(request.inputs) != 1 or detect_format(path) not in ("nsys-rep", "qdrep"):
+            return None
+        store = Store.open(store_path)
+    except (OSError, TriageError):  # no store yet, or a problem the real attempt will report
+        return None
+    return store.lookup_key(dedup_key("nsys", [hash_file(path)[0]], request))
 
 
 def check_readable(path: Path) -> None:

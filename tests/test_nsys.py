@@ -149,6 +149,16 @@ def test_sqlite_export_when_the_arrow_export_fails(triage, steps_capture, nsys_e
     assert via_arrow["id"] == via_sqlite["id"]
 
 
+def test_archiving_a_report_again_needs_no_export(triage, steps_capture, tmp_path):
+    """A report already in the store is found by its hash before nsys would be run."""
+    first = triage.json("archive", steps_capture)[0]
+    again = triage.json("archive", steps_capture, "--nsys", str(tmp_path / "no-such-nsys"))[0]
+    assert again["id"] == first["id"] and first["new"] and not again["new"]
+    result = triage("archive", steps_capture, "--nsys", str(tmp_path / "no-such-nsys"),
+                    "--store", str(tmp_path / "new-store"), expect=1)
+    assert "nsys not found" in result.output
+
+
 # -- secrets and odd bytes -----------------------------------------------------------------------
 
 
