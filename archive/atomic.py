@@ -66,10 +66,15 @@ def hash_file(path: Path) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
-def copy_hashing(source: BinaryIO, sink: BinaryIO) -> tuple[str, int]:
-    """Copy a stream in chunks; return the sha256 and size of what was copied."""
+def copy_hashing(source: BinaryIO, sink: BinaryIO, cancel=None) -> tuple[str, int]:
+    """Copy a stream in chunks; return the sha256 and size of what was copied.
+
+    `cancel` (a threading.Event) stops a copy made for a run that has already failed.
+    """
     digest, size = hashlib.sha256(), 0
     while chunk := source.read(CHUNK):
+        if cancel is not None and cancel.is_set():
+            raise InterruptedError("copy cancelled")
         digest.update(chunk)
         sink.write(chunk)
         size += len(chunk)

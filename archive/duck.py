@@ -42,9 +42,12 @@ def fetch_arrow(con, sql: str):
     return fetch()
 
 
-def arrow_reader(con, sql: str, params: list, batch_rows: int):
-    """A query's result as a stream of Arrow record batches (named differently across DuckDB
-    releases), never the whole result at once."""
+def arrow_batches(con, sql: str, params: list, batch_rows: int):
+    """Yield a query's result as Arrow record batches, never the whole result at once.
+
+    A generator on purpose: the relation must outlive its reader (DuckDB 1.1-1.3 free it with
+    the Python object, and the reader then stops early or crashes).
+    """
     relation = con.sql(sql, params=params)
     read = getattr(relation, "to_arrow_reader", None) or relation.fetch_arrow_reader
-    return read(batch_rows)
+    yield from read(batch_rows)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -75,39 +76,42 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
                            redact_patterns=redact_patterns) for p in paths]
     for request in requests:
         check_readable(request.inputs[0].path)
-    known = [_exported_before(store_path, request) for request in requests]
+    found = [_exported_before(store_path, request) for request in requests]
     prepared: list[list[PreparedReport]] = []
     try:
         # Every report is validated before the store is opened (or created): a bad input,
         # even the last of several, leaves the store untouched.
-        for request, run_id in zip(requests, known):
-            prepared.append([] if run_id else [prepare_report(i.path, nsys=request.nsys)
+        for request, (run_id, digest) in zip(requests, found):
+            prepared.append([] if run_id else [prepare_report(i.path, nsys=request.nsys,
+                                                              sha256=digest)
                                                for i in request.inputs])
         store = Store.open(store_path, create=True)
         store.check_writable()
         return [_finish(store, run_id, store.read_manifest(run_id), r, new=False) if run_id
                 else archive_run(store, r, p)
-                for r, p, run_id in zip(requests, prepared, known, strict=True)]
+                for r, p, (run_id, _digest) in zip(requests, prepared, found, strict=True)]
     finally:
         for items in prepared:
             for item in items:
                 item.close()
 
 
-def _exported_before(store_path, request: RunRequest) -> str | None:
-    """The run of a .nsys-rep/.qdrep archived before, found by the file's hash alone.
+def _exported_before(store_path, request: RunRequest) -> tuple[str | None, str | None]:
+    """(run id, sha256) of a .nsys-rep/.qdrep archived before, found by the file's hash alone.
 
     Reading one means running `nsys export` (minutes for a large capture, and an nsys that may
-    be missing here); a report already in the store is the same bytes, validated then.
+    be missing here); a report already in the store is the same bytes, validated then. The hash
+    is passed on, so a new report is not hashed twice.
     """
     path = request.inputs[0].path
     try:
         if len(request.inputs) != 1 or detect_format(path) not in ("nsys-rep", "qdrep"):
-            return None
+            return None, None
         store = Store.open(store_path)
+        digest = hash_file(path)[0]
+        return store.lookup_key(dedup_key("nsys", [digest], request)), digest
     except (OSError, TriageError):  # no store yet, or a problem the real attempt will report
-        return None
-    return store.lookup_key(dedup_key("nsys", [hash_file(path)[0]], request))
+        return None, None
 
 
 def check_readable(path: Path) -> None:
@@ -176,8 +180,9 @@ def _build(store: Store, request: RunRequest, prepared: list[PreparedReport],
     and hashing release the GIL), and become visible only once every table is written.
     """
     tables = TableSet(store)
+    failed = threading.Event()
     with ThreadPoolExecutor(max_workers=1) as copier:
-        copies = [copier.submit(store.stage_file, p.path) for p in prepared]
+        copies = [copier.submit(store.stage_file, p.path, failed) for p in prepared]
         try:
             tool = prepared[0].tool
             for name in tables_for_tool(tool):
@@ -189,6 +194,7 @@ def _build(store: Store, request: RunRequest, prepared: list[PreparedReport],
             reports = [_store_blob(store, p, s, d, i, prov) for p, s, d, i, prov
                        in zip(prepared, staged, digests, request.inputs, provenances)]
         except BaseException:
+            failed.set()
             _discard_copies(store, copies)
             raise
         finally:
@@ -197,7 +203,8 @@ def _build(store: Store, request: RunRequest, prepared: list[PreparedReport],
 
 
 def _discard_copies(store: Store, copies: list[Future]) -> None:
-    """Remove the temp copies of a run that failed (waiting for those still being made)."""
+    """Remove the temp copies of a run that failed (those still being made stop at their
+    next chunk and remove themselves)."""
     for copy in copies:
         if not copy.cancel() and copy.exception() is None:
             store.discard(copy.result())

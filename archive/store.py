@@ -159,7 +159,7 @@ class Store:
 
         return self.put_stream(io.BytesIO(data))
 
-    def stage_stream(self, stream) -> Staged:
+    def stage_stream(self, stream, cancel=None) -> Staged:
         """Copy a stream into a durable temp file under objects/, hashing it on the way.
 
         Split from `publish` so that a large report can be copied on a worker thread while it
@@ -171,7 +171,7 @@ class Store:
             temp = Path(name)
             try:
                 with os.fdopen(fd, "wb") as sink:
-                    sha, size = atomic.copy_hashing(stream, sink)
+                    sha, size = atomic.copy_hashing(stream, sink, cancel)
                     sink.flush()
                     os.fsync(sink.fileno())
             except BaseException:
@@ -181,9 +181,9 @@ class Store:
             raise _os_error(exc, self.root, "write") from None
         return Staged(temp, sha, size)
 
-    def stage_file(self, path: Path) -> Staged:
+    def stage_file(self, path: Path, cancel=None) -> Staged:
         with open(path, "rb") as stream:
-            return self.stage_stream(stream)
+            return self.stage_stream(stream, cancel)
 
     def publish(self, staged: Staged) -> tuple[str, int]:
         """Make a staged object visible under its hash."""

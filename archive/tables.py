@@ -88,17 +88,20 @@ class TableWriter:
         self._writer = pq.ParquetWriter(self._sink, self.schema, **PARQUET_OPTIONS)
 
     def append(self, row: tuple) -> None:
+        self._check_open()
         self.rows.append(row)
         if len(self.rows) >= BATCH_ROWS:
             self.flush()
 
     def extend(self, rows) -> None:
+        self._check_open()
         self.rows.extend(rows)
         if len(self.rows) >= BATCH_ROWS:
             self.flush()
 
     def write_arrow(self, table: pa.Table) -> None:
         """Append an Arrow table (e.g. a DuckDB result) whose columns match the schema."""
+        self._check_open()
         self.flush()
         self._queue(table.select(self.schema.names).cast(self.schema))
 
@@ -128,14 +131,20 @@ class TableWriter:
         self._pending, self._pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
         self.count += size
 
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError(f"table {self.name} was closed before all its rows were written")
+
     def close(self) -> int:
         """Write the footer; idempotent, so a table can be closed early to be read back."""
         if not self.closed:
-            self.flush()
-            self._write(final=True)
-            self._writer.close()
-            self._sink.close()
             self.closed = True
+            try:
+                self.flush()
+                self._write(final=True)
+                self._writer.close()
+            finally:
+                self._sink.close()
         return self.count
 
 

@@ -58,8 +58,12 @@ def detect_format(path: Path) -> str:
                             "and nsys .sqlite exports")
 
 
-def prepare_report(path: Path, nsys: str | None = None) -> PreparedReport:
-    """Validate (and for .nsys-rep, export) a report; nothing is written to the store."""
+def prepare_report(path: Path, nsys: str | None = None,
+                   sha256: str | None = None) -> PreparedReport:
+    """Validate (and for .nsys-rep, export) a report; nothing is written to the store.
+
+    `sha256`: the file's hash when the caller has already taken it (ncu reports are hashed
+    by their validation read anyway)."""
     fmt = detect_format(path)
     if fmt in ("ncu-rep", "nsight-cuprof-report"):
         from triage.capture.ncu import PreparedNcu
@@ -67,4 +71,4 @@ def prepare_report(path: Path, nsys: str | None = None) -> PreparedReport:
         return PreparedNcu.open(path, fmt)
     from triage.capture.nsys import PreparedNsys
 
-    return PreparedNsys.open(path, fmt, nsys=nsys)
+    return PreparedNsys.open(path, fmt, nsys=nsys, sha256=sha256)

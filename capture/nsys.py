@@ -282,10 +282,12 @@ class PreparedNsys:
         self.sha256 = ""
 
     @classmethod
-    def open(cls, path: Path, fmt: str, nsys: str | None = None) -> "PreparedNsys":
+    def open(cls, path: Path, fmt: str, nsys: str | None = None,
+             sha256: str | None = None) -> "PreparedNsys":
         """Validate; for .nsys-rep/.qdrep, export with nsys first. Nothing touches the store."""
         path = Path(path)
         prepared = cls(path, fmt, None if fmt == "sqlite" else read_nsys_file(path))
+        prepared.sha256 = sha256 or ""
         try:
             prepared._load(nsys)
         except BaseException:
@@ -296,14 +298,14 @@ class PreparedNsys:
     def _load(self, nsys: str | None) -> None:
         """Export (a .nsys-rep) and open the SQLite file; the report is hashed meanwhile."""
         with ThreadPoolExecutor(max_workers=1) as hasher:
-            digest = hasher.submit(hash_file, self.path)
+            digest = None if self.sha256 else hasher.submit(hash_file, self.path)
             if self.info is None:
                 self.export = open_export(self.path)
             else:
                 self.tempdir = tempfile.mkdtemp(prefix="triage-nsys-")
                 self.export = self._exported(nsys)
             self.export.check_is_nsys()
-            self.sha256 = digest.result()[0]
+            self.sha256 = self.sha256 or digest.result()[0]
 
     def _exported(self, nsys: str | None) -> Export:
         """nsys's Arrow export; its SQLite export when the Arrow one cannot be read as one."""

@@ -166,11 +166,16 @@ def _coerce(values, kind):
 
 
 def utf8(array):
-    """Binary -> string; bytes that are not UTF-8 are decoded with replacement characters."""
+    """Binary -> string; bytes that are not UTF-8 are decoded with replacement characters.
+
+    Valid text is cast in place; only a chunk holding invalid bytes is rebuilt value by value.
+    """
     import pyarrow as pa
 
     if pa.types.is_string(array.type):
         return array
+    if isinstance(array, pa.ChunkedArray):
+        return pa.chunked_array([utf8(chunk) for chunk in array.chunks], pa.string())
     try:
         return array.cast(pa.string())
     except pa.ArrowInvalid:
@@ -190,17 +195,18 @@ class ArrowExport(Export):
 
         from triage.archive.duck import connect
 
-        self._map = pa.memory_map(os.fspath(arrow_path))
+        self._map, self.con, self.arrow = None, None, {}
         try:
+            self._map = pa.memory_map(os.fspath(arrow_path))
             self.arrow = _read_streams(self._map)
-        except (pa.ArrowInvalid, OSError) as exc:
-            self._map.close()
+            self.con = connect(temp_directory=spill_directory)
+            for name, table in self.arrow.items():
+                self.con.register(name, table)
+        except Exception as exc:  # noqa: BLE001 - pyarrow and DuckDB raise many kinds
+            self.close()
             raise UnsupportedReport(f"{path}: nsys wrote an Arrow export triage cannot read "
-                                    f"({exc}); archive its `nsys export --type sqlite` "
-                                    "instead") from None
-        self.con = connect(temp_directory=spill_directory)
-        for name, table in self.arrow.items():
-            self.con.register(name, table)
+                                    f"({type(exc).__name__}: {exc}); archive its "
+                                    "`nsys export --type sqlite` instead") from None
         super().__init__(path, set(self.arrow))
 
     def _table_columns(self, table: str) -> set[str]:
@@ -224,18 +230,20 @@ class ArrowExport(Export):
     def batches(self, sql: str, fields, params=()):
         import pyarrow as pa
 
-        from triage.archive.duck import arrow_reader
+        from triage.archive.duck import arrow_batches
 
-        for batch in arrow_reader(self.con, sql, list(params), BATCH):
+        for batch in arrow_batches(self.con, sql, list(params), BATCH):
             # Unsigned ids cast bit for bit: one above 2**63 must not stop the archive.
             arrays = [utf8(col) if kind == "str" else col.cast(pa.int64(), safe=False)
                       for col, (_, kind) in zip(batch.columns, fields)]
             yield pa.table(arrays, names=[name for name, _ in fields])
 
     def close(self) -> None:
-        self.con.close()
+        if self.con is not None:
+            self.con.close()
         self.arrow = {}
-        self._map.close()
+        if self._map is not None:
+            self._map.close()
 
 
 def _read_streams(source) -> dict:

@@ -228,11 +228,11 @@ def export_report(path, info: NsysFileInfo, nsys: str | None, directory: str,
     local = local_version(exe)
     if local and version_tuple(info.version)[:2] > version_tuple(local)[:2]:
         raise too_old(path, info, exe, local)  # decided before running it: nsys would fail
-    reason = ""
+    reason = None
     for fmt in formats:
         out = os.path.join(directory, f"export.{fmt}")
         reason = _run_export(path, exe, fmt, out)
-        if not reason:
+        if reason is None:
             return Exported(out, fmt, exe, local)
         if any(marker in reason for marker in TOO_OLD_MARKERS):
             raise too_old(path, info, exe, local, reason.split(":")[0])
@@ -240,8 +240,8 @@ def export_report(path, info: NsysFileInfo, nsys: str | None, directory: str,
                             f"try a newer nsys (--nsys PATH), {_fallback_hint(path)}")
 
 
-def _run_export(path, exe: str, fmt: str, out: str) -> str:
-    """Run one `nsys export`; return why it failed, or "" when `out` was written."""
+def _run_export(path, exe: str, fmt: str, out: str) -> str | None:
+    """Run one `nsys export`; return why it failed, or None when `out` was written."""
     import subprocess
 
     timeout = float(os.environ.get("TRIAGE_NSYS_TIMEOUT", EXPORT_TIMEOUT_S))
@@ -254,5 +254,6 @@ def _run_export(path, exe: str, fmt: str, out: str) -> str:
                                 f"{timeout:.0f} s; raise $TRIAGE_NSYS_TIMEOUT or "
                                 f"{_fallback_hint(path)}") from None
     if done.returncode != 0 or not os.path.isfile(out):
-        return _failure_reason(done.stdout + "\n" + done.stderr)
-    return ""
+        return (_failure_reason(done.stdout + "\n" + done.stderr)
+                or (f"exit code {done.returncode}" if done.returncode else "no file written"))
+    return None

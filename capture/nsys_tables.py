@@ -96,17 +96,20 @@ OSRT_CALLS = [
     ("thread_id", "int", "globalTid", None), ("name", "str", "nameId", "string"),
     ("return_value", "int", "returnValue", None), ("nesting_level", "int", "nestingLevel", None),
 ]
+# Row order: by time, then by what tells simultaneous rows apart, so that the order does not
+# rest on the export's row order (which nsys no longer keeps in time order from 2025.6 on).
+GPU_ORDER = ("start", "end", "deviceId", "streamId", "correlationId")
+CPU_ORDER = ("start", "end", "globalTid", "correlationId", "nestingLevel")
 # Every source table, in the order its rows are written: (triage table, export table, spec,
 # constant columns, order).
 SOURCES = [
-    ("kernels", "CUPTI_ACTIVITY_KIND_KERNEL", KERNELS, {},
-     ("start", "end", "deviceId", "streamId", "correlationId")),
-    ("api_calls", "CUPTI_ACTIVITY_KIND_RUNTIME", API_CALLS, {"api": "runtime"}, ("start",)),
-    ("api_calls", "CUPTI_ACTIVITY_KIND_DRIVER", API_CALLS, {"api": "driver"}, ("start",)),
-    ("memops", "CUPTI_ACTIVITY_KIND_MEMCPY", MEMOPS, {"op": "memcpy"}, ("start",)),
+    ("kernels", "CUPTI_ACTIVITY_KIND_KERNEL", KERNELS, {}, GPU_ORDER),
+    ("api_calls", "CUPTI_ACTIVITY_KIND_RUNTIME", API_CALLS, {"api": "runtime"}, CPU_ORDER),
+    ("api_calls", "CUPTI_ACTIVITY_KIND_DRIVER", API_CALLS, {"api": "driver"}, CPU_ORDER),
+    ("memops", "CUPTI_ACTIVITY_KIND_MEMCPY", MEMOPS, {"op": "memcpy"}, GPU_ORDER),
     ("memops", "CUPTI_ACTIVITY_KIND_MEMSET", MEMOPS, {"op": "memset", "kind": "memset"},
-     ("start",)),
-    ("osrt_calls", "OSRT_API", OSRT_CALLS, {}, ("start",)),
+     GPU_ORDER),
+    ("osrt_calls", "OSRT_API", OSRT_CALLS, {}, CPU_ORDER),
 ]
 
 
@@ -213,43 +216,48 @@ def _nvtx_text(export: Export, alias: str) -> str:
 def write_nvtx_ranges(export: Export, tables, report_index: int) -> int:
     """Push/pop ranges (with their depth per thread) and start/end ranges; marks are skipped.
 
-    One pass in start order: domain-create events come before the ranges of their domain, so
-    their names are known by the time a range needs one.
+    Domain names come first, from the domain-create events, so every range of a named domain
+    gets its name wherever its create event falls in the stream.
     """
     if not {"eventType", "start"} <= export.columns("NVTX_EVENTS"):
         return 0
     types = nvtx_event_types(export)
-    wanted = [types[name] for name in ("NvtxPushPopRange", "NvtxStartEndRange",
-                                       "NvtxDomainCreate")]
+    wanted = [types["NvtxPushPopRange"], types["NvtxStartEndRange"]]
     c = lambda name: export.col("NVTX_EVENTS", name, "e")  # noqa: E731 - local shorthand
     sql = (f"SELECT e.eventType, e.start, {c('end')}, {c('globalTid')}, "
            f"{_nvtx_text(export, 'e')}, {c('domainId')} FROM NVTX_EVENTS e "
-           f"WHERE e.eventType IN (?, ?, ?) AND e.start IS NOT NULL"
+           f"WHERE e.eventType IN (?, ?) AND e.start IS NOT NULL"
            + order_by(export, "NVTX_EVENTS", "e", ["e.start", f"{c('end')} DESC NULLS LAST"]))
     batches = export.batches(sql, NVTX_FIELDS, wanted)
-    return write_stream(batches, NvtxBatches(tables.writer("nvtx_ranges"), report_index, wanted))
+    domains = nvtx_domains(export, types["NvtxDomainCreate"])
+    return write_stream(batches, NvtxBatches(tables.writer("nvtx_ranges"), report_index,
+                                             types["NvtxPushPopRange"], domains))
+
+
+def nvtx_domains(export: Export, create_type: int) -> dict[tuple[int, int], str]:
+    """(process, domain id) -> the name its domain-create event gave (the last one wins)."""
+    c = lambda name: export.col("NVTX_EVENTS", name, "e")  # noqa: E731 - local shorthand
+    sql = (f"SELECT {c('globalTid')}, {c('domainId')}, {_nvtx_text(export, 'e')} "
+           f"FROM NVTX_EVENTS e WHERE e.eventType = ?"
+           + order_by(export, "NVTX_EVENTS", "e", ["e.start NULLS FIRST"]))
+    _names, rows = export.rows(sql, [create_type])
+    return {(tid >> 24, domain): as_text(name) for tid, domain, name in rows
+            if tid is not None and domain is not None}
 
 
 class NvtxBatches:
-    """Writes NVTX batches in order, remembering domain names and push/pop ranges still open."""
+    """Writes NVTX batches in order, carrying the push/pop ranges still open across them."""
 
-    def __init__(self, writer, report_index: int, event_types: list[int]):
+    def __init__(self, writer, report_index: int, push_pop: int,
+                 domains: dict[tuple[int, int], str]):
         self.writer, self.report_index = writer, report_index
-        self.push_pop, self.start_end, self.create = event_types
-        self.domains: dict[tuple[int, int], str] = {}  # (globalTid >> 24, domainId) -> name
+        self.push_pop, self.domains = push_pop, domains  # (globalTid >> 24, domainId) -> name
         self.carry = None
 
-    def __call__(self, batch) -> int:
+    def __call__(self, ranges) -> int:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        creates = pc.equal(batch["event_type"], self.create)
-        for row in batch.filter(creates).to_pylist():
-            if row["thread_id"] is not None and row["domain_id"] is not None:
-                self.domains[(row["thread_id"] >> 24, row["domain_id"])] = row["text"]
-        ranges = batch.filter(pc.invert(creates))
-        if ranges.num_rows == 0:
-            return 0
         is_push_pop = pc.equal(ranges["event_type"], self.push_pop)
         table = pa.table({
             "start_ns": ranges["start_ns"], "end_ns": ranges["end_ns"],

@@ -130,21 +130,26 @@ def last_field(buf: bytes | memoryview, wanted: int) -> tuple[int, Value] | None
     hundreds of metric entries) without materialising the rest: only positions are tracked.
     """
     data = bytes(buf)
+    view = memoryview(data)
     pos, end, found = 0, len(data), None
     try:
         while pos < end:
-            # The one-byte varint fast path is inlined for keys and lengths: this loop runs
-            # once per field of every profile result.
+            # Short varints are decoded inline (one-byte keys, one- and two-byte lengths): this
+            # loop runs once per field of every profile result.
             key = data[pos]
             pos += 1
             if key >= 0x80:
-                key, pos = read_varint(memoryview(data), pos - 1)
+                key, pos = read_varint(view, pos - 1)
             number, wire, start = key >> 3, key & 7, pos
             if wire == WIRE_LEN:
                 length = data[pos]
                 start = pos + 1
                 if length >= 0x80:
-                    length, start = read_varint(memoryview(data), pos)
+                    high = data[start]
+                    if high < 0x80:
+                        length, start = (length & 0x7F) | (high << 7), start + 1
+                    else:
+                        length, start = read_varint(view, pos)
                 pos = start + length
             elif wire == WIRE_VARINT:
                 _value, pos = _varint_at(data, pos)

@@ -131,6 +131,7 @@ def test_export_goes_to_a_temp_dir_that_close_removes(steps_capture, nsys_exe):
 
 ARROW_FAILURES = {
     "fails": 'echo "Exportation error: arrow unsupported" >&2; exit 1',
+    "fails saying nothing": 'echo "Exportation error:" >&2; exit 1',
     "unreadable": 'for a; do out=$prev; prev=$a; done; echo garbage > "$out"; exit 0',
 }
 

@@ -76,3 +76,14 @@ def test_table_bytes_do_not_depend_on_how_rows_were_batched(tmp_path):
     groups = pq.ParquetFile(tmp_path / "a").metadata
     assert [groups.row_group(i).num_rows for i in range(groups.num_row_groups)] == \
         [BATCH_ROWS, BATCH_ROWS, 123]
+
+
+def test_rows_after_close_are_refused_not_dropped(tmp_path):
+    from triage.archive.tables import TableWriter
+
+    writer = TableWriter("metrics", tmp_path / "m.parquet")
+    writer.append((0, 0, "a__b.sum", None, 1.0, None))
+    assert writer.close() == 1
+    with pytest.raises(RuntimeError, match="closed"):
+        writer.append((0, 1, "a__b.sum", None, 2.0, None))
+    assert pq.read_metadata(tmp_path / "m.parquet").num_rows == 1
