@@ -82,6 +82,8 @@ class TableWriter:
         self.closed = False
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
+        self._encoder = None  # a worker thread for full row groups, started by the first one
+        self._encoding = None  # the row group being encoded there
         # An open sink, not a path string: pyarrow resolves a path's filesystem on every
         # writer, which costs more than writing a small table.
         self._sink = pa.OSFile(str(path), "wb")
@@ -126,10 +128,30 @@ class TableWriter:
         size = table.num_rows if final else table.num_rows - table.num_rows % BATCH_ROWS
         for offset in range(0, size, BATCH_ROWS):
             group = table.slice(offset, min(BATCH_ROWS, size - offset)).combine_chunks()
-            self._writer.write_table(group, row_group_size=BATCH_ROWS)
+            if final:
+                self._wait()
+                self._writer.write_table(group, row_group_size=BATCH_ROWS)
+            else:
+                self._encode(group)
         rest = table.slice(size)
         self._pending, self._pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
         self.count += size
+
+    def _encode(self, group: pa.Table) -> None:
+        """Encode a full row group on the worker thread (Parquet encoding releases the GIL, so
+        it overlaps reading the next rows); one at a time, in order."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._wait()
+        if self._encoder is None:
+            self._encoder = ThreadPoolExecutor(max_workers=1)
+        self._encoding = self._encoder.submit(self._writer.write_table, group,
+                                              row_group_size=BATCH_ROWS)
+
+    def _wait(self) -> None:
+        if self._encoding is not None:
+            encoding, self._encoding = self._encoding, None
+            encoding.result()
 
     def _check_open(self) -> None:
         if self.closed:
@@ -142,8 +164,11 @@ class TableWriter:
             try:
                 self.flush()
                 self._write(final=True)
+                self._wait()
                 self._writer.close()
             finally:
+                if self._encoder is not None:
+                    self._encoder.shutdown(wait=True)
                 self._sink.close()
         return self.count
 

@@ -259,9 +259,17 @@ def _read_streams(source) -> dict:
             raise pa.ArrowInvalid("a stream without a table_name")
         columns = [utf8(c) if pa.types.is_binary(c.type) or pa.types.is_large_binary(c.type)
                    else c for c in table.columns]
-        columns.append(pa.array(range(table.num_rows), pa.int64()))
+        columns.append(_row_numbers(table.num_rows))
         tables[name] = pa.table(columns, names=[*table.column_names, "rowid"])
     return tables
+
+
+def _row_numbers(count: int):
+    """0, 1, ..., count - 1 as int64, computed in Arrow (a Python range costs 0.1 s per 1M)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.subtract(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), count)), 1)
 
 
 def open_export(path, exported=None, fmt: str = "sqlite") -> Export:
