@@ -107,12 +107,15 @@ class SqliteExport(Export):
 
     def __init__(self, path, sqlite_path=None):
         uri = f"file:{pathname2url(os.path.abspath(sqlite_path or path))}?mode=ro&immutable=1"
+        self.con = None
         try:
             self.con = sqlite3.connect(uri, uri=True)
             self.con.text_factory = bytes
             kinds = self.con.execute(
                 "SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
         except sqlite3.DatabaseError as exc:
+            if self.con is not None:
+                self.con.close()
             raise UnsupportedReport(f"{path}: not a readable SQLite database ({exc}); pass the "
                                     "file written by `nsys export --type sqlite`") from None
         self.views = {as_text(name) for name, kind in kinds if as_text(kind) == "view"}
