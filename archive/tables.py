@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -140,8 +141,6 @@ class TableWriter:
     def _encode(self, group: pa.Table) -> None:
         """Encode a full row group on the worker thread (Parquet encoding releases the GIL, so
         it overlaps reading the next rows); one at a time, in order."""
-        from concurrent.futures import ThreadPoolExecutor
-
         self._wait()
         if self._encoder is None:
             self._encoder = ThreadPoolExecutor(max_workers=1)

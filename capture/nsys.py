@@ -296,34 +296,28 @@ class PreparedNsys:
         return prepared
 
     def _load(self, nsys: str | None) -> None:
-        """Export (a .nsys-rep) and open the SQLite file; the report is hashed meanwhile."""
+        """Export (a .nsys-rep) and open the export; the report is hashed meanwhile."""
         with ThreadPoolExecutor(max_workers=1) as hasher:
             digest = None if self.sha256 else hasher.submit(hash_file, self.path)
             if self.info is None:
-                self.export = open_export(self.path)
+                self.export = _checked(open_export(self.path))
             else:
                 self.tempdir = tempfile.mkdtemp(prefix="triage-nsys-")
                 self.export = self._exported(nsys)
-            self.export.check_is_nsys()
             self.sha256 = self.sha256 or digest.result()[0]
 
     def _exported(self, nsys: str | None) -> Export:
         """nsys's Arrow export; its SQLite export when the Arrow one cannot be read as one."""
         exported = export_report(self.path, self.info, nsys, self.tempdir)
         self.exporter, self.export_format = exported.nsys_version, exported.format
-        export = None
         try:
-            export = open_export(self.path, exported.file, exported.format)
-            export.check_is_nsys()
-            return export
+            return _checked(open_export(self.path, exported.file, exported.format))
         except UnsupportedReport:
-            if export is not None:
-                export.close()
             if exported.format == "sqlite":
                 raise
         exported = export_report(self.path, self.info, nsys, self.tempdir, ("sqlite",))
         self.export_format = exported.format
-        return open_export(self.path, exported.file, exported.format)
+        return _checked(open_export(self.path, exported.file, exported.format))
 
     def write_tables(self, tables, report_index: int) -> dict:
         counts = write_sources(self.export, tables, report_index)
@@ -338,3 +332,13 @@ class PreparedNsys:
         if self.tempdir:
             shutil.rmtree(self.tempdir, ignore_errors=True)
             self.tempdir = None
+
+
+def _checked(export: Export) -> Export:
+    """The export, if it is an nsys export; closed (not leaked) when it is not."""
+    try:
+        export.check_is_nsys()
+    except BaseException:
+        export.close()
+        raise
+    return export

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from abc import ABC, abstractmethod
 from urllib.request import pathname2url
 
 from triage.errors import UnsupportedReport
@@ -36,7 +37,7 @@ def as_text(value) -> str | None:
     return str(value)
 
 
-class Export:
+class Export(ABC):
     """An open export: its tables and their columns (probed once), and SQL over them."""
 
     def __init__(self, path, tables: set[str]):
@@ -75,28 +76,30 @@ class Export:
 
     # -- what each engine supplies ------------------------------------------------------------
 
+    @abstractmethod
     def _table_columns(self, table: str) -> set[str]:
-        raise NotImplementedError
+        """The column names of a table the export has."""
 
+    @abstractmethod
     def _holds_integers(self, table: str, column: str) -> bool | None:
         """Whether a column holds integers; None when only each row's value can tell."""
-        raise NotImplementedError
 
+    @abstractmethod
     def row_order(self, table: str, alias: str) -> str | None:
         """SQL for the export's own order of a table's rows, when it has one."""
-        raise NotImplementedError
 
+    @abstractmethod
     def rows(self, sql: str, params=()) -> tuple[list[str], list[tuple]]:
         """(column names, rows) of a small query."""
-        raise NotImplementedError
 
+    @abstractmethod
     def batches(self, sql: str, fields, params=()):
         """Arrow tables of at most BATCH rows, columns named and typed by `fields`
         ((name, "int" | "str") pairs); never the whole result at once."""
-        raise NotImplementedError
 
+    @abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Release the connection and whatever the export maps."""
 
 
 # -- SQLite ------------------------------------------------------------------------------------
