@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -78,13 +80,28 @@ def timed_bare(path: Path) -> float:
     return time.perf_counter() - start
 
 
+def one_measurement(side: str, path: Path) -> float:
+    """In a fresh process: warm up (imports, ncu_report's first decode, DuckDB) with one
+    untimed pass, then time one pass."""
+    work = timed_bare if side == "bare" else triage_archive
+    work(path)
+    return work(path)
+
+
+def fresh(side: str, path: Path) -> float:
+    """One measurement in its own process. `ncu_report` keeps what it decodes (see
+    capture/ncu_results.py), so repeats in one process would measure an ever larger process."""
+    out = subprocess.run([sys.executable, __file__, "--one", side, str(path)], check=True,
+                         capture_output=True, text=True).stdout
+    return float(out.split()[-1])
+
+
 def measure(path: Path, repeat: int) -> None:
-    metrics = bare_extraction(path)  # also warms caches and imports
-    triage_archive(path)
+    metrics = bare_extraction(path)
     bare, archive = [], []
-    for _ in range(repeat):
-        bare.append(timed_bare(path))
-        archive.append(triage_archive(path))
+    for _ in range(repeat):  # alternating, so both sides see the same machine
+        bare.append(fresh("bare", path))
+        archive.append(fresh("archive", path))
     bare, archive = min(bare), min(archive)
     print(f"report        {path.name} ({path.stat().st_size:,} bytes, {metrics:,} metrics)")
     print(f"bare ncu_report extraction  {bare:8.3f} s  {metrics / bare:12,.0f} metrics/s")
@@ -92,14 +109,58 @@ def measure(path: Path, repeat: int) -> None:
     print(f"ratio archive/bare rate     {bare / archive:8.2f}x  (target >= 0.80x)")
 
 
+MEMORY_PASSES = 4
+
+
+def peak_memory(side: str) -> int:
+    """Peak RSS (MB) of one process that reads every corpus report MEMORY_PASSES times."""
+    code = ("import resource, sys; sys.path.insert(0, %r); import bench_ncu_archive as b; "
+            "b.read_all(%r); print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)"
+            % (str(Path(__file__).parent), side))
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True).stdout
+    return int(out.split()[-1])
+
+
+def read_all(side: str) -> None:
+    """Bare extraction of every corpus report, or `triage archive` of each (into a new store
+    per pass, so that every pass reads every report again)."""
+    from triage.archive.ingest import archive_files
+    from triage.errors import TriageError
+
+    reports = sorted(p for p in CORPUS.iterdir()
+                     if p.suffix in (".ncu-rep", ".nsight-cuprof-report"))
+    for _ in range(MEMORY_PASSES):
+        with tempfile.TemporaryDirectory() as store:
+            for report in reports:
+                try:  # the reports ncu_report cannot read fail on both sides
+                    if side == "bare":
+                        bare_extraction(report)
+                    else:
+                        archive_files(Path(store) / "store", [str(report)])
+                except (TriageError, Exception):  # noqa: BLE001
+                    pass
+
+
+def memory() -> None:
+    bare, archive = peak_memory("bare"), peak_memory("archive")
+    print(f"peak RSS reading every corpus ncu report {MEMORY_PASSES} times in one process: "
+          f"bare ncu_report {bare} MB, triage archive {archive} MB ({archive / bare:.2f}x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("report", nargs="?", type=Path, default=None)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--one", nargs=2, metavar=("SIDE", "REPORT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one:
+        print(one_measurement(args.one[0], Path(args.one[1])))
+        return
     reports = [args.report] if args.report else [largest_report(), most_metrics_report()]
     for path in reports:
         measure(path, args.repeat)
+    memory()
 
 
 if __name__ == "__main__":

@@ -43,12 +43,27 @@ class NcuReport:
     info: NcuFileInfo
     context: object
 
-    def iter_actions(self):
-        """Yield (range index, action) for every profile result, in file order."""
+    def actions(self, low: int = 0, high: int | None = None):
+        """Yield (result index, range index, action) for results low..high-1, in file order.
+
+        Each action is decoded here, once: `ncu_report` keeps what decoding allocates (see
+        `ncu_results`), so no result is decoded twice.
+        """
+        first = 0
         for range_index in range(self.context.num_ranges()):
             profile_range = self.context.range_by_idx(range_index)
-            for action_index in range(profile_range.num_actions()):
-                yield range_index, profile_range.action_by_idx(action_index)
+            count = profile_range.num_actions()
+            for action_index in range(max(low - first, 0), count):
+                if high is not None and first + action_index >= high:
+                    return
+                yield first + action_index, range_index, profile_range.action_by_idx(action_index)
+            first += count
+
+    def warm_up(self) -> None:
+        """Decode the first result: `ncu_report`'s first decode in a process also builds about
+        100 MB of shared state (30 ms); forked workers then inherit it instead of each
+        building it again."""
+        next(self.actions(0, 1), None)
 
     def count_actions(self) -> int:
         return sum(self.context.range_by_idx(i).num_actions()
@@ -366,28 +381,43 @@ def _rule_rows(report_index, kernel_index, action):
                json.dumps(focus, sort_keys=True) if focus else None)
 
 
+def result_rows(report: NcuReport, report_index: int, low: int, high: int) -> dict[str, list]:
+    """The rows of the kernels/metrics/sections/rules tables for results low..high-1."""
+    rows: dict[str, list] = {"kernels": [], "metrics": [], "sections": [], "rules": []}
+    locked = report.info.result_clock_locked
+    readers, units = _value_readers(), {}
+    for kernel_index, range_index, action in report.actions(low, high):
+        rows["kernels"].append(_kernel_row(
+            report_index, kernel_index, range_index, action,
+            locked[kernel_index] if kernel_index < len(locked) else None))
+        rows["metrics"].extend(_metric_rows(report_index, kernel_index, action, readers, units))
+        rows["sections"].extend(_section_rows(report_index, kernel_index, action))
+        rows["rules"].extend(_rule_rows(report_index, kernel_index, action))
+    return rows
+
+
 def write_tables(report: NcuReport, tables, report_index: int = 0) -> tuple[list[str], list[float]]:
-    """Stream every result into the kernels/metrics/sections/rules tables.
+    """Stream every result into the kernels/metrics/sections/rules tables (read by worker
+    processes, chunk by chunk: `ncu_results`).
 
     Returns the section identifiers seen (in the report's order) and the measured SM clocks.
     """
-    kernels, metrics = tables.writer("kernels"), tables.writer("metrics")
-    section_table, rules = tables.writer("sections"), tables.writer("rules")
+    from contextlib import closing
+
+    from triage.capture.ncu_results import result_tables
+
     seen_sections: dict[str, int] = {}
-    sm_clocks = []
-    locked = report.info.result_clock_locked
-    readers, units = _value_readers(), {}
-    for kernel_index, (range_index, action) in enumerate(report.iter_actions()):
-        row = _kernel_row(report_index, kernel_index, range_index, action,
-                          locked[kernel_index] if kernel_index < len(locked) else None)
-        kernels.append(row)
-        if isinstance(row[-1], (int, float)):
-            sm_clocks.append(float(row[-1]))
-        metrics.extend(_metric_rows(report_index, kernel_index, action, readers, units))
-        for section_row in _section_rows(report_index, kernel_index, action):
-            seen_sections.setdefault(section_row[2], section_row[4])
-            section_table.append(section_row)
-        rules.extend(_rule_rows(report_index, kernel_index, action))
+    sm_clocks: list[float] = []
+    with closing(result_tables(report, report_index)) as chunks:
+        for chunk in chunks:
+            for name, table in chunk.items():
+                tables.writer(name).write_arrow(table)
+            sm_clocks.extend(v for v in chunk["kernels"]["sm_clock_hz"].to_pylist()
+                             if v is not None)
+            sections = chunk["sections"]
+            for section, order in zip(sections["section_id"].to_pylist(),
+                                      sections["section_order"].to_pylist()):
+                seen_sections.setdefault(section, order)
     ordered = sorted(seen_sections, key=lambda s: (seen_sections[s], s))
     return ordered, sm_clocks
 

@@ -250,22 +250,20 @@ def test_a_report_archives_to_the_same_run_whatever_was_read_before(tmp_path):
 
 def test_a_failure_while_reading_leaves_no_object_and_no_temp_file(tmp_path, monkeypatch):
     """The report is copied into the store while it is read; a reader that fails halfway (here
-    after its first result) must leave neither that copy nor any table behind."""
-    from triage.capture import ncu
+    after its first chunk of results, read in this process) must leave neither that copy nor
+    any table behind."""
+    from triage.capture import ncu_results
 
-    real = ncu.write_tables
+    real = ncu_results.extract_chunk
 
-    def fail_after_first_result(report, tables, report_index=0):
-        actions = report.iter_actions()
-
-        def first_then_fail():
-            yield next(actions)
+    def fail_after_first_chunk(report, report_index, low, high):
+        if low > 0:
             raise OSError("disk gone")
+        return real(report, report_index, low, high)
 
-        report.iter_actions = first_then_fail
-        return real(report, tables, report_index)
-
-    monkeypatch.setattr(ncu, "write_tables", fail_after_first_result)
+    monkeypatch.setattr(ncu_results, "extract_chunk", fail_after_first_chunk)
+    monkeypatch.setattr(ncu_results, "IN_PROCESS_CHUNK", 8)
+    monkeypatch.setattr(ncu_results, "_read_here", 0)
     store = tmp_path / "store"
     with pytest.raises(OSError, match="disk gone"):
         archive_files(store, [str(corpus_file(BIG[0]))])
