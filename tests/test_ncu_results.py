@@ -28,7 +28,7 @@ def forks(monkeypatch) -> list:
         made.append(1)
         return real()
 
-    monkeypatch.setattr(ncu_results.os, "fork", counting_fork)
+    monkeypatch.setattr(os, "fork", counting_fork)
     return made
 
 

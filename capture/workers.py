@@ -1,0 +1,130 @@
+"""Forked worker processes that return bytes, consumed in task order.
+
+For a reader that keeps memory it should not (`ncu_report`) or that one core cannot keep up
+with: a forked child inherits what the parent has loaded, computes one task, writes its result
+(Arrow IPC) into a pipe and exits, so nothing it allocated stays behind. At most `workers` run
+at once; each result is read whole, in task order, so a chunk's rows are held by its worker and
+then by the parent, never by both for long.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import deque
+from contextlib import suppress
+
+OK, FAILED = b"T", b"E"
+
+
+class WorkerFailed(Exception):
+    """A task raised (`reason` is its exception, one line) or its process died (`crashed`)."""
+
+    def __init__(self, task, reason: str, crashed: bool):
+        super().__init__(reason)
+        self.task, self.reason, self.crashed = task, reason, crashed
+
+
+def can_fork() -> bool:
+    """Linux only: Windows has no fork, and macOS's system libraries are not fork-safe."""
+    return sys.platform.startswith("linux")
+
+
+def cores(limit: int) -> int:
+    """Cores this process may use, at most `limit`."""
+    count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(limit, count or 1))
+
+
+def in_order(tasks, work, workers: int):
+    """Yield work(task) (bytes) for each task, in order, computed in forked processes.
+
+    A failed task raises WorkerFailed; workers still running are killed when the consumer
+    stops early (an error, Ctrl-C, or closing the generator).
+    """
+    pending, running = iter(tasks), deque()
+    try:
+        for task in pending:
+            running.append((task, _start(work, task)))
+            if len(running) == workers:
+                break
+        while running:
+            task, (pid, read_fd) = running.popleft()
+            data = _collect(task, pid, read_fd)
+            following = next(pending, None)
+            if following is not None:
+                running.append((following, _start(work, following)))
+            yield data
+    finally:
+        for _task, (pid, read_fd) in running:
+            _stop(pid, read_fd)
+
+
+def _start(work, task) -> tuple[int, int]:
+    """Fork a worker for one task; (pid, the pipe its result comes through)."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the worker: never returns, and runs no cleanup of the parent's objects
+        os.close(read_fd)
+        code = 1
+        try:
+            _send(write_fd, _run(work, task))
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    return pid, read_fd
+
+
+def _run(work, task) -> bytes:
+    try:
+        return OK + work(task)
+    except BaseException as exc:  # noqa: BLE001 - the parent turns it into a one-line error
+        return FAILED + f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")
+
+
+def _send(fd: int, data: bytes) -> None:
+    with os.fdopen(fd, "wb") as pipe:
+        pipe.write(data)
+
+
+def _collect(task, pid: int, read_fd: int) -> bytes:
+    """A worker's result, or WorkerFailed for what it reported or how it died."""
+    with os.fdopen(read_fd, "rb") as pipe:
+        data = pipe.read()
+    _pid, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if data[:1] == FAILED:
+        raise WorkerFailed(task, data[1:].decode("utf-8", "replace"), crashed=False)
+    if data[:1] != OK or code != 0:
+        raise WorkerFailed(task, f"exit status {code}", crashed=True)
+    return data[1:]
+
+
+def _stop(pid: int, read_fd: int) -> None:
+    """End a worker whose result is no longer wanted."""
+    with suppress(ProcessLookupError):
+        os.kill(pid, 9)
+    with suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+    os.close(read_fd)
+
+
+def arrow_payload(tables) -> bytes:
+    """Arrow tables as consecutive IPC streams (one per table), for `arrow_tables`."""
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    for table in tables:
+        with pa.ipc.new_stream(sink, table.schema) as stream:
+            stream.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def arrow_tables(data: bytes) -> list:
+    import pyarrow as pa
+
+    source, tables = pa.BufferReader(data), []
+    while source.tell() < source.size():
+        tables.append(pa.ipc.open_stream(source).read_all())
+    return tables
