@@ -42,8 +42,9 @@ def result_tables(report, report_index: int):
     workers = cores(MAX_WORKERS)
     size = max(1, min(CHUNK_RESULTS, -(-count // workers)))
     chunks = [(low, min(count, low + size)) for low in range(0, count, size)]
-    report.warm_up()  # decoded once here, not once per worker: see NcuReport.warm_up
-    _read_here += 1
+    if _read_here == 0:  # once per process, or the parent would keep a result per report
+        report.warm_up()  # decoded once here, not once per worker: see NcuReport.warm_up
+        _read_here += 1
 
     def work(chunk: tuple[int, int]) -> bytes:
         tables = extract_chunk(report, report_index, *chunk)

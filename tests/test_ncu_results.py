@@ -93,3 +93,16 @@ def test_a_worker_that_fails_is_a_one_line_error_and_leaves_the_store_as_it_was(
                              "(pip install -U ncu-report)\n")
     left = sorted(str(p.relative_to(store_dir)) for p in store_dir.rglob("*") if p.is_file())
     assert left == ["triage-store.json"]
+
+
+def test_the_parent_decodes_one_result_per_process_not_per_report(tmp_path, monkeypatch):
+    """The parent decodes a result before forking (workers inherit ncu_report's first-decode
+    state); doing it per report would make the parent keep one result per report."""
+    from triage.capture.ncu import NcuReport
+
+    warmed, warm_up = [], NcuReport.warm_up
+    monkeypatch.setattr(NcuReport, "warm_up", lambda report: warmed.append(1) or warm_up(report))
+    in_workers(monkeypatch)
+    monkeypatch.setattr(ncu_results, "_read_here", 0)
+    archive_files(tmp_path / "store", [str(corpus_file(SPYMASTER)), str(corpus_file(STRRULES))])
+    assert warmed == [1]
