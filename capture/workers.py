@@ -9,10 +9,14 @@ then by the parent, never by both for long.
 
 from __future__ import annotations
 
+import gc
 import os
+import signal
 import sys
 from collections import deque
 from contextlib import suppress
+
+from triage.errors import TriageError
 
 OK, FAILED = b"T", b"E"
 
@@ -39,8 +43,9 @@ def cores(limit: int) -> int:
 def in_order(tasks, work, workers: int):
     """Yield work(task) (bytes) for each task, in order, computed in forked processes.
 
-    A failed task raises WorkerFailed; workers still running are killed when the consumer
-    stops early (an error, Ctrl-C, or closing the generator).
+    A failed task raises WorkerFailed (a Ctrl-C that reached a worker first is raised as
+    KeyboardInterrupt); workers still running are killed and reaped when the consumer stops
+    early (an error, Ctrl-C, or closing the generator).
     """
     pending, running = iter(tasks), deque()
     try:
@@ -50,7 +55,7 @@ def in_order(tasks, work, workers: int):
                 break
         while running:
             task, (pid, read_fd) = running.popleft()
-            data = _collect(task, pid, read_fd)
+            data = _collect(task, pid, read_fd)  # closes the pipe and reaps, whatever happens
             following = next(pending, None)
             if following is not None:
                 running.append((following, _start(work, following)))
@@ -63,8 +68,15 @@ def in_order(tasks, work, workers: int):
 def _start(work, task) -> tuple[int, int]:
     """Fork a worker for one task; (pid, the pipe its result comes through)."""
     read_fd, write_fd = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        os.close(read_fd)
+        os.close(write_fd)
+        raise TriageError(f"cannot start a worker process ({exc.strerror or exc}); free "
+                          "memory or raise the process limit (ulimit -u)") from None
     if pid == 0:  # the worker: never returns, and runs no cleanup of the parent's objects
+        gc.disable()  # no finalizer of an object inherited from the parent runs here
         os.close(read_fd)
         code = 1
         try:
@@ -80,7 +92,8 @@ def _run(work, task) -> bytes:
     try:
         return OK + work(task)
     except BaseException as exc:  # noqa: BLE001 - the parent turns it into a one-line error
-        return FAILED + f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")
+        text = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line, whatever it said
+        return FAILED + text.encode("utf-8", "replace")
 
 
 def _send(fd: int, data: bytes) -> None:
@@ -89,25 +102,39 @@ def _send(fd: int, data: bytes) -> None:
 
 
 def _collect(task, pid: int, read_fd: int) -> bytes:
-    """A worker's result, or WorkerFailed for what it reported or how it died."""
-    with os.fdopen(read_fd, "rb") as pipe:
-        data = pipe.read()
-    _pid, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)
+    """A worker's result, or WorkerFailed for what it reported or how it died. The pipe is
+    closed and the worker reaped (killed first if this is interrupted) either way."""
+    try:
+        with os.fdopen(read_fd, "rb") as pipe:
+            data = pipe.read()
+        _pid, status = os.waitpid(pid, 0)
+    except BaseException:
+        _end(pid)
+        raise
     if data[:1] == FAILED:
-        raise WorkerFailed(task, data[1:].decode("utf-8", "replace"), crashed=False)
+        reason = data[1:].decode("utf-8", "replace")
+        if reason.startswith("KeyboardInterrupt"):
+            raise KeyboardInterrupt
+        raise WorkerFailed(task, reason, crashed=False)
+    code = os.waitstatus_to_exitcode(status)
     if data[:1] != OK or code != 0:
-        raise WorkerFailed(task, f"exit status {code}", crashed=True)
+        how = (f"killed by {signal.Signals(-code).name}" if code < 0 and -code in
+               signal.valid_signals() else f"exit status {code}")
+        raise WorkerFailed(task, how, crashed=True)
     return data[1:]
 
 
 def _stop(pid: int, read_fd: int) -> None:
     """End a worker whose result is no longer wanted."""
+    os.close(read_fd)
+    _end(pid)
+
+
+def _end(pid: int) -> None:
     with suppress(ProcessLookupError):
-        os.kill(pid, 9)
+        os.kill(pid, signal.SIGKILL)
     with suppress(ChildProcessError):
         os.waitpid(pid, 0)
-    os.close(read_fd)
 
 
 def arrow_payload(tables) -> bytes:

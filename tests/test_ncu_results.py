@@ -38,9 +38,11 @@ def in_process(monkeypatch) -> None:
 
 
 def in_workers(monkeypatch) -> None:
-    """Every result read by workers, 16 per worker: several chunks, more chunks than cores."""
+    """Every result read by two workers at a time, 16 results each: several chunks, more
+    chunks than workers, on a machine of any size."""
     monkeypatch.setattr(ncu_results, "IN_PROCESS_RESULTS", 0)
     monkeypatch.setattr(ncu_results, "CHUNK_RESULTS", 16)
+    monkeypatch.setattr(ncu_results, "cores", lambda limit: 2)
 
 
 def tables_of(results) -> list[dict]:

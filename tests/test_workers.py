@@ -1,0 +1,91 @@
+"""Forked worker processes (capture/workers.py): order, failures, and nothing left behind.
+
+The tasks here are plain functions; the readers that use workers are tested on real reports in
+test_ncu_results.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from triage.capture import workers
+
+pytestmark = pytest.mark.skipif(not workers.can_fork(), reason="workers fork (Linux only)")
+
+
+def children() -> list[int]:
+    """This process's child processes, zombies included."""
+    me, found = os.getpid(), []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+        if parent == me:
+            found.append(int(pid))
+    return found
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_results_come_in_task_order_with_more_tasks_than_workers():
+    def work(task: int) -> bytes:
+        time.sleep(0.05 * (task % 3))  # later tasks often finish first
+        return str(task).encode() * 50_000  # more than a pipe buffer holds
+
+    results = list(workers.in_order(range(7), work, 3))
+    assert results == [str(t).encode() * 50_000 for t in range(7)]
+    assert children() == []
+
+
+@pytest.mark.parametrize("task_fails, reason, crashed", [
+    (lambda: 1 / 0, "ZeroDivisionError: division by zero", False),
+    (lambda: exec("raise RuntimeError('line one\\nline two')"),
+     "RuntimeError: line one line two", False),
+    (lambda: os.kill(os.getpid(), signal.SIGKILL), "killed by SIGKILL", True),
+])
+def test_a_failed_task_names_itself_in_one_line_and_the_others_are_reaped(task_fails, reason,
+                                                                          crashed):
+    before = open_fds()
+
+    def work(task: int) -> bytes:
+        if task == 1:
+            task_fails()
+        time.sleep(0.5)
+        return b"done"
+
+    with pytest.raises(workers.WorkerFailed) as failed:
+        list(workers.in_order(range(4), work, 3))
+    assert (failed.value.task, failed.value.reason, failed.value.crashed) == (1, reason, crashed)
+    assert children() == [] and open_fds() == before
+
+
+def test_ctrl_c_while_a_result_is_awaited_leaves_no_worker_and_no_pipe(monkeypatch):
+    """The alarm is armed after the workers are forked (children inherit no timer), so only
+    this process is interrupted, while it waits for the first result."""
+    before, real_collect = open_fds(), workers._collect
+
+    def interrupt(_signum, _frame):
+        raise KeyboardInterrupt
+
+    def collect_interrupted(*args):
+        signal.signal(signal.SIGALRM, interrupt)
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        return real_collect(*args)
+
+    monkeypatch.setattr(workers, "_collect", collect_interrupted)
+    previous = signal.getsignal(signal.SIGALRM)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            list(workers.in_order(range(3), lambda task: time.sleep(30) or b"", 2))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert children() == [] and open_fds() == before
