@@ -65,6 +65,12 @@ def arrow_schema(name: str) -> pa.Schema:
     return pa.schema([pa.field(col, _arrow_type(kind)) for col, kind, _doc in _spec(name)["columns"]])
 
 
+def rows_table(schema: pa.Schema, rows: list[tuple]) -> pa.Table:
+    """Python row tuples as an Arrow table of `schema`, converted in one C++ pass (as a struct
+    array) rather than column by column."""
+    return pa.Table.from_struct_array(pa.array(rows, type=pa.struct(list(schema))))
+
+
 class TableWriter:
     """Streams rows of one table into a Parquet file.
 
@@ -106,14 +112,14 @@ class TableWriter:
         """Append an Arrow table (e.g. a DuckDB result) whose columns match the schema."""
         self._check_open()
         self.flush()
-        self._queue(table.select(self.schema.names).cast(self.schema))
+        table = table.select(self.schema.names)
+        # Cast only when needed: the first cast imports pyarrow.compute (60 ms per command).
+        self._queue(table if table.schema.equals(self.schema) else table.cast(self.schema))
 
     def flush(self) -> None:
-        """Convert the Python rows collected so far (in one C++ pass, as a struct array)."""
         if self.rows:
-            rows = pa.array(self.rows, type=pa.struct(list(self.schema)))
-            self.rows = []
-            self._queue(pa.Table.from_struct_array(rows))
+            table, self.rows = rows_table(self.schema, self.rows), []
+            self._queue(table)
 
     def _queue(self, table: pa.Table) -> None:
         self._pending.append(table)
@@ -223,4 +229,6 @@ def read_table(store: Store, ref: dict | None, columns: list[str] | None = None)
     """Read one stored table by its manifest entry, or None when the run has no such table."""
     if not ref:
         return None
-    return pq.read_table(store.object_path(ref["sha256"]), columns=columns)
+    # ParquetFile, not pq.read_table: that one imports pyarrow.dataset and pyarrow.compute
+    # (about 60 ms on every command) to read a single file.
+    return pq.ParquetFile(store.object_path(ref["sha256"])).read(columns=columns)

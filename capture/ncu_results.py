@@ -66,12 +66,8 @@ def result_tables(report, report_index: int):
 
 def extract_chunk(report, report_index: int, low: int, high: int) -> dict:
     """The rows of results low..high-1 of every results table, as Arrow tables."""
-    import pyarrow as pa
-
-    from triage.archive.tables import arrow_schema
+    from triage.archive.tables import arrow_schema, rows_table
     from triage.capture.ncu import result_rows
 
     rows = result_rows(report, report_index, low, high)
-    return {name: pa.Table.from_struct_array(pa.array(rows[name],
-                                                      pa.struct(list(arrow_schema(name)))))
-            for name in TABLES}
+    return {name: rows_table(arrow_schema(name), rows[name]) for name in TABLES}
