@@ -9,6 +9,7 @@ then by the parent, never by both for long.
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import signal
@@ -19,6 +20,7 @@ from contextlib import suppress
 from triage.errors import TriageError
 
 OK, FAILED = b"T", b"E"
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class WorkerFailed(Exception):
@@ -67,6 +69,7 @@ def in_order(tasks, work, workers: int):
 
 def _start(work, task) -> tuple[int, int]:
     """Fork a worker for one task; (pid, the pipe its result comes through)."""
+    parent, libc = os.getpid(), _libc()  # loaded here once, not in every worker
     read_fd, write_fd = os.pipe()
     try:
         pid = os.fork()
@@ -80,12 +83,31 @@ def _start(work, task) -> tuple[int, int]:
         os.close(read_fd)
         code = 1
         try:
+            _die_with(parent, libc)
             _send(write_fd, _run(work, task))
             code = 0
         finally:
             os._exit(code)
     os.close(write_fd)
     return pid, read_fd
+
+
+@functools.cache
+def _libc():
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with(parent: int, libc) -> None:
+    """Have the kernel kill this worker when its parent dies, even by SIGKILL (the OOM
+    killer): otherwise it would read its whole chunk for nobody. Linux's PR_SET_PDEATHSIG,
+    which fires when the forking thread ends: `in_order` starts and awaits its workers in the
+    thread that consumes it."""
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        return  # a worker that outlives its parent still ends at its first write to the pipe
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
 
 
 def _run(work, task) -> bytes:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -89,3 +91,31 @@ def test_ctrl_c_while_a_result_is_awaited_leaves_no_worker_and_no_pipe(monkeypat
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert children() == [] and open_fds() == before
+
+
+def test_workers_end_with_their_parent_even_when_it_is_killed():
+    """SIGKILL (the OOM killer) gives the parent no chance to stop its workers; the kernel must."""
+    script = ("import os, sys, time\n"
+              "from triage.capture import workers\n"
+              "def work(task):\n"
+              "    print(os.getpid(), flush=True)\n"
+              "    time.sleep(60)\n"
+              "    return b''\n"
+              "list(workers.in_order(range(2), work, 2))\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    pids = [int(parent.stdout.readline()) for _ in range(2)]
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while any(map(alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(map(alive, pids))
+
+
+def alive(pid: int) -> bool:
+    """Running or sleeping; a zombie (the container's init may never reap it) has ended."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
