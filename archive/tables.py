@@ -67,8 +67,24 @@ def arrow_schema(name: str) -> pa.Schema:
 
 def rows_table(schema: pa.Schema, rows: list[tuple]) -> pa.Table:
     """Python row tuples as an Arrow table of `schema`, converted in one C++ pass (as a struct
-    array) rather than column by column."""
-    return pa.Table.from_struct_array(pa.array(rows, type=pa.struct(list(schema))))
+    array) rather than column by column.
+
+    Text that was not UTF-8 in the report reaches Python with surrogate escapes (`ncu_report`
+    decodes that way), which Arrow refuses: such a batch is converted again with those bytes
+    as U+FFFD, as text read from SQLite exports is.
+    """
+    struct = pa.struct(list(schema))
+    try:
+        return pa.Table.from_struct_array(pa.array(rows, type=struct))
+    except UnicodeEncodeError:
+        return pa.Table.from_struct_array(pa.array([tuple(map(_valid_text, row)) for row in rows],
+                                                   type=struct))
+
+
+def _valid_text(value):
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return value
 
 
 class TableWriter:

@@ -55,7 +55,7 @@ def result_tables(report, report_index: int):
         for data in results:
             yield dict(zip(TABLES, arrow_tables(data), strict=True))
     except WorkerFailed as failed:
-        where = f"{report.path}: reading results {failed.task[0]}-{failed.task[1] - 1}"
+        where = f"{report.path}: reading {result_span(*failed.task)}"
         what = (f": ncu_report crashed ({failed.reason})" if failed.crashed
                 else f" failed ({failed.reason})")
         raise UnsupportedReport(f"{where}{what}; upgrade ncu-report "
@@ -64,10 +64,24 @@ def result_tables(report, report_index: int):
         results.close()
 
 
+def result_span(low: int, high: int) -> str:
+    """How messages name results low..high-1."""
+    return f"result {low}" if high - low == 1 else f"results {low}-{high - 1}"
+
+
 def extract_chunk(report, report_index: int, low: int, high: int) -> dict:
     """The rows of results low..high-1 of every results table, as Arrow tables."""
     from triage.archive.tables import arrow_schema, rows_table
     from triage.capture.ncu import result_rows
 
-    rows = result_rows(report, report_index, low, high)
+    try:
+        rows = result_rows(report, report_index, low, high)
+    except TypeError as exc:
+        if not str(exc).startswith("in method '"):
+            raise
+        # SWIG refused a value ncu_report itself returned (a metric name whose bytes are not
+        # text): the report is damaged there.
+        where = result_span(low, high)
+        raise UnsupportedReport(f"{report.path}: corrupt Nsight Compute report ({where}: "
+                                f"{exc}); archive an intact copy") from None
     return {name: rows_table(arrow_schema(name), rows[name]) for name in TABLES}

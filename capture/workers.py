@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import gc
 import os
+import pickle
 import signal
 import sys
 from collections import deque
@@ -19,7 +20,7 @@ from contextlib import suppress
 
 from triage.errors import TriageError
 
-OK, FAILED = b"T", b"E"
+OK, FAILED, REFUSED = b"T", b"E", b"R"  # result, exception, TriageError
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -45,9 +46,10 @@ def cores(limit: int) -> int:
 def in_order(tasks, work, workers: int):
     """Yield work(task) (bytes) for each task, in order, computed in forked processes.
 
-    A failed task raises WorkerFailed (a Ctrl-C that reached a worker first is raised as
-    KeyboardInterrupt); workers still running are killed and reaped when the consumer stops
-    early (an error, Ctrl-C, or closing the generator).
+    A task that raises a TriageError raises it here too; any other failure raises WorkerFailed
+    (a Ctrl-C that reached a worker first is raised as KeyboardInterrupt). Workers still
+    running are killed and reaped when the consumer stops early (an error, Ctrl-C, or closing
+    the generator).
     """
     pending, running = iter(tasks), deque()
     try:
@@ -113,6 +115,8 @@ def _die_with(parent: int, libc) -> None:
 def _run(work, task) -> bytes:
     try:
         return OK + work(task)
+    except TriageError as exc:  # a verdict on the input: the parent raises it as it is
+        return REFUSED + pickle.dumps(exc)
     except BaseException as exc:  # noqa: BLE001 - the parent turns it into a one-line error
         text = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line, whatever it said
         return FAILED + text.encode("utf-8", "replace")
@@ -133,6 +137,8 @@ def _collect(task, pid: int, read_fd: int) -> bytes:
     except BaseException:
         _end(pid)
         raise
+    if data[:1] == REFUSED:
+        raise pickle.loads(data[1:])  # noqa: S301 - written by this process's own fork
     if data[:1] == FAILED:
         reason = data[1:].decode("utf-8", "replace")
         if reason.startswith("KeyboardInterrupt"):

@@ -296,3 +296,31 @@ def test_an_unimported_nsys_stream_names_the_importer(tmp_path):
     stream.write_bytes(b"U3w[END]NVIDIA Nsight Systems Stream 2022.4.2.1" + bytes(200))
     result = run_triage(["archive", stream], tmp_path / "store")
     check_refused(result, "QdstrmImporter")
+
+
+def with_flipped_text(tmp: Path, text: bytes, at: int) -> Path:
+    """REPORT with the high bit set on byte `at` of the first `text` in it: a string the report
+    stores that is no longer UTF-8, as one bit flipped on disk leaves it."""
+    data = bytearray(corpus_file(REPORT).read_bytes())
+    data[data.index(text) + at] |= 0x80
+    path = tmp / "flipped.ncu-rep"
+    path.write_bytes(data)
+    return path
+
+
+def test_a_metric_name_that_is_not_text_is_a_corrupt_report(store, tmp_path):
+    """ncu_report lists the damaged name but cannot look it up again (a SWIG TypeError)."""
+    bad = with_flipped_text(tmp_path, b"\n0lts__t_sectors.max.pct_of_peak_sustained_elapsed", 2)
+    before = listing(store)
+    result = run_triage(["archive", bad], store)
+    check_refused(result, f"{bad}: corrupt Nsight Compute report (result 0: in method")
+    assert listing(store) == before
+
+
+def test_other_text_that_is_not_utf8_is_kept_with_replacement_characters(store, tmp_path):
+    bad = with_flipped_text(tmp_path, b",l1tex__tex_writeback_active.min.", 1)
+    assert run_triage(["archive", bad], store).returncode == 0
+    found = run_triage(["query", "--csv", "select name from metrics where text like "
+                        "'%,' || chr(65533) || '1tex__tex_writeback_active.min.%'"], store)
+    assert found.stdout.splitlines()[1:] == [
+        "breakdown:gpu__compute_memory_throughput.min.pct_of_peak_sustained_elapsed"]

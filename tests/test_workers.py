@@ -15,6 +15,7 @@ import time
 import pytest
 
 from triage.capture import workers
+from triage.errors import UnsupportedReport
 
 pytestmark = pytest.mark.skipif(not workers.can_fork(), reason="workers fork (Linux only)")
 
@@ -68,6 +69,17 @@ def test_a_failed_task_names_itself_in_one_line_and_the_others_are_reaped(task_f
     assert (failed.value.task, failed.value.reason, failed.value.crashed) == (1, reason, crashed)
     assert children() == [] and open_fds() == before
 
+
+def test_a_triage_error_in_a_task_is_raised_as_it_is():
+    """A verdict on the input (a corrupt report) keeps its class and message."""
+    def work(task: int) -> bytes:
+        if task == 1:
+            raise UnsupportedReport("report.ncu-rep: corrupt Nsight Compute report (result 1)")
+        return b"done"
+
+    with pytest.raises(UnsupportedReport, match=r"^report.ncu-rep: corrupt .*\(result 1\)$"):
+        list(workers.in_order(range(3), work, 2))
+    assert children() == []
 
 def test_ctrl_c_while_a_result_is_awaited_leaves_no_worker_and_no_pipe(monkeypatch):
     """The alarm is armed after the workers are forked (children inherit no timer), so only
