@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from triage.archive import atomic
 from triage.archive.store import Store
+from triage.errors import StoreError
 
 BATCH_ROWS = 65536
 ARROW_TYPES = {
@@ -212,17 +213,25 @@ class TableSet:
 
     def path(self, name: str) -> Path:
         """The finished temp file of a table (closed, no more rows), e.g. for SQL summaries."""
-        writer = self.writer(name)
-        writer.close()
-        return writer.path
+        self.writer(name).close()
+        return self._written(name)
 
     def finish(self) -> dict[str, dict]:
         """Close every table and move it into the store; return {name: {sha256, rows, bytes}}."""
         names = sorted(self.writers)
         rows = [self.writers[name].close() for name in names]
-        adopted = [self.store.adopt_temp(self.writers[n].path) for n in names]
+        adopted = [self.store.adopt_temp(self._written(n)) for n in names]
         return {name: {"sha256": sha, "rows": count, "bytes": size}
                 for name, count, (sha, size) in zip(names, rows, adopted, strict=True)}
+
+    def _written(self, name: str) -> Path:
+        """A closed table's temp file, which `triage gc --grace 0` may have removed meanwhile
+        (it removes every temp file, however new): say so, not DuckDB's or the OS's error."""
+        path = self.writers[name].path
+        if not path.exists():
+            raise StoreError(f"{path}: the {name} table this archive was writing was removed "
+                             "while it ran (by `triage gc --grace 0`?); archive again")
+        return path
 
     def discard(self) -> None:
         """Remove whatever temp files are left (on error or after finish)."""

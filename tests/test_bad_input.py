@@ -324,3 +324,23 @@ def test_other_text_that_is_not_utf8_is_kept_with_replacement_characters(store, 
                         "'%,' || chr(65533) || '1tex__tex_writeback_active.min.%'"], store)
     assert found.stdout.splitlines()[1:] == [
         "breakdown:gpu__compute_memory_throughput.min.pct_of_peak_sustained_elapsed"]
+
+
+def test_a_table_that_gc_removes_mid_archive_is_a_one_line_error(triage, store_dir,
+                                                                 monkeypatch):
+    """`triage gc --grace 0` removes every temp file, an archive's own included."""
+    from triage.archive.integrity import gc
+    from triage.archive.store import Store
+    from triage.archive.tables import TableWriter
+
+    real_close = TableWriter.close
+
+    def close_then_gc(writer):
+        count = real_close(writer)
+        gc(Store.open(store_dir), grace_seconds=0)
+        return count
+
+    monkeypatch.setattr(TableWriter, "close", close_then_gc)
+    result = triage("archive", corpus_file(SEED_RUN), expect=1)
+    assert result.output.startswith("triage: error: ") and result.output.count("\n") == 1
+    assert "table this archive was writing was removed while it ran" in result.output
