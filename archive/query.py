@@ -82,10 +82,20 @@ def _check_read_only(con, sql: str) -> None:
         raise UsageError("empty query: `triage query \"select * from runs\"`")
     statements = con.extract_statements(sql)
     allowed = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
-    refused = [s.type.name for s in statements if s.type not in allowed]
+    refused = [_statement_name(s) for s in statements if s.type not in allowed]
     if refused or len(statements) != 1:
         raise UsageError("triage query runs one read-only SELECT statement"
                          + (f" (not {', '.join(refused)})" if refused else ""))
+
+
+def _statement_name(statement) -> str:
+    """What the user wrote, where DuckDB's statement type says otherwise: INSTALL parses as
+    LOAD, and PIVOT (even inside a SELECT) as MULTI, for the statements it expands into."""
+    if statement.type.name == "MULTI":
+        return "PIVOT; use GROUP BY"
+    if statement.type.name == "LOAD":
+        return statement.query.split(None, 1)[0].upper()
+    return statement.type.name
 
 
 def _lock_down(con, store: Store) -> None:

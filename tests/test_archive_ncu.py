@@ -114,3 +114,18 @@ def test_store_option_before_or_after_the_command(triage, tmp_path, monkeypatch)
     assert [r["id"] for r in triage.json("--store", store, "ls")] == [run["id"]]
     result = triage("--store", tmp_path / "none", "ls", expect=1)
     assert "no triage store" in result.stderr
+
+
+def test_a_file_name_with_control_characters_stays_on_one_line(triage, tmp_path):
+    odd = tmp_path / "we\nird\t.ncu-rep"
+    odd.write_bytes(corpus_file(GEMM_NAIVE).read_bytes())
+    archived = triage("archive", odd).stdout
+    assert archived.count("\n") == 1 and "we\\nird\\t.ncu-rep  (new)" in archived
+    listed = triage("ls").stdout.splitlines()
+    assert len(listed) == 3 and listed[2].endswith("we\\nird\\t.ncu-rep")
+    assert triage.json("ls")[0]["report_names"] == "we\nird\t.ncu-rep"
+
+
+def test_csv_writes_lists_as_json(triage):
+    triage("archive", corpus_file(GEMM_NAIVE), "--label", "naive")
+    assert triage("query", "select labels from runs", "--csv").stdout == 'labels\n"[""naive""]"\n'

@@ -58,15 +58,22 @@ def test_nsys_diff_rejects_ncu_filters(triage):
     one_line(triage("diff", *runs, "--section", "SpeedOfLight", expect=2), "filter ncu diffs")
 
 
-@pytest.mark.parametrize("sql", [
-    "copy (select 1) to 'x.csv'", "attach 'x.db' as x", "install httpfs", "set threads = 1",
-    "select 1; select 2", "   "])
-def test_query_runs_one_read_only_select(triage, pair, sql, tmp_path, monkeypatch):
+@pytest.mark.parametrize("sql, refusal", [
+    ("copy (select 1) to 'x.csv'", "(not COPY)"), ("attach 'x.db' as x", "(not ATTACH)"),
+    ("install httpfs", "(not INSTALL)"), ("set threads = 1", "(not SET)"),
+    ("pivot runs on tool using count(*)", "(not PIVOT; use GROUP BY)"),
+    ("select 1; select 2", "one read-only SELECT statement"), ("   ", "empty query")])
+def test_query_runs_one_read_only_select(triage, pair, sql, refusal, tmp_path, monkeypatch):
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    result = triage("query", sql, expect=2)
-    assert "Traceback" not in result.stderr and not list(work.iterdir())
+    one_line(triage("query", sql, expect=2), refusal)
+    assert not list(work.iterdir())
+
+
+def test_query_may_start_with_an_sql_comment(triage, pair):
+    """Pasted from a .sql file: `--` opens a comment there, not an option."""
+    assert triage("query", "-- how many\nselect count(*) n from runs", "--csv").stdout == "n\n2\n"
 
 
 def test_query_cannot_read_files_outside_the_store(triage, pair):

@@ -108,7 +108,8 @@ def _archive_line(info: dict) -> str:
     version = info["tool_version"] or "version unknown"
     kernels = f"{info['kernels']} kernel" + ("" if info["kernels"] == 1 else "s")
     line = (f"{textview.short_id(info['id'])}  {info['tool']} {version}  "
-            f"{info['gpu'] or 'GPU unknown'}  {kernels}  {', '.join(info['reports'])}  ({state})")
+            f"{info['gpu'] or 'GPU unknown'}  {kernels}  "
+            f"{textview.printable(', '.join(info['reports']))}  ({state})")
     return line + "".join(f"\n    note: {n}" for n in info["notices"])
 
 
@@ -161,7 +162,7 @@ def label(run, name, store):
     click.echo(f"{name} -> {textview.short_id(run_id)}")
 
 
-@cli.command()
+@cli.command(context_settings={"ignore_unknown_options": True})  # SQL may open with `--`
 @click.argument("sql")
 @click.option("--run", "runs", multiple=True, help="Limit per-run views to these runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print rows as a JSON list.")

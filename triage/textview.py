@@ -57,8 +57,17 @@ def _si(value: float) -> str:
     return f"{value:.4g}"
 
 
+_ESCAPES = {**{code: f"\\x{code:02x}" for code in (*range(32), 0x7F)},
+            ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"}
+
+
+def printable(text: str) -> str:
+    """Control characters escaped (a tab or newline in a file name), so a row stays one line."""
+    return text if text.isprintable() else text.translate(_ESCAPES)
+
+
 def truncate(text: str | None, width: int) -> str:
-    text = "" if text is None else str(text)
+    text = printable("" if text is None else str(text))
     return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
@@ -100,8 +109,15 @@ def to_json(data) -> str:
 
 
 def to_csv(columns: list[str], rows: list[tuple]) -> str:
+    """CSV; list and struct values (a run's labels) as JSON, which other tools can parse."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)
-    writer.writerows(rows)
+    writer.writerows([_csv_value(v) for v in row] for row in rows)
     return out.getvalue()
+
+
+def _csv_value(value):
+    if isinstance(value, (list, dict)):
+        return json.dumps(finite(value), default=str, ensure_ascii=False)
+    return value
