@@ -18,7 +18,7 @@ from triage.archive.atomic import hash_file
 from triage.capture.nsys_export import Export, as_text, open_export
 from triage.capture.nsys_file import (NsysFileInfo, export_report, read_nsys_file,
                                       version_number)
-from triage.capture.nsys_tables import write_nvtx_ranges, write_sources
+from triage.capture.nsys_tables import Implausible, write_nvtx_ranges, write_sources
 from triage.capture.profiler_args import ParsedCommand, parse_command
 from triage.capture.settings import joined_option, resolve
 from triage.errors import UnsupportedReport
@@ -320,10 +320,13 @@ class PreparedNsys:
         return _checked(open_export(self.path, exported.file, exported.format))
 
     def write_tables(self, tables, report_index: int) -> dict:
-        counts = write_sources(self.export, tables, report_index)
-        counts["nvtx_ranges"] = write_nvtx_ranges(self.export, tables, report_index)
+        implausible = Implausible()
+        counts = write_sources(self.export, tables, report_index, implausible)
+        counts["nvtx_ranges"] = write_nvtx_ranges(self.export, tables, report_index, implausible)
         by = "user" if self.format == "sqlite" else "triage"
-        return provenance(self.export, self.info, by, self.exporter, counts, self.export_format)
+        found = provenance(self.export, self.info, by, self.exporter, counts, self.export_format)
+        found["notices"] += implausible.notices()
+        return found
 
     def close(self) -> None:
         if self.export is not None:

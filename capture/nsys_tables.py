@@ -43,8 +43,39 @@ def write_stream(batches, write) -> int:
     return count
 
 
-def _write_batch(batch, writer, report_index: int, **constants):
-    """Add the report index, durations and constant columns, null-fill the rest, write."""
+class Implausible:
+    """Rows no intact export holds, counted per triage table as batches stream past: kernels
+    whose name string is missing, intervals that end before they start. A damaged export
+    archives, but says so (notices), rather than diffing as nameless or negative kernels."""
+
+    def __init__(self):
+        self.unnamed: dict[str, int] = {}
+        self.backwards: dict[str, int] = {}
+
+    def check(self, table_name: str, table) -> None:
+        import pyarrow.compute as pc
+
+        if table_name == "kernels":
+            self._add(self.unnamed, table_name, table["name"].null_count)
+        if "duration_ns" in table.column_names:
+            self._add(self.backwards, table_name,
+                      pc.sum(pc.less(table["duration_ns"], 0)).as_py() or 0)
+
+    @staticmethod
+    def _add(counts: dict[str, int], table_name: str, found: int) -> None:
+        if found:
+            counts[table_name] = counts.get(table_name, 0) + found
+
+    def notices(self) -> list[str]:
+        rows = lambda table_name: table_name.replace("_", " ")  # noqa: E731 - local shorthand
+        return ([f"{n:,} kernels have no name (their string ids point nowhere): a damaged "
+                 "export?" for n in self.unnamed.values()]
+                + [f"{n:,} {rows(name)} end before they start: a damaged export?"
+                   for name, n in self.backwards.items()])
+
+
+def _write_batch(batch, writer, report_index: int, implausible: Implausible, **constants):
+    """Add the report index, durations and constant columns, null-fill the rest, check, write."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -57,6 +88,7 @@ def _write_batch(batch, writer, report_index: int, **constants):
         columns[name] = batch[name]
     table = pa.table({f.name: columns.get(f.name, pa.nulls(n, f.type))
                       for f in writer.schema})
+    implausible.check(writer.name, table)
     writer.write_arrow(table)
     return n
 
@@ -175,7 +207,8 @@ def _numbered(batches):
         count += batch.num_rows
 
 
-def write_sources(export: Export, tables, report_index: int) -> dict[str, int]:
+def write_sources(export: Export, tables, report_index: int,
+                  implausible: Implausible) -> dict[str, int]:
     """Every launch-level table but NVTX; returns rows written per triage table."""
     counts: dict[str, int] = {}
     for name, table, spec, constants, order in SOURCES:
@@ -187,7 +220,8 @@ def write_sources(export: Export, tables, report_index: int) -> dict[str, int]:
         writer = tables.writer(name)
         counts[name] += write_stream(
             _numbered(batches) if name == "kernels" else batches,
-            lambda batch, c=constants: _write_batch(batch, writer, report_index, **c))
+            lambda batch, c=constants: _write_batch(batch, writer, report_index, implausible,
+                                                    **c))
     return counts
 
 
@@ -213,7 +247,8 @@ def _nvtx_text(export: Export, alias: str) -> str:
     return f"coalesce({', '.join(parts)})" if len(parts) > 1 else (parts or ["NULL"])[0]
 
 
-def write_nvtx_ranges(export: Export, tables, report_index: int) -> int:
+def write_nvtx_ranges(export: Export, tables, report_index: int,
+                      implausible: Implausible) -> int:
     """Push/pop ranges (with their depth per thread) and start/end ranges; marks are skipped.
 
     Domain names come first, from the domain-create events, so every range of a named domain
@@ -231,7 +266,7 @@ def write_nvtx_ranges(export: Export, tables, report_index: int) -> int:
     batches = export.batches(sql, NVTX_FIELDS, wanted)
     domains = nvtx_domains(export, types["NvtxDomainCreate"])
     return write_stream(batches, NvtxBatches(tables.writer("nvtx_ranges"), report_index,
-                                             types["NvtxPushPopRange"], domains))
+                                             types["NvtxPushPopRange"], domains, implausible))
 
 
 def nvtx_domains(export: Export, create_type: int) -> dict[tuple[int, int], str]:
@@ -249,8 +284,8 @@ class NvtxBatches:
     """Writes NVTX batches in order, carrying the push/pop ranges still open across them."""
 
     def __init__(self, writer, report_index: int, push_pop: int,
-                 domains: dict[tuple[int, int], str]):
-        self.writer, self.report_index = writer, report_index
+                 domains: dict[tuple[int, int], str], implausible: Implausible):
+        self.writer, self.report_index, self.implausible = writer, report_index, implausible
         self.push_pop, self.domains = push_pop, domains  # (globalTid >> 24, domainId) -> name
         self.carry = None
 
@@ -266,7 +301,7 @@ class NvtxBatches:
             "kind": pc.if_else(is_push_pop, "push_pop", "start_end"),
             "depth": self._depth(ranges, is_push_pop),
         })
-        return _write_batch(table, self.writer, self.report_index)
+        return _write_batch(table, self.writer, self.report_index, self.implausible)
 
     def _depth(self, ranges, is_push_pop):
         import pyarrow as pa

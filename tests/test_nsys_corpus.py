@@ -17,7 +17,7 @@ from collections import defaultdict
 
 import pytest
 
-from helpers import REPO, corpus_manifest
+from helpers import REPO, corpus_file, corpus_manifest
 from nvtx_capture import ToolUnavailable, export_sqlite, nsys_version, require_or_skip, require_tool
 from triage.capture.nsys import cuda_version, driver_version
 from triage.capture.nsys_file import version_number, version_tuple
@@ -271,3 +271,17 @@ def test_nsys_failing_on_a_newer_report_is_reported_as_too_old(triage, corpus, l
     wrapper.chmod(0o755)
     result = triage("archive", corpus / "nsys" / name, "--nsys", wrapper, expect=1)
     assert f"but {wrapper} is 2099.1.0.0, which cannot read it ({reason})" in result.stderr
+
+
+def test_a_damaged_export_archives_with_notices(triage, tmp_path):
+    """Kernel names pointing at no string and calls ending before they start, made in a copy of
+    a real export: archived (the rest is still evidence), and said."""
+    damaged = tmp_path / "damaged.sqlite"
+    shutil.copy(corpus_file("Lashi0812__CudaProgramming__streamSimple.sqlite"), damaged)
+    damaged.chmod(0o644)
+    with sqlite3.connect(damaged) as con:
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = 999999999")
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET end = start - 100 WHERE rowid < 4")
+    notices = triage.json("archive", damaged)[0]["notices"]
+    assert notices == ["16 kernels have no name (their string ids point nowhere): a damaged "
+                       "export?", "3 api calls end before they start: a damaged export?"]
