@@ -38,12 +38,33 @@ def temp_file_in(directory: Path, suffix: str = "") -> Iterator[tuple[BinaryIO, 
         path.unlink(missing_ok=True)
 
 
+def umask() -> int:
+    """The process umask, read without changing it where the OS allows (os.umask sets it, and a
+    thread creating a folder meanwhile would get the wrong permissions)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def shared_mode(readonly: bool) -> int:
+    """The mode of a published file: immutable ones read-only for all, mutable ones (labels,
+    keys, annotations, catalog segments) as the umask allows, so a team can share the store.
+    mkstemp's private 0600 is right for a temp file, wrong for what it becomes."""
+    return 0o444 if readonly else 0o666 & ~umask()
+
+
 def publish(temp: Path, target: Path, readonly: bool) -> None:
     """Make `temp` visible as `target` in one rename (after making it durable)."""
     with open(temp, "rb") as stream:
         os.fsync(stream.fileno())
-    if readonly:
-        os.chmod(temp, 0o444)
+    os.chmod(temp, shared_mode(readonly))
     ensure_dir(target.parent)
     os.replace(temp, target)
 
@@ -83,7 +104,7 @@ def copy_hashing(source: BinaryIO, sink: BinaryIO, cancel=None) -> tuple[str, in
 
 def write_user_file(target: Path, data: bytes) -> Path:
     """Write an output the user asked for (-o FILE): atomically, with the umask's permissions
-    (temp files are private; a report is for sharing), and a one-line error if it cannot be."""
+    (see `shared_mode`), and a one-line error if it cannot be."""
     from triage.errors import TriageError
 
     target = Path(target)
@@ -91,9 +112,6 @@ def write_user_file(target: Path, data: bytes) -> Path:
         raise TriageError(f"cannot write {target}: it is a directory; give a file name with -o")
     try:
         write_bytes(target, data)
-        umask = os.umask(0)
-        os.umask(umask)
-        target.chmod(0o666 & ~umask)
     except OSError as exc:
         raise TriageError(f"cannot write {target}: {exc.strerror or exc}; "
                           "choose another -o path") from None

@@ -13,8 +13,9 @@ Import reads the bundle as a stream and trusts nothing in it: a member must be a
 one of the paths above (no '..', absolute path, link or device), every object and manifest must
 hash to its name, and a bundle version newer than this triage is refused. Objects are staged as
 temp files; only when the whole bundle has checked out are they renamed into place, then the
-annotations, then the manifests (the runs become visible), then the catalog rows. Runs already
-in the store are skipped, so importing a bundle twice adds nothing.
+annotations, then the manifests (the runs become visible), then their dedup keys (derived from
+the manifests, so that archiving the same report here finds the run), then the catalog rows.
+Runs already in the store are skipped, so importing a bundle twice adds nothing.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from pathlib import Path
 
 from triage.archive import atomic, catalog
 from triage.archive.integrity import manifest_refs
-from triage.archive.manifest import check_version
+from triage.archive.manifest import check_version, dedup_key_of
 from triage.archive.store import (SHA256_RE, STORE_MARKER, Store, _os_error, canonical_json,
                                   check_label, store_path as store_path_of)
 from triage.errors import CorruptObject, NewerFormat, TriageError, UsageError
@@ -118,22 +119,15 @@ def export_runs(store: Store, refs: list[str], output: str, labels: bool = False
         with atomic.temp_file_in(out.parent.resolve(), ".bundle") as (stream, temp):
             total = _write_bundle(stream, kind, store, doc, objects, manifests)
             stream.close()
-            os.chmod(temp, 0o666 & ~_umask())  # a file to share, not a private temp
             atomic.publish(temp, out, readonly=False)
     except OSError as exc:
         raise TriageError(f"cannot write {out}: {exc.strerror or exc}") from None
     return ExportResult(str(out), run_ids, len(objects), total)
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def _stored_manifest(store: Store, run_id: str) -> tuple[bytes, dict]:
-    data = store.run_path(run_id).read_bytes()
-    if hashlib.sha256(data).hexdigest() != run_id:
+    data = store.manifest_bytes(run_id)
+    if data is None:
         raise CorruptObject(f"manifest of run {run_id[:12]} does not match its id; "
                             "`triage verify` lists what is damaged")
     return data, json.loads(data)
@@ -415,12 +409,24 @@ def _publish(store: Store, staged: _Staged, labels: bool) -> ImportResult:
                                canonical_json(staged.annotations[run_id]))
     for run_id in new:
         atomic.write_bytes(store.run_path(run_id), staged.manifests[run_id][0], readonly=True)
+    _record_keys(store, {run_id: staged.manifests[run_id][1] for run_id in new})
     rows = [catalog.catalog_row(store, r, staged.manifests[r][1], store.read_annotations(r))
             for r in new]
     catalog.add_rows(store, rows)
     result.runs_added = new
     _apply_labels(store, staged.doc.get("labels") or {}, labels, result)
     return result
+
+
+def _record_keys(store: Store, manifests: dict[str, dict]) -> None:
+    """File imported runs under the dedup key `triage archive` would look for, so the same report
+    archived here finds them. Keys are derived from the manifests, never taken from the bundle:
+    a bundle must not be able to redirect a report to a run of other reports. A key that already
+    names a run here is left alone."""
+    for run_id, manifest in manifests.items():
+        key = dedup_key_of(manifest)
+        if key and store.lookup_key(key) is None:
+            store.record_key(key, run_id)
 
 
 def _apply_labels(store: Store, bundle_labels: dict, apply: bool, result: ImportResult) -> None:

@@ -9,7 +9,10 @@ merged into one. Nothing is locked:
 - a reader that loses a race with a merge (a listed file vanished) simply lists again;
 - the catalog is derived data: reading it reconciles it with `runs/` (one directory listing), so a
   run whose process died between writing its manifest and its segment is indexed on next read,
-  and a row without a manifest is never shown.
+  and a row without a manifest is never shown;
+- an unreadable segment (truncated, overwritten) counts as missing: its runs are indexed again
+  from their manifests. It is left in place for `triage verify` to name, and the next merge
+  drops it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import pyarrow.parquet as pq
 from triage.archive import atomic
 from triage.archive.store import Store
 from triage.archive.tables import PARQUET_OPTIONS, arrow_schema, read_table
+from triage.errors import CorruptObject, RunNotFound
 from triage.timeutil import utc_now
 
 SEGMENT_PREFIX = "catalog-"
@@ -107,15 +111,27 @@ def _read_segments(store: Store, columns: list[str] | None = None
             parts = [_read_segment(p, schema) for p in paths]
         except FileNotFoundError:
             continue
+        parts = [part for part in parts if part is not None]
         return (pa.concat_tables(parts) if parts else schema.empty_table()), paths
     raise RuntimeError("index segments kept changing while being read")
 
 
-def _read_segment(path: Path, schema: pa.Schema) -> pa.Table:
-    """One segment in the current catalog schema; columns added since it was written are null."""
-    source = pq.ParquetFile(path)
-    present = [n for n in schema.names if n in source.schema_arrow.names]
-    table = source.read(columns=present)
+def _read_segment(path: Path, schema: pa.Schema) -> pa.Table | None:
+    """One segment in the current catalog schema (columns added since it was written are null);
+    None when it cannot be read, FileNotFoundError when a merge removed it."""
+    try:
+        source = pq.ParquetFile(path)
+        present = [n for n in schema.names if n in source.schema_arrow.names]
+        table = source.read(columns=present)
+        return _conform(table, present, schema)
+    except FileNotFoundError:
+        raise
+    except (pa.ArrowException, OSError):  # pyarrow reports bad thrift as a bare OSError
+        return None
+
+
+def _conform(table: pa.Table, present: list[str], schema: pa.Schema) -> pa.Table:
+    """Older segments lack columns added since: they read as nulls."""
     for field in schema:
         if field.name not in present:
             table = table.append_column(field, pa.nulls(table.num_rows, field.type))
@@ -145,9 +161,15 @@ def merge(store: Store) -> None:
 
 
 def _index_missing(store: Store, missing: set[str]) -> pa.Table:
-    """Catalog rows for runs that have a manifest but no row (their archiver died early)."""
-    rows = [catalog_row(store, run_id, store.read_manifest(run_id),
-                        store.read_annotations(run_id)) for run_id in sorted(missing)]
+    """Catalog rows for runs that have a manifest but no row (their archiver died early, or
+    their segment is unreadable). A damaged manifest gets no row: `show` and `verify` say why."""
+    rows = []
+    for run_id in sorted(missing):
+        try:
+            manifest = store.read_manifest(run_id)
+        except (CorruptObject, RunNotFound):
+            continue
+        rows.append(catalog_row(store, run_id, manifest, store.read_annotations(run_id)))
     if os.access(store.root, os.W_OK):
         add_rows(store, rows)
     return pa.Table.from_pylist(rows, schema=arrow_schema("catalog"))

@@ -30,3 +30,19 @@ def check_version(manifest: dict, where: Path | str) -> None:
     if version > MANIFEST_VERSION:
         raise NewerFormat(f"{where} was written by a newer triage (manifest version {version}, "
                           f"this triage reads {MANIFEST_VERSION}); upgrade triage")
+
+
+def dedup_key_of(manifest: dict) -> str | None:
+    """The dedup key of an archived run, rebuilt from its manifest; None for what archive never
+    keys (captures, failed attempts) or would not find (tables of another schema version).
+    The manifest does not record `--redact` patterns, so the key is that of an archive without
+    them."""
+    from triage.archive.ingest import RunRequest, dedup_key  # ingest imports this module
+    from triage.archive.tables import tables_version
+
+    reports = manifest.get("reports") or []
+    if manifest.get("capture") is not None or not reports \
+            or manifest.get("tables_schema_version") != tables_version():
+        return None
+    request = RunRequest([], source=manifest.get("source") or "archive")
+    return dedup_key(manifest["tool"], [r["sha256"] for r in reports], request)

@@ -216,25 +216,43 @@ class Store:
         return self.run_path(run_id).is_file()
 
     def write_manifest(self, manifest: dict) -> str:
-        """Write a manifest (after everything it references); return its id."""
+        """Write a manifest (after everything it references); return its id.
+
+        A manifest file whose bytes no longer hash to its id is replaced: archiving the report
+        again is how a damaged run is repaired."""
         data = canonical_json(manifest)
         run_id = hashlib.sha256(data).hexdigest()
-        if not self.has_run(run_id):
+        if self.manifest_bytes(run_id) is None:
             try:
                 atomic.write_bytes(self.run_path(run_id), data, readonly=True)
             except OSError as exc:
                 raise _os_error(exc, self.root, "write") from None
         return run_id
 
-    def read_manifest(self, run_id: str) -> dict:
-        from triage.archive.manifest import check_version
-
+    def manifest_bytes(self, run_id: str) -> bytes | None:
+        """A manifest's bytes if they hash to its id; None if it is missing or damaged."""
         try:
-            manifest = json.loads(self.run_path(run_id).read_bytes())
+            data = self.run_path(run_id).read_bytes()
         except FileNotFoundError:
-            from triage.errors import RunNotFound
+            return None
+        except OSError as exc:
+            raise _os_error(exc, self.root, "read") from None
+        return data if hashlib.sha256(data).hexdigest() == run_id else None
 
-            raise RunNotFound(f"run {run_id[:12]} not found; `triage ls` lists runs") from None
+    def read_manifest(self, run_id: str) -> dict:
+        """A run's manifest, checked against its id first (a few KB to hash): an edited or
+        damaged manifest must not be shown or compared as if it were the run."""
+        from triage.archive.manifest import check_version
+        from triage.errors import CorruptObject, RunNotFound
+
+        data = self.manifest_bytes(run_id)
+        if data is None:
+            if not self.has_run(run_id):
+                raise RunNotFound(f"run {run_id[:12]} not found; `triage ls` lists runs")
+            raise CorruptObject(f"manifest of run {run_id[:12]} does not match its id (edited or "
+                                "damaged); `triage verify` lists what is damaged, archiving "
+                                "its report again repairs it")
+        manifest = json.loads(data)
         check_version(manifest, self.run_path(run_id))
         return manifest
 
@@ -249,11 +267,15 @@ class Store:
     # -- dedup keys ----------------------------------------------------------------------------
 
     def lookup_key(self, key: str) -> str | None:
+        """The run a dedup key points at, if that run is whole: a damaged manifest is not
+        "already archived", so archiving the report again writes it afresh."""
         try:
             run_id = (self.keys / key).read_text().strip()
         except FileNotFoundError:
             return None
-        return run_id if self.has_run(run_id) else None
+        if not SHA256_RE.match(run_id) or self.manifest_bytes(run_id) is None:
+            return None
+        return run_id
 
     def record_key(self, key: str, run_id: str) -> None:
         atomic.write_bytes(self.keys / key, (run_id + "\n").encode())
