@@ -101,3 +101,9 @@ def test_label_clash_and_missing_target(triage, pair, store_dir):
 def test_archive_checks_the_label_before_archiving(triage, store_dir):
     triage("archive", "--label", "latest", corpus_file(GEMM[0]), expect=2)
     assert not store_dir.exists()
+
+
+def test_a_bare_strict_before_the_runs_says_where_it_goes(triage, pair):
+    result = triage("diff", "--strict", *pair, expect=2)
+    assert "a bare --strict goes after the runs (or write --strict=invalid)" in result.stderr
+    assert triage("diff", "--strict=invalid", *pair).exit_code == 0

@@ -265,6 +265,15 @@ def demo(keep, as_json):
             shutil.rmtree(root, ignore_errors=True)
 
 
+class GateChoice(click.Choice):
+    """--strict's optional value: a bare `--strict` before the runs takes the first run as its
+    value (click's rule for optional values), so that mistake gets its own hint."""
+
+    def fail(self, message: str, param=None, ctx=None):
+        super().fail(f"{message.rstrip('.')}; a bare --strict goes after the runs (or write "
+                     "--strict=invalid)", param, ctx)
+
+
 def diff_options(command):
     """The comparison options `diff` and `report` share (both compute `diff_runs`)."""
     options = [
@@ -276,7 +285,7 @@ def diff_options(command):
         click.option("--threshold", default=1.0, show_default=True,
                      type=click.FloatRange(min=0),
                      help="Relative change (%) below which a metric counts as unchanged."),
-        click.option("--strict", type=click.Choice(["invalid", "caution"]), is_flag=False,
+        click.option("--strict", type=GateChoice(["invalid", "caution"]), is_flag=False,
                      flag_value="invalid", default=None,
                      help="Exit 3 when the verdict is invalid (--strict) or caution or worse "
                      "(--strict=caution); output is written either way."),
