@@ -45,6 +45,8 @@ def fmt_value(value) -> str:
             return _si(value)
         if value == int(value):
             return f"{int(value):,}"
+        if abs(value) >= 1000:  # 27,204 beside 30,730, not 2.72e+04
+            return f"{value:,.0f}"
         return f"{value:.4g}"
     return str(value)
 

@@ -108,6 +108,8 @@ def _nvtx_lines(nvtx: list[dict]) -> list[str]:
 
 
 def _next_lines(suggestions: list[dict]) -> list[str]:
+    if not suggestions:  # -k 0: the ranking alone was asked for
+        return []
     lines = ["", "next: profile one typical launch of each with ncu (paste as is):"]
     for i, s in enumerate(suggestions, 1):
         lines.append(f"  {i}. {truncate(s['function'], 60)}: launch {s['launch']} of "
@@ -117,11 +119,10 @@ def _next_lines(suggestions: list[dict]) -> list[str]:
         if s.get("nvtx_command"):
             lines.append(f"     inside NVTX range {s['nvtx_range']}: {s['nvtx_command']}")
         lines += [f"     note: {n}" for n in s["notes"]]
-    if suggestions:
-        report = shlex.split(suggestions[0]["command"])
-        name = report[report.index("-o") + 1]
-        lines.append(f"  then: triage explain latest (after capture), or triage archive "
-                     f"{name}.ncu-rep && triage explain latest")
+    report = shlex.split(suggestions[0]["command"])
+    name = report[report.index("-o") + 1]
+    lines.append(f"  then: triage explain latest (after capture), or triage archive "
+                 f"{name}.ncu-rep && triage explain latest")
     return lines
 
 
