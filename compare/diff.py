@@ -8,9 +8,10 @@ from __future__ import annotations
 import statistics
 
 from triage.archive.store import Store
-from triage.compare.drift import CAUTION, drift_item, grade, verdict
-from triage.compare.matching import group_kernels
-from triage.compare.ncu_diff import DiffOptions, diff_ncu, relative_change
+from triage.compare.drift import CAUTION, drift_item, grade, kernel_set_drift, verdict
+from triage.compare.matching import group_kernels, match_key
+from triage.compare.ncu_diff import (DiffOptions, diff_ncu, kernel_rows, relative_change,
+                                     total_change)
 from triage.compare.nsys_diff import diff_nsys, kernel_entries
 from triage.compare.rundata import RunData
 from triage.errors import TriageError, UsageError
@@ -34,54 +35,34 @@ def provenance(record: dict) -> dict:
     return out
 
 
-def _kernel_set_drift(kernels: list[dict]) -> list[dict]:
-    only_a = [k["name"] for k in kernels if k["match"] == "only_a"]
-    only_b = [k["name"] for k in kernels if k["match"] == "only_b"]
-    counts = [k["name"] for k in kernels
-              if k["match"] == "matched" and k.get("launches", {}).get("a") !=
-              k.get("launches", {}).get("b") and "launches" in k]
-    items = []
-    if only_a or only_b:
-        items.append(drift_item("kernels.set", f"{len(only_a)} only in A", f"{len(only_b)} only in B",
-                                CAUTION, "different kernel set: "
-                                + "; ".join(filter(None, [_names("only in A", only_a),
-                                                          _names("only in B", only_b)]))))
-    if counts:
-        items.append(drift_item("kernels.launches", None, None, CAUTION,
-                                "different launch counts for " + ", ".join(counts[:3])))
-    return items
-
-
-def _names(label: str, names: list[str]) -> str:
-    if not names:
-        return ""
-    shown = ", ".join(n[:60] for n in names[:3])
-    return f"{label}: {shown}" + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-
-
 def _mixed_kernels(run_a: RunData, run_b: RunData) -> list[dict]:
     """ncu vs nsys: only kernel names and durations are common (mean per launch)."""
-    def durations(run: RunData) -> dict[str, dict]:
+    def durations(run: RunData) -> dict[str, tuple[str, dict]]:
+        """match key -> (name, side summary)."""
         if run.tool == "nsys":
             rows = run.table("kernel_summary").to_pylist()
-            return {r["name"]: {"duration_ns": r["avg_ns"], "total_ns": r["total_ns"],
-                                "launches": r["instances"]} for r in rows}
+            return {match_key(r["name"]): (r["name"], {
+                "duration_ns": r["avg_ns"], "total_ns": r["total_ns"],
+                "launches": r["instances"]}) for r in rows}
         out = {}
-        for group in group_kernels(run.kernels.to_pylist()):
+        for group in group_kernels(kernel_rows(run)):
             numbers = [d for d in group.durations if d is not None]
-            out[group.name] = {"duration_ns": statistics.fmean(numbers) if numbers else None,
-                               "total_ns": sum(numbers), "launches": len(group.durations)}
+            out[match_key(group.name)] = (group.name, {
+                "duration_ns": statistics.fmean(numbers) if numbers else None,
+                "total_ns": sum(numbers) if numbers else None, "launches": len(group.durations)})
         return out
 
     side_a, side_b = durations(run_a), durations(run_b)
     entries = []
-    for name in list(side_a) + [n for n in side_b if n not in side_a]:
-        a, b = side_a.get(name), side_b.get(name)
+    for key in list(side_a) + [k for k in side_b if k not in side_a]:
+        name, a = side_a.get(key, (None, None))
+        name_b, b = side_b.get(key, (None, None))
         kind = "matched" if a and b else "only_a" if a else "only_b"
-        entries.append({"name": name, "match": kind, "matched_by": "name" if a and b else None,
+        entries.append({"name": name or name_b, "match": kind,
+                        "matched_by": "name" if a and b else None,
                         "a": a, "b": b, "sections": [], "notes": [],
                         "delta_pct": relative_change(a["duration_ns"], b["duration_ns"])
-                        if a and b else None})
+                        if a and b else None, "delta_total_ns": total_change(a, b)})
     return entries
 
 
@@ -117,7 +98,8 @@ def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions = DiffOpti
                                 "different tools: only kernel names and durations are compared "
                                 "(ncu replays kernels with locked clocks; nsys times them live)"))
     _check_filters(opts, run_a, run_b, kernels)
-    items += _kernel_set_drift(kernels)
+    if nsys is not None or run_a.tool != run_b.tool:
+        items += kernel_set_drift(kernels)
     return {"format": DIFF_FORMAT, "a": run_a.id, "b": run_b.id,
             "tools": [run_a.tool, run_b.tool], "verdict": verdict(items), "drift": items,
             "kernels": kernels, "nsys": nsys,

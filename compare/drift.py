@@ -22,6 +22,7 @@ INVALIDATES, CAUTION, INFO = "invalidates", "caution", "info"
 NOT_COMPARABLE, UNKNOWN = "not_comparable", "unknown"
 VERDICT_OF = {INVALIDATES: "invalid", CAUTION: "caution"}
 VERDICT_ORDER = ["comparable", "caution", "invalid"]
+UNKNOWN_WHY = "not recorded on one side: neither a difference nor the same"
 
 
 def _gpu(record: dict, key: str):
@@ -130,9 +131,10 @@ def grade(record_a: dict, record_b: dict, rules: list[DriftRule] = DRIFT_RULES) 
             continue
         a, b = rule.read(record_a), rule.read(record_b)
         state = _state(a, b)
+        # An unknown value is not the difference the rule explains: every format says so.
         items.append({"field": rule.field, "a": a, "b": b, "state": state,
                       "severity": rule.severity if state == "different" else state,
-                      "why": rule.why})
+                      "why": UNKNOWN_WHY if state == UNKNOWN else rule.why})
     return items
 
 
@@ -150,3 +152,39 @@ def drift_item(field: str, a, b, severity: str, why: str) -> dict:
     """A drift item found by a diff rather than by the table (kernel set, sections, tools)."""
     return {"field": field, "a": a, "b": b, "state": "different", "severity": severity,
             "why": why}
+
+
+def kernel_set_drift(kernels: list[dict]) -> list[dict]:
+    """Kernels on one side only, and matched kernels launched a different number of times.
+
+    `kernels` are diff entries (name, match, and `launches` {a, b} for matched ones)."""
+    only_a = [k["name"] for k in kernels if k["match"] == "only_a"]
+    only_b = [k["name"] for k in kernels if k["match"] == "only_b"]
+    counts = [k["name"] for k in kernels if k["match"] == "matched" and "launches" in k
+              and k["launches"].get("a") != k["launches"].get("b")]
+    items = []
+    if only_a or only_b:
+        items.append(drift_item("kernels.set", f"{len(only_a)} only in A",
+                                f"{len(only_b)} only in B", CAUTION, "different kernel set: "
+                                + "; ".join(filter(None, [_names("only in A", only_a),
+                                                          _names("only in B", only_b)]))))
+    if counts:
+        items.append(drift_item("kernels.launches", None, None, CAUTION,
+                                _names("different launch counts for", counts)))
+    return items
+
+
+def _names(label: str, names: list[str]) -> str:
+    if not names:
+        return ""
+    shown = ", ".join(clip_middle(n, 60) for n in names[:3])
+    return f"{label}: {shown}" + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def clip_middle(text: str, width: int) -> str:
+    """Shortened in the middle: kernel names that differ only in their tail (a changed
+    parameter list) stay distinguishable, unlike names cut at the end."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]

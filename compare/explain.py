@@ -23,7 +23,8 @@ import math
 import re
 
 from triage.compare.explain_tables import (CONCLUSION_RULES, FLOP_METRICS, LIMITERS, METRICS,
-                                           STALL_METRICS, STALLS, THRESHOLDS, UNITS, limit)
+                                           NS_PER_UNIT, STALL_METRICS, STALLS, THRESHOLDS, UNITS,
+                                           limit)
 from triage.compare.matching import group_kernels
 from triage.compare.rundata import RunData
 from triage.errors import TriageError, UsageError
@@ -66,6 +67,15 @@ class Values:
             if found:
                 return found, measure
         return [], None
+
+
+def duration_ns(raw: dict[str, tuple]) -> float | None:
+    """One launch's (or a mean's) duration in ns through METRICS' fallbacks: ncu 2019 reports
+    name it gpu__time_duration, later ones gpu__time_duration.sum. None when it is not there or
+    its unit is not a time unit we know (unknown, never a guess)."""
+    found = Values(raw, set()).get("duration")
+    scale = NS_PER_UNIT.get(found["unit"]) if found else None
+    return found["value"] * scale if scale else None
 
 
 def missing(keys: list[str], values: Values, section: str | None = None) -> dict:

@@ -28,6 +28,10 @@ _SOL, _MWA, _TABLES = "SpeedOfLight", "MemoryWorkloadAnalysis", "MemoryWorkloadA
 _ROOF, _OCC, _LAUNCH = "SpeedOfLight_RooflineChart", "Occupancy", "LaunchStats"
 _SCHED, _DIST = "SchedulerStats", "WorkloadDistribution"
 
+# Time units ncu reports use for gpu__time_duration; none given means ns.
+NS_PER_UNIT = {"": 1, "ns": 1, "nsecond": 1, "us": 1e3, "usecond": 1e3, "ms": 1e6,
+               "msecond": 1e6, "s": 1e9, "second": 1e9}
+
 METRICS: dict[str, Metric] = {
     # step 1 (the *_sol_pct names are ncu 2019, PerfWorks era)
     "duration": Metric(_SOL, ("gpu__time_duration.sum", "gpu__time_duration")),

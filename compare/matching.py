@@ -5,13 +5,58 @@ with the same name match; repeated launches pair in order, and unequal counts ar
 left over on both sides pair by order of first launch when the same number is left on each side:
 that is the usual before/after where the change renamed the kernel (naive_gemm ->
 sgemm_global_mem_coalesce). Anything else stays unmatched (only_a / only_b).
+
+Names are compared by `match_key`: tools differ in the spaces they put in demangled names
+(`f(const float*, int)` vs `f(const float *, int)`), which must not make one kernel two.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass, field
+from typing import Callable, TypeVar
 
 Launch = tuple[int, int]  # (report_index, kernel_index)
+T = TypeVar("T")
+_PUNCTUATION_SPACE = re.compile(r"\s*([*&,<>()\[\]])\s*")
+
+
+def match_key(name: str) -> str:
+    """A demangled name without the spaces around punctuation, for matching only (the real
+    name is what is shown)."""
+    return _PUNCTUATION_SPACE.sub(r"\1", name.strip())
+
+
+def distinct_names(a: str, b: str, width: int = 30) -> tuple[str, str]:
+    """Two kernel names shortened so that they still differ: the beginning, then the text from
+    just before where they differ (`f<64>(int, P*)` and `f<64>(int, P*, int*)` have the same
+    short name and the same first 60 characters; cut at the end they would read the same)."""
+    if len(a) <= width and len(b) <= width:
+        return a, b
+    start = max(len(os.path.commonprefix([a, b])) - 8, 0)  # a little context before
+    head = a[:min(start, width // 3)]
+    elided = "…" if start > len(head) else ""
+    room = max(width - len(head) - len(elided), 9)
+    return tuple(head + elided + (n[start:] if len(n) - start <= room
+                                  else n[start:start + room - 1] + "…") for n in (a, b))
+
+
+def pairing_note(name_a: str, name_b: str, short_a: str | None = None,
+                 short_b: str | None = None) -> str:
+    """The note on two kernels paired by launch order, naming each so they can be told apart."""
+    labels = (short_a, short_b) if short_a and short_b and short_a != short_b else \
+        distinct_names(name_a, name_b)
+    return f"paired by launch order: {labels[0]} -> {labels[1]}"
+
+
+def pair_leftovers(left_a: list[T], left_b: list[T], first: Callable[[T], object]
+                   ) -> tuple[list[tuple[T, T]], list[T], list[T]]:
+    """Leftovers of name matching: paired by order of first launch when both sides have the
+    same number (a renamed kernel), else all unpaired. Returns (pairs, only_a, only_b)."""
+    if left_a and len(left_a) == len(left_b):
+        return list(zip(sorted(left_a, key=first), sorted(left_b, key=first))), [], []
+    return [], left_a, left_b
 
 
 @dataclass
@@ -54,7 +99,7 @@ def group_kernels(rows: list[dict]) -> list[KernelGroup]:
     groups: dict[str, KernelGroup] = {}
     for row in sorted(rows, key=lambda r: (r["report_index"], r["kernel_index"])):
         name = row["name"] or row.get("short_name") or "(unnamed)"
-        group = groups.setdefault(name, KernelGroup(name, row.get("short_name")))
+        group = groups.setdefault(match_key(name), KernelGroup(name, row.get("short_name")))
         group.launches.append((row["report_index"], row["kernel_index"]))
         group.durations.append(row.get("duration_ns"))
     return list(groups.values())
@@ -62,15 +107,13 @@ def group_kernels(rows: list[dict]) -> list[KernelGroup]:
 
 def match_kernels(groups_a: list[KernelGroup], groups_b: list[KernelGroup]) -> list[Match]:
     """Match by name, then pair the leftovers by launch order when their counts agree."""
-    by_name_b = {g.name: g for g in groups_b}
-    matches = [Match(g, by_name_b[g.name], "name") for g in groups_a if g.name in by_name_b]
-    names_a = {g.name for g in groups_a}
-    left_a = [g for g in groups_a if g.name not in by_name_b]
-    left_b = [g for g in groups_b if g.name not in names_a]
-    if left_a and len(left_a) == len(left_b):
-        matches += [Match(a, b, "launch_order") for a, b in zip(left_a, left_b)]
-    else:
-        matches += [Match(a, None, None) for a in left_a]
-        matches += [Match(None, b, None) for b in left_b]
-    first = {g.name: g.launches[0] for g in groups_a + groups_b}
-    return sorted(matches, key=lambda m: (m.a is None, first[(m.a or m.b).name]))
+    by_key_b = {match_key(g.name): g for g in groups_b}
+    keys_a = {match_key(g.name) for g in groups_a}
+    matches = [Match(g, by_key_b[match_key(g.name)], "name") for g in groups_a
+               if match_key(g.name) in by_key_b]
+    pairs, only_a, only_b = pair_leftovers(
+        [g for g in groups_a if match_key(g.name) not in by_key_b],
+        [g for g in groups_b if match_key(g.name) not in keys_a], lambda g: g.launches[0])
+    matches += [Match(a, b, "launch_order") for a, b in pairs]
+    matches += [Match(a, None, None) for a in only_a] + [Match(None, b, None) for b in only_b]
+    return sorted(matches, key=lambda m: (m.a is None, (m.a or m.b).launches[0]))

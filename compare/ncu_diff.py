@@ -13,8 +13,11 @@ import re
 import statistics
 from dataclasses import dataclass
 
-from triage.compare.drift import NOT_COMPARABLE, drift_item
-from triage.compare.matching import Launch, Match, group_kernels, match_kernels
+from triage.compare.drift import NOT_COMPARABLE, drift_item, kernel_set_drift
+from triage.compare.explain import duration_ns
+from triage.compare.explain_tables import METRICS
+from triage.compare.matching import (Launch, Match, group_kernels, match_kernels,
+                                     pairing_note)
 from triage.compare.rundata import RunData
 from triage.errors import UsageError
 
@@ -50,6 +53,35 @@ def relative_change(a, b) -> float | None:
     if a == 0:
         return 0.0 if b == 0 else None
     return (b - a) / abs(a) * 100.0
+
+
+def total_change(a: dict | None, b: dict | None) -> float | None:
+    """B's total time minus A's. An absent side counts 0 (the kernel is new or gone); a side
+    whose total is unknown makes the change unknown, never 0."""
+    totals = [side["total_ns"] if side else 0 for side in (a, b)]
+    return None if None in totals else totals[1] - totals[0]
+
+
+def kernel_rows(run: RunData) -> list[dict]:
+    """The run's kernel rows, a missing duration read from the launch's metrics the way
+    `triage explain` reads it (ncu 2019 reports record gpu__time_duration, without `.sum`, and
+    their kernels table holds no duration)."""
+    rows = run.kernels.to_pylist()
+    unknown = [r["kernel_index"] for r in rows if r["duration_ns"] is None]
+    if not unknown:
+        return rows
+    columns, names = ["report_index", "kernel_index", "name", "unit", "value"], \
+        set(METRICS["duration"].names)
+    table = run.rows_for("metrics", unknown, columns)
+    raw: dict[Launch, dict] = {}
+    for report, kernel, name, unit, value in zip(*(table.column(c).to_pylist() for c in columns)):
+        if name in names:
+            raw.setdefault((report, kernel), {})[name] = (value, unit)
+    for row in rows:
+        if row["duration_ns"] is None:
+            row["duration_ns"] = duration_ns(raw.get((row["report_index"], row["kernel_index"]),
+                                                     {}))
+    return rows
 
 
 def _mean(values: list) -> float | str | None:
@@ -206,15 +238,15 @@ def _kernel_entry(match: Match, side_a: Side, side_b: Side, opts: DiffOptions) -
     entry = {"name": match.name, "match": match.kind, "matched_by": match.matched_by,
              "a": a, "b": b,
              "delta_pct": relative_change(a["duration_ns"], b["duration_ns"]) if a and b else None,
+             "delta_total_ns": total_change(a, b),
              "launches": {"a": len(match.a.launches) if match.a else 0,
                           "b": len(match.b.launches) if match.b else 0, "paired": n_pairs},
              "sections": [], "rules": {"only_a": [], "only_b": [], "both": []}, "notes": []}
     if match.a and match.b:
         if match.b.name != match.a.name:
             entry["name_b"] = match.b.name
-            entry["notes"].append("paired by launch order: "
-                                  f"{match.a.short_name or match.a.name} -> "
-                                  f"{match.b.short_name or match.b.name}")
+            entry["notes"].append(pairing_note(match.a.name, match.b.name, match.a.short_name,
+                                               match.b.short_name))
         if len(match.a.launches) != len(match.b.launches):
             entry["notes"].append(f"launch counts differ ({len(match.a.launches)} vs "
                                   f"{len(match.b.launches)}); compared the first {n_pairs} of each")
@@ -237,10 +269,18 @@ def _section_drift(kernels: list[dict]) -> list[dict]:
             for sid, why in seen.items()]
 
 
+def _set_entry(match: Match) -> dict:
+    """What the kernel-set drift reads of a match, without reading its sections."""
+    return {"name": match.name, "match": match.kind,
+            "launches": {"a": len(match.a.launches) if match.a else 0,
+                         "b": len(match.b.launches) if match.b else 0}}
+
+
 def diff_ncu(run_a: RunData, run_b: RunData, opts: DiffOptions) -> tuple[list[dict], list[dict]]:
-    """Kernel entries (matched, only_a, only_b) and the section-level drift items."""
-    matches = match_kernels(group_kernels(run_a.kernels.to_pylist()),
-                            group_kernels(run_b.kernels.to_pylist()))
+    """Kernel entries (matched, only_a, only_b) and the drift they show. The kernel-set drift
+    is of every kernel, so that --kernel narrows what is shown, never the verdict."""
+    matches = match_kernels(group_kernels(kernel_rows(run_a)), group_kernels(kernel_rows(run_b)))
+    set_drift = kernel_set_drift([_set_entry(m) for m in matches])
     if opts.kernel:
         pattern = re.compile(opts.kernel)
         matches = [m for m in matches
@@ -248,4 +288,4 @@ def diff_ncu(run_a: RunData, run_b: RunData, opts: DiffOptions) -> tuple[list[di
     side_a = Side(run_a, {p[0] for m in matches for p in m.pairs()})
     side_b = Side(run_b, {p[1] for m in matches for p in m.pairs()})
     kernels = [_kernel_entry(m, side_a, side_b, opts) for m in matches]
-    return kernels, _section_drift(kernels)
+    return kernels, _section_drift(kernels) + set_drift

@@ -186,3 +186,46 @@ def _change_field(record: dict, field: str, value, to_none: bool = False) -> boo
         return False
     setters[field]()
     return True
+
+
+TWISTY = ("BrennenTaylor__Twisty__output1.nsight-cuprof-report",
+          "BrennenTaylor__Twisty__profile.nsight-cuprof-report")
+
+
+def test_old_reports_get_their_duration_like_explain(triage):
+    """ncu 2019 reports record gpu__time_duration (no .sum): the diff reads it as explain does."""
+    a, b = archived(triage, *TWISTY)
+    diff = triage.json("diff", a, b, "--all")
+    matched, new = diff["kernels"]
+    sol = next(s for s in matched["sections"] if s["section"] == "SpeedOfLight")
+    metric = next(m for m in sol["metrics"] if m["name"] == "gpu__time_duration")
+    assert (matched["a"]["duration_ns"], matched["b"]["duration_ns"]) == (metric["a"], metric["b"])
+    assert matched["delta_total_ns"] == metric["b"] - metric["a"]
+    assert new["match"] == "only_b" and new["b"]["duration_ns"] > 1e11  # about 159 s
+    assert "5.86 us ->    5.95 us" in triage("diff", a, b).stdout
+    markdown = triage("diff", a, b, "--format", "md").stdout
+    assert "| +159.3 s |" in markdown and "0 ns" not in markdown
+
+
+def test_unknown_drift_is_explained_as_unknown(triage):
+    a, b = archived(triage, "shortstheory__cuda-experiments__reduce_report2.ncu-rep", GEMM[0])
+    diff = triage.json("diff", a, b)
+    driver = next(i for i in diff["drift"] if i["field"] == "driver.major")
+    assert driver["severity"] == "unknown" and driver["a"] is None
+    assert driver["why"].startswith("not recorded on one side")
+    nsys, ncu = archived(triage, "Lashi0812__CudaProgramming__streamSimple.sqlite",
+                         "Lashi0812__CudaProgramming__readWriteOffset_ca.ncu-rep")
+    markdown = triage("diff", nsys, ncu, "--format", "md").stdout
+    row = next(line for line in markdown.splitlines() if "`clock.locked`" in line)
+    assert row.startswith("| unknown |") and "not recorded on one side" in row
+    assert "one run locked the GPU clocks" not in markdown
+
+
+def test_kernel_filter_does_not_change_the_verdict(triage):
+    a, b = archived(triage, "shortstheory__cuda-experiments__reduce_report2.ncu-rep",
+                    "shortstheory__cuda-experiments__reduce_report3.ncu-rep")
+    triage("diff", a, b, "--strict=caution", expect=3)
+    diff = triage.json("diff", a, b, "--kernel", "Reduce2")
+    assert [k["name"] for k in diff["kernels"]] == ["simpleReduce2(float *, float *, int)"]
+    assert diff["verdict"] == "caution" and drift_fields(diff, "caution") == {"kernels.set"}
+    triage("diff", a, b, "--kernel", "Reduce2", "--strict=caution", expect=3)

@@ -25,7 +25,7 @@ from helpers import corpus_file, corpus_manifest
 from triage.archive.ingest import archive_files
 from triage.archive.store import Store
 from triage.compare.diff import diff_runs
-from triage.compare.ncu_diff import DiffOptions
+from triage.compare.ncu_diff import DiffOptions, total_change
 from triage.compare.nsys_diff import SUMMARY_DIFFS, join_summaries
 from triage.report import GITHUB_COMMENT_LIMIT, cut_markdown, render_html, render_markdown
 from triage.svgcharts import bar_chart
@@ -344,6 +344,20 @@ def test_markdown_last_resort_cut_keeps_it_well_formed(store):
     assert markdown.rstrip().endswith("has everything.")
     assert markdown.count("<details>") == markdown.count("</details>")
     assert cut_markdown("a\n" * 10, 1000).count("</details>") == 0
+
+
+def test_unknown_duration_is_never_zero(store):
+    """A side whose duration is unknown makes the time changed unknown in both formats."""
+    diff = copy.deepcopy(family_diff(store, "lakshya-gemm", show_all=False))
+    kernel = diff["kernels"][0]
+    kernel["b"].update(duration_ns=None, total_ns=None)
+    kernel["delta_total_ns"] = total_change(kernel["a"], kernel["b"])
+    assert kernel["delta_total_ns"] is None and total_change(None, kernel["a"]) > 0
+    row = next(r for r in table_rows(render_markdown([diff]))
+               if len(r) == 8 and r[0].strip() == "1")
+    assert row[6].strip() == "unknown"
+    html = render_html([diff])
+    assert re.search(r'<td class="num ">unknown</td>', html), "no unknown time change"
 
 
 # -- hostile names -----------------------------------------------------------------------------
