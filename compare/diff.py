@@ -22,6 +22,12 @@ PROVENANCE_KEYS = ("id", "tool", "tool_version", "created", "archived", "labels"
 DIFF_FORMAT = 1
 
 
+def time_changed(kernel: dict) -> float:
+    """How far a diff entry's total GPU time moved, the rank every rendering sorts by; an
+    unknown change ranks last rather than as a change of its whole total."""
+    return abs(kernel.get("delta_total_ns") or 0)
+
+
 def provenance(record: dict) -> dict:
     """What a reader needs to reproduce or challenge a run's numbers."""
     out = {k: record.get(k) for k in PROVENANCE_KEYS}

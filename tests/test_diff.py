@@ -229,3 +229,13 @@ def test_kernel_filter_does_not_change_the_verdict(triage):
     assert [k["name"] for k in diff["kernels"]] == ["simpleReduce2(float *, float *, int)"]
     assert diff["verdict"] == "caution" and drift_fields(diff, "caution") == {"kernels.set"}
     triage("diff", a, b, "--kernel", "Reduce2", "--strict=caution", expect=3)
+
+
+def test_text_drift_is_wrapped_not_cut(triage):
+    """The why of a caution names what differs; cut at 100 columns it named nothing."""
+    a, b = archived(triage, "shortstheory__cuda-experiments__reduce_report2.ncu-rep", GEMM[0])
+    text = triage("diff", a, b).stdout
+    drift = " ".join(text.split("\nkernels")[0].split())
+    assert ("only in A: simpleReduce1(float *, float *, int), simpleReduce2(float *, float *, "
+            "int); only in B: naive_gemm(") in drift
+    assert max(map(len, text.splitlines())) <= 100

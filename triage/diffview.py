@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import textwrap
+
+from triage.compare.diff import time_changed
 from triage.textview import fmt_ns, fmt_pct, fmt_value, short_id, truncate
 
 WIDTH = 100
@@ -34,10 +37,11 @@ def _drift_lines(diff: dict) -> list[str]:
     for item in items:
         values = "" if item["a"] is None and item["b"] is None and item["severity"] != "unknown" \
             else f"{_v(item['a'])} -> {_v(item['b'])}  "
-        why = "not recorded on one side: neither a difference nor the same" \
-            if item["severity"] == "unknown" else item["why"]
-        lines.append(truncate(f"  {SEVERITY_LABEL.get(item['severity'], item['severity']):<11} "
-                              f"{item['field']:<26} {values}{why}", WIDTH))
+        # Wrapped, not cut: the why names what differs (the kernels only in A, ...).
+        lines += textwrap.wrap(f"  {SEVERITY_LABEL.get(item['severity'], item['severity']):<11} "
+                               f"{item['field']:<26} {values}{item['why']}", WIDTH,
+                               subsequent_indent=" " * 14, drop_whitespace=True,
+                               break_on_hyphens=False)
     return lines
 
 
@@ -127,7 +131,7 @@ def render_diff(diff: dict, limit: int = 20) -> str:
     runs = diff["runs"]
     lines = [f"A: {_run_label(runs['a'])}", f"B: {_run_label(runs['b'])}"]
     lines += _verdict_lines(diff) + _drift_lines(diff)
-    kernels = sorted(diff["kernels"], key=_time_changed, reverse=True)
+    kernels = sorted(diff["kernels"], key=time_changed, reverse=True)
     if not kernels:
         lines += ["", "kernels: no kernel activity recorded in either run"]
     totals = diff["tools"] == ["nsys", "nsys"]
@@ -142,9 +146,3 @@ def render_diff(diff: dict, limit: int = 20) -> str:
     if diff.get("nsys"):
         lines += _nsys_lines(diff["nsys"])
     return "\n".join(truncate(line, WIDTH) for line in lines)
-
-
-def _time_changed(kernel: dict) -> float:
-    a, b = kernel.get("a") or {}, kernel.get("b") or {}
-    return abs((b.get("total_ns") or 0) - (a.get("total_ns") or 0))
-

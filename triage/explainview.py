@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
+from triage.compare.explain_tables import NS_PER_UNIT
 from triage.textview import fmt_ns, fmt_value, short_id, truncate
 
 WIDTH = 100
@@ -34,11 +35,11 @@ def _duration(kernel: dict) -> str:
     duration = kernel.get("duration")
     if not duration:
         return "duration not collected"
-    # gpu__time_duration is in ns (usecond/msecond in some exports: convert what we know)
-    scale = {"ns": 1, "nsecond": 1, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6}
-    value = duration["value"] * scale.get(duration["unit"], 1)
     mean = "mean " if kernel["launches"] > 1 else ""
-    return f"{mean}{fmt_ns(value)}"
+    scale = NS_PER_UNIT.get(duration["unit"])  # ns, or usecond/msecond in some exports
+    if scale is None:  # a unit we do not know: shown as recorded, not guessed
+        return f"{mean}{fmt_value(duration['value'])} {duration['unit']}"
+    return f"{mean}{fmt_ns(duration['value'] * scale)}"
 
 
 def _kernel_lines(kernel: dict) -> list[str]:

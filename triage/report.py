@@ -17,6 +17,7 @@ import jinja2
 from markupsafe import Markup, escape
 
 from triage import __version__, svgcharts
+from triage.compare.diff import time_changed
 from triage.errors import UsageError
 from triage.textview import fmt_ns, fmt_pct, fmt_value, short_id
 
@@ -47,11 +48,6 @@ def series_runs(diffs: list[dict]) -> list[dict]:
 EMPTY_SIDE = {"duration_ns": None, "total_ns": None, "launches": None}
 
 
-def time_changed(kernel: dict) -> float:
-    a, b = kernel.get("a") or {}, kernel.get("b") or {}
-    return abs((b.get("total_ns") or 0) - (a.get("total_ns") or 0))
-
-
 def headline(diff: dict) -> list[dict]:
     """Kernels ranked by total time changed, with each side's share of the kernel time."""
     totals = {side: sum((k.get(side) or {}).get("total_ns") or 0 for k in diff["kernels"])
@@ -65,7 +61,7 @@ def headline(diff: dict) -> list[dict]:
         launches = kernel.get("launches") or {"a": a["launches"], "b": b["launches"]}
         rows.append({"rank": rank, "kernel": kernel, "a": a, "b": b, "share": share,
                      "launches": launches,
-                     "delta_total_ns": (b.get("total_ns") or 0) - (a.get("total_ns") or 0)})
+                     "delta_total_ns": kernel.get("delta_total_ns")})
     return rows
 
 
