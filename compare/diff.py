@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 
 from triage.archive.store import Store
-from triage.compare.drift import CAUTION, drift_item, grade, kernel_set_drift, verdict
+from triage.compare.drift import CAUTION, INFO, drift_item, grade, kernel_set_drift, verdict
 from triage.compare.matching import group_kernels, match_key
 from triage.compare.ncu_diff import (DiffOptions, diff_ncu, kernel_rows, relative_change,
                                      total_change)
@@ -75,12 +75,17 @@ def _mixed_kernels(run_a: RunData, run_b: RunData) -> list[dict]:
 def _check_filters(opts: DiffOptions, run_a: RunData, run_b: RunData, kernels: list) -> None:
     """Filters that match nothing, or do not apply, are said instead of printing an empty diff."""
     ncu = run_a.tool == run_b.tool == "ncu"
-    if not ncu and (opts.sections or opts.metric or opts.kernel):
-        raise UsageError("--section, --metric and --kernel filter ncu diffs; these runs are "
+    if not ncu and (opts.sections or opts.metric):
+        raise UsageError("--section and --metric filter ncu diffs; these runs are "
                          f"{run_a.tool} and {run_b.tool}")
     if opts.kernel and not kernels:
         raise TriageError(f"no kernel of either run matches --kernel {opts.kernel!r}; "
                           "`triage diff A B` lists them")
+    if opts.metric and kernels and not any(s["metrics"] or s["unchanged"] for k in kernels
+                                           for s in k["sections"]):
+        raise TriageError(f"no metric the sections of either run show matches --metric "
+                          f"{opts.metric!r}; `triage query \"select distinct metric_name from "
+                          "sections\"` lists them")
     if opts.sections and not any(k["sections"] for k in kernels if k["match"] == "matched"):
         raise TriageError(f"no section named {', '.join(opts.sections)} in these runs; "
                           "`triage show RUN` lists the sections each run collected")
@@ -91,6 +96,9 @@ def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions = DiffOpti
     run_a, run_b = RunData(store, ref_a), RunData(store, ref_b)
     items = [i for i in grade(run_a.record, run_b.record)
              if i["state"] != "same" and (i["a"], i["b"]) != (None, None)]
+    if run_a.id == run_b.id:  # e.g. a label and an id that name one run
+        items.append(drift_item("run", run_a.id[:12], run_b.id[:12], INFO,
+                                "A and B are the same run: nothing below can differ"))
     nsys = None
     if run_a.tool == run_b.tool == "ncu":
         kernels, section_drift = diff_ncu(run_a, run_b, opts)
@@ -103,9 +111,10 @@ def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions = DiffOpti
         items.append(drift_item("tool", run_a.tool, run_b.tool, CAUTION,
                                 "different tools: only kernel names and durations are compared "
                                 "(ncu replays kernels with locked clocks; nsys times them live)"))
-    _check_filters(opts, run_a, run_b, kernels)
     if nsys is not None or run_a.tool != run_b.tool:
-        items += kernel_set_drift(kernels)
+        items += kernel_set_drift(kernels)  # of every kernel: --kernel narrows only the view
+        kernels = [k for k in kernels if opts.kernel_shown(k["name"], k.get("name_b"))]
+    _check_filters(opts, run_a, run_b, kernels)
     return {"format": DIFF_FORMAT, "a": run_a.id, "b": run_b.id,
             "tools": [run_a.tool, run_b.tool], "verdict": verdict(items), "drift": items,
             "kernels": kernels, "nsys": nsys,

@@ -45,6 +45,10 @@ class DiffOptions:
         if not math.isfinite(self.threshold_pct) or self.threshold_pct < 0:
             raise UsageError(f"--threshold {self.threshold_pct} must be a percentage >= 0")
 
+    def kernel_shown(self, *names: str | None) -> bool:
+        """--kernel: whether a kernel (by either side's name) is shown; all are without it."""
+        return self.kernel is None or any(n and re.search(self.kernel, n) for n in names)
+
 
 def relative_change(a, b) -> float | None:
     """(b - a) / |a| in percent; None when undefined (missing side, a == 0 != b)."""
@@ -281,10 +285,7 @@ def diff_ncu(run_a: RunData, run_b: RunData, opts: DiffOptions) -> tuple[list[di
     is of every kernel, so that --kernel narrows what is shown, never the verdict."""
     matches = match_kernels(group_kernels(kernel_rows(run_a)), group_kernels(kernel_rows(run_b)))
     set_drift = kernel_set_drift([_set_entry(m) for m in matches])
-    if opts.kernel:
-        pattern = re.compile(opts.kernel)
-        matches = [m for m in matches
-                   if any(pattern.search(g.name) for g in (m.a, m.b) if g is not None)]
+    matches = [m for m in matches if opts.kernel_shown(*(g.name for g in (m.a, m.b) if g))]
     side_a = Side(run_a, {p[0] for m in matches for p in m.pairs()})
     side_b = Side(run_b, {p[1] for m in matches for p in m.pairs()})
     kernels = [_kernel_entry(m, side_a, side_b, opts) for m in matches]

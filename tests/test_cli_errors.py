@@ -28,6 +28,7 @@ def one_line(result, needle: str) -> None:
     (["--metric", "["], 2, "not a regular expression"),
     (["--kernel", "no_such_kernel"], 1, "no kernel of either run matches"),
     (["--section", "NoSuchSection"], 1, "no section named NoSuchSection"),
+    (["--metric", "no_such_metric"], 1, "no metric the sections of either run show matches"),
     (["--json", "--format", "md"], 2, "two formats"),
 ])
 def test_diff_refuses_filters_that_cannot_work(triage, pair, options, code, needle):

@@ -239,3 +239,11 @@ def test_text_drift_is_wrapped_not_cut(triage):
     assert ("only in A: simpleReduce1(float *, float *, int), simpleReduce2(float *, float *, "
             "int); only in B: naive_gemm(") in drift
     assert max(map(len, text.splitlines())) <= 100
+
+
+def test_a_run_against_itself_says_so(triage):
+    (a,) = archived(triage, GEMM[0])
+    diff = triage.json("diff", a, a[:12])
+    assert diff["verdict"] == "comparable"
+    assert [(i["field"], i["severity"]) for i in diff["drift"]] == [("run", "info")]
+    assert "A and B are the same run" in triage("diff", a, a).stdout

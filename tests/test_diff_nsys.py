@@ -138,3 +138,17 @@ def test_grading_of_nsys_fields_on_real_records(triage, rule):
         record_b["environment"]["working_directory"] = "/elsewhere"
     item = next(i for i in grade(record_a, record_b) if i["field"] == rule.field)
     assert item["severity"] == rule.severity and item["a"] != item["b"]
+
+
+def test_kernel_filter_narrows_nsys_and_mixed_diffs_not_their_verdict(triage):
+    ncu, nsys = archived(triage, "Lashi0812__CudaProgramming__readWriteOffset_cg.ncu-rep",
+                         "Lashi0812__CudaProgramming__streamSimple.sqlite")
+    full = triage.json("diff", ncu, nsys)
+    shown = triage.json("diff", ncu, nsys, "--kernel", "^kernel_1")
+    assert [k["name"] for k in shown["kernels"]] == ["kernel_1()"]
+    assert shown["drift"] == full["drift"] and shown["verdict"] == full["verdict"] == "caution"
+    a, b = archived(triage, "0x822a5b87__test-cuda__report1.sqlite",
+                    "0x822a5b87__test-cuda__report2.sqlite")
+    assert len(triage.json("diff", a, b, "--kernel", "add_parallel")["kernels"]) == 1
+    assert "no kernel of either run matches --kernel 'nomatch'" in triage(
+        "diff", a, b, "--kernel", "nomatch", expect=1).stderr

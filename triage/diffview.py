@@ -94,7 +94,8 @@ def _section_lines(kernel: dict) -> list[str]:
     for side in ("only_a", "only_b"):
         for rule in rules.get(side, []):
             lines.append(truncate(f"    rule fired only in {side[-1].upper()}: {rule['rule_id']}"
-                                  f" ({rule['message_type']}) {rule.get('title') or ''}", WIDTH))
+                                  f" ({rule['message_type']}) {rule.get('title') or ''}".rstrip(),
+                                  WIDTH))
     if kernel.get("conclusion"):
         c = kernel["conclusion"]
         lines.append(f"    conclusion: {c.get('a') or '?'} -> {c.get('b') or '?'}")
