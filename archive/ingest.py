@@ -267,6 +267,8 @@ def _manifest(request: RunRequest, provenances: list[dict], reports: list[dict],
         "extractor": {"triage": __version__, **_library_versions(first["tool"])},
         "capture": request.capture,
     }
+    if request.redact_patterns:  # only then: runs without --redact keep their ids
+        manifest["redact_patterns"] = sorted(request.redact_patterns)
     manifest.update(request.overrides)
     return json.loads(canonical_json(manifest))
 

@@ -78,6 +78,19 @@ def test_archiving_an_imported_report_finds_the_imported_run(triage, tmp_path, m
     assert triage.json("verify")["ok"] is True
 
 
+
+def test_an_imported_run_archived_with_redact_is_found_only_with_the_same_patterns(
+        triage, tmp_path, monkeypatch):
+    redacted = archive(triage, SMALL, "--redact", "HOME")
+    assert open_store().read_manifest(redacted)["redact_patterns"] == ["HOME"]
+    assert "redact_patterns" not in open_store().read_manifest(archive(triage, OTHER))
+    bundle = tmp_path / "b.tar"
+    triage("export", redacted, "-o", bundle)
+    monkeypatch.setenv("TRIAGE_STORE", str(tmp_path / "colleague"))
+    triage("import", bundle)
+    assert triage.json("archive", corpus_file(SMALL), "--redact", "HOME")[0]["id"] == redacted
+    assert triage.json("archive", corpus_file(SMALL))[0]["new"] is True
+
 # -- an edited manifest -----------------------------------------------------------------
 
 
