@@ -334,5 +334,6 @@ def check_label(name: str) -> None:
     parts = name.split("/")
     if not LABEL_RE.match(name) or name in RESERVED_LABELS or HEX_RE.match(name) \
             or any(p in ("", ".", "..") for p in parts):
-        raise UsageError(f"invalid label {name!r}: use letters, digits, '.', '_', '-' and '/' "
-                         "between names; not 'latest', and not 4+ hex digits (a run id prefix)")
+        raise UsageError(f"invalid label {name!r}: use at most 128 letters, digits, '.', '_', "
+                         "'-' and '/' between names, starting with a letter or digit; not "
+                         "'latest', and not 4+ hex digits (a run id prefix)")

@@ -92,6 +92,11 @@ def test_labels_that_would_shadow_ids_or_paths_are_refused(triage, pair, name):
     triage("label", pair[0], name, expect=2)
 
 
+def test_label_length_is_said(triage, pair):
+    triage("label", pair[0], "g" * 128)
+    one_line(triage("label", pair[0], "g" * 129, expect=2), "use at most 128 letters")
+
+
 def test_label_clash_and_missing_target(triage, pair, store_dir):
     triage("label", pair[0], "rel/v1")
     one_line(triage("label", pair[0], "rel", expect=2), "clashes with label 'rel/v1'")
