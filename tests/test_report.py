@@ -279,6 +279,8 @@ def test_nsys_pair_report(triage, nsys_store, tmp_path):
     markdown = report(triage, nsys_store, tmp_path / "nsys.md", a, b)
     assert "<summary>GPU idle time, NVTX ranges, memory operations, CUDA API</summary>" in markdown
     assert "| memcpy HtoD (800 MB → 800 MB) | 8 → 8 |" in markdown
+    for page in (html, markdown):  # no Nsight Compute caveat on a page of nsys runs
+        assert "Live timings, with tracing overhead." in page and "replayed" not in page
 
 
 # -- Markdown ----------------------------------------------------------------------------------

@@ -321,6 +321,7 @@ def _context(diffs: list[dict], show_unchanged: bool | None, charts: bool) -> di
             "series_charts": svgcharts.series_charts(table, legend) if charts and table else [],
             "verdict": worst_verdict([d["verdict"] for d in diffs]),
             "provenance": provenance_rows(runs), "version": __version__,
+            "tools": sorted({r.get("tool") for r in runs} - {None}),
             "show_unchanged": show_unchanged}
 
 
