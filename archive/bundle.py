@@ -37,7 +37,7 @@ from pathlib import Path
 
 from triage.archive import atomic, catalog
 from triage.archive.integrity import manifest_refs
-from triage.archive.manifest import check_version, dedup_key_of
+from triage.archive.manifest import check_version
 from triage.archive.store import (SHA256_RE, STORE_MARKER, Store, _os_error, canonical_json,
                                   check_label, store_path as store_path_of)
 from triage.errors import CorruptObject, NewerFormat, TriageError, UsageError
@@ -423,6 +423,8 @@ def _record_keys(store: Store, manifests: dict[str, dict]) -> None:
     archived here finds them. Keys are derived from the manifests, never taken from the bundle:
     a bundle must not be able to redirect a report to a run of other reports. A key that already
     names a run here is left alone."""
+    from triage.archive.ingest import dedup_key_of  # the archive machinery, only when needed
+
     for run_id, manifest in manifests.items():
         key = dedup_key_of(manifest)
         if key and store.lookup_key(key) is None:

@@ -72,8 +72,9 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
         raise UsageError("--label names one run; archive one report at a time to label it")
     if label:
         check_label(label)
+    patterns = redact.user_patterns(redact_patterns)
     requests = [RunRequest([ReportInput(Path(p))], label=label, note=note, nsys=nsys,
-                           redact_patterns=redact_patterns) for p in paths]
+                           redact_patterns=patterns) for p in paths]
     for request in requests:
         check_readable(request.inputs[0].path)
     found = [_exported_before(store_path, request) for request in requests]
@@ -136,6 +137,21 @@ def dedup_key(tool: str, digests: list[str], request: RunRequest) -> str:
     doc = {"tool": tool, "tables": tables_version(), "reports": digests,
            "redact": sorted(request.redact_patterns), "source": request.source}
     return hashlib.sha256(canonical_json(doc)).hexdigest()
+
+
+def dedup_key_of(manifest: dict) -> str | None:
+    """The dedup key of an archived run, rebuilt from its manifest (an imported run gets the key
+    `archive` would look for); None for what archive never keys (captures, failed attempts) or
+    would not find (tables of another schema version). User redaction patterns are in the
+    manifest when there were any (a run archived with them before the manifest recorded them
+    keys as if without)."""
+    reports = manifest.get("reports") or []
+    if manifest.get("capture") is not None or not reports \
+            or manifest.get("tables_schema_version") != tables_version():
+        return None
+    request = RunRequest([], source=manifest.get("source") or "archive",
+                         redact_patterns=tuple(manifest.get("redact_patterns") or ()))
+    return dedup_key(manifest["tool"], [r["sha256"] for r in reports], request)
 
 
 def archive_run(store: Store, request: RunRequest,
@@ -267,7 +283,7 @@ def _manifest(request: RunRequest, provenances: list[dict], reports: list[dict],
         "extractor": {"triage": __version__, **_library_versions(first["tool"])},
         "capture": request.capture,
     }
-    if request.redact_patterns:  # only then: runs without --redact keep their ids
+    if request.redact_patterns:  # only then: runs without user patterns keep their ids
         manifest["redact_patterns"] = sorted(request.redact_patterns)
     manifest.update(request.overrides)
     return json.loads(canonical_json(manifest))

@@ -31,19 +31,3 @@ def check_version(manifest: dict, where: Path | str) -> None:
         raise NewerFormat(f"{where} was written by a newer triage (manifest version {version}, "
                           f"this triage reads {MANIFEST_VERSION}); upgrade triage")
 
-
-def dedup_key_of(manifest: dict) -> str | None:
-    """The dedup key of an archived run, rebuilt from its manifest; None for what archive never
-    keys (captures, failed attempts) or would not find (tables of another schema version).
-    `--redact` patterns are in the manifest when there were any (a run archived with them
-    before the manifest recorded them keys as if without)."""
-    from triage.archive.ingest import RunRequest, dedup_key  # ingest imports this module
-    from triage.archive.tables import tables_version
-
-    reports = manifest.get("reports") or []
-    if manifest.get("capture") is not None or not reports \
-            or manifest.get("tables_schema_version") != tables_version():
-        return None
-    request = RunRequest([], source=manifest.get("source") or "archive",
-                         redact_patterns=tuple(manifest.get("redact_patterns") or ()))
-    return dedup_key(manifest["tool"], [r["sha256"] for r in reports], request)

@@ -94,8 +94,11 @@ def _statement_name(statement) -> str:
     if statement.type.name == "MULTI":
         return "PIVOT; use GROUP BY"
     if statement.type.name == "LOAD":
-        return statement.query.split(None, 1)[0].upper()
+        return _LEADING_COMMENTS.sub("", statement.query).split(None, 1)[0].upper()
     return statement.type.name
+
+
+_LEADING_COMMENTS = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.DOTALL)
 
 
 def _lock_down(con, store: Store) -> None:

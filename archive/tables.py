@@ -220,7 +220,7 @@ class TableSet:
         """Close every table and move it into the store; return {name: {sha256, rows, bytes}}."""
         names = sorted(self.writers)
         rows = [self.writers[name].close() for name in names]
-        adopted = [self.store.adopt_temp(self._written(n)) for n in names]
+        adopted = [self._adopted(n) for n in names]
         return {name: {"sha256": sha, "rows": count, "bytes": size}
                 for name, count, (sha, size) in zip(names, rows, adopted, strict=True)}
 
@@ -229,9 +229,19 @@ class TableSet:
         (it removes every temp file, however new): say so, not DuckDB's or the OS's error."""
         path = self.writers[name].path
         if not path.exists():
-            raise StoreError(f"{path}: the {name} table this archive was writing was removed "
-                             "while it ran (by `triage gc --grace 0`?); archive again")
+            raise self._removed(name)
         return path
+
+    def _adopted(self, name: str) -> tuple[str, int]:
+        try:
+            return self.store.adopt_temp(self._written(name))
+        except FileNotFoundError:  # removed between the check and the hashing
+            raise self._removed(name) from None
+
+    def _removed(self, name: str) -> StoreError:
+        return StoreError(f"{self.writers[name].path}: the {name} table this archive was "
+                          "writing was removed while it ran (by `triage gc --grace 0`?); "
+                          "archive again")
 
     def discard(self) -> None:
         """Remove whatever temp files are left (on error or after finish)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 
 MARKER = "<redacted>"
 SECRET_WORDS = (
@@ -25,10 +26,17 @@ _URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<cred>[^/@\s:
                               re.IGNORECASE)
 
 
-def extra_patterns(given: tuple[str, ...] | list[str] = ()) -> list[re.Pattern]:
-    """User patterns from arguments and $TRIAGE_REDACT."""
-    words = list(given) + [p for p in os.environ.get("TRIAGE_REDACT", "").split(",") if p]
-    return [re.compile(p, re.IGNORECASE) for p in words]
+def user_patterns(given: tuple[str, ...] | list[str] = (),
+                  environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+    """The user's patterns: --redact arguments plus $TRIAGE_REDACT (comma-separated), resolved
+    once per run so that the redaction, the run's dedup key and its manifest agree."""
+    words = [*given, *(p for p in environ.get("TRIAGE_REDACT", "").split(",") if p)]
+    return tuple(sorted(set(words)))
+
+
+def extra_patterns(patterns: tuple[str, ...] | list[str] = ()) -> list[re.Pattern]:
+    """The user's patterns (`user_patterns`), compiled."""
+    return [re.compile(p, re.IGNORECASE) for p in patterns]
 
 
 def is_secret_name(name: str, extra: list[re.Pattern] = ()) -> bool:

@@ -47,6 +47,10 @@ class CaptureRequest:
     cwd: Path = field(default_factory=Path.cwd)
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
+    def redaction(self) -> tuple[str, ...]:
+        """--redact patterns plus $TRIAGE_REDACT of the environment the capture runs in."""
+        return redact.user_patterns(self.redact_patterns, self.environ)
+
 
 @dataclass
 class Outcome:
@@ -217,7 +221,7 @@ def _no_report_notice(parsed: ParsedCommand, outcome: Outcome) -> str:
 def capture_record(request: CaptureRequest, parsed: ParsedCommand, executable: str,
                    version_text: str, outcome: Outcome, extra: dict) -> dict:
     """The `capture` block of the manifest: how the profiler ran, on what, from which source."""
-    patterns = redact.extra_patterns(request.redact_patterns)
+    patterns = redact.extra_patterns(request.redaction())
     return {
         "argv": redact.redact_argv(list(request.argv), patterns),
         "shell": request.shell, "cwd": str(request.cwd),
@@ -277,7 +281,7 @@ def _run_request(request: CaptureRequest, ready: Prepared, outcome: Outcome,
                             outcome, extra)
     return RunRequest([ReportInput(f.path, f.rank, f.process) for f in found], source="capture",
                       label=request.label, note=request.note, nsys=request.nsys,
-                      redact_patterns=request.redact_patterns, capture=record,
+                      redact_patterns=request.redaction(), capture=record,
                       overrides={"command": " ".join(record["argv"])},
                       extra_tables=ready.list_tables)
 

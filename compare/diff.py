@@ -81,14 +81,15 @@ def _check_filters(opts: DiffOptions, run_a: RunData, run_b: RunData, kernels: l
     if opts.kernel and not kernels:
         raise TriageError(f"no kernel of either run matches --kernel {opts.kernel!r}; "
                           "`triage diff A B` lists them")
-    if opts.metric and kernels and not any(s["metrics"] or s["unchanged"] for k in kernels
+    matched = [k for k in kernels if k["match"] == "matched"]  # only these have sections
+    if matched and opts.sections and not any(k["sections"] for k in matched):
+        raise TriageError(f"no section named {', '.join(opts.sections)} in these runs; "
+                          "`triage show RUN` lists the sections each run collected")
+    if matched and opts.metric and not any(s["metrics"] or s["unchanged"] for k in matched
                                            for s in k["sections"]):
         raise TriageError(f"no metric the sections of either run show matches --metric "
                           f"{opts.metric!r}; `triage query \"select distinct metric_name from "
                           "sections\"` lists them")
-    if opts.sections and not any(k["sections"] for k in kernels if k["match"] == "matched"):
-        raise TriageError(f"no section named {', '.join(opts.sections)} in these runs; "
-                          "`triage show RUN` lists the sections each run collected")
 
 
 def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions = DiffOptions()) -> dict:
@@ -114,6 +115,8 @@ def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions = DiffOpti
     if nsys is not None or run_a.tool != run_b.tool:
         items += kernel_set_drift(kernels)  # of every kernel: --kernel narrows only the view
         kernels = [k for k in kernels if opts.kernel_shown(k["name"], k.get("name_b"))]
+        if nsys is not None:
+            nsys["kernels"] = [e for e in nsys["kernels"] if opts.kernel_shown(e["name"])]
     _check_filters(opts, run_a, run_b, kernels)
     return {"format": DIFF_FORMAT, "a": run_a.id, "b": run_b.id,
             "tools": [run_a.tool, run_b.tool], "verdict": verdict(items), "drift": items,

@@ -157,7 +157,8 @@ def drift_item(field: str, a, b, severity: str, why: str) -> dict:
 def kernel_set_drift(kernels: list[dict]) -> list[dict]:
     """Kernels on one side only, and matched kernels launched a different number of times.
 
-    `kernels` are diff entries (name, match, and `launches` {a, b} for matched ones)."""
+    `kernels` are diff entries (name, match, matched_by, and `launches` {a, b} for matched
+    ones). Kernels paired by launch order (renamed) are matched, and named as info."""
     only_a = [k["name"] for k in kernels if k["match"] == "only_a"]
     only_b = [k["name"] for k in kernels if k["match"] == "only_b"]
     counts = [k["name"] for k in kernels if k["match"] == "matched" and "launches" in k
@@ -171,6 +172,10 @@ def kernel_set_drift(kernels: list[dict]) -> list[dict]:
     if counts:
         items.append(drift_item("kernels.launches", None, None, CAUTION,
                                 _names("different launch counts for", counts)))
+    renamed = [k["name"] for k in kernels if k.get("matched_by") == "launch_order"]
+    if renamed:  # compared as one kernel on a guess: the reader should know which
+        items.append(drift_item("kernels.renamed", None, None, INFO,
+                                _names("paired by launch order, names differ", renamed)))
     return items
 
 

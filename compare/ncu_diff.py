@@ -70,6 +70,9 @@ def kernel_rows(run: RunData) -> list[dict]:
     """The run's kernel rows, a missing duration read from the launch's metrics the way
     `triage explain` reads it (ncu 2019 reports record gpu__time_duration, without `.sum`, and
     their kernels table holds no duration)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     rows = run.kernels.to_pylist()
     unknown = [r["kernel_index"] for r in rows if r["duration_ns"] is None]
     if not unknown:
@@ -77,10 +80,10 @@ def kernel_rows(run: RunData) -> list[dict]:
     columns, names = ["report_index", "kernel_index", "name", "unit", "value"], \
         set(METRICS["duration"].names)
     table = run.rows_for("metrics", unknown, columns)
+    table = table.filter(pc.is_in(table["name"], value_set=pa.array(sorted(names))))
     raw: dict[Launch, dict] = {}
     for report, kernel, name, unit, value in zip(*(table.column(c).to_pylist() for c in columns)):
-        if name in names:
-            raw.setdefault((report, kernel), {})[name] = (value, unit)
+        raw.setdefault((report, kernel), {})[name] = (value, unit)
     for row in rows:
         if row["duration_ns"] is None:
             row["duration_ns"] = duration_ns(raw.get((row["report_index"], row["kernel_index"]),
@@ -247,7 +250,7 @@ def _kernel_entry(match: Match, side_a: Side, side_b: Side, opts: DiffOptions) -
                           "b": len(match.b.launches) if match.b else 0, "paired": n_pairs},
              "sections": [], "rules": {"only_a": [], "only_b": [], "both": []}, "notes": []}
     if match.a and match.b:
-        if match.b.name != match.a.name:
+        if match.matched_by == "launch_order":  # not names that differ only in spacing
             entry["name_b"] = match.b.name
             entry["notes"].append(pairing_note(match.a.name, match.b.name, match.a.short_name,
                                                match.b.short_name))
@@ -275,7 +278,7 @@ def _section_drift(kernels: list[dict]) -> list[dict]:
 
 def _set_entry(match: Match) -> dict:
     """What the kernel-set drift reads of a match, without reading its sections."""
-    return {"name": match.name, "match": match.kind,
+    return {"name": match.name, "match": match.kind, "matched_by": match.matched_by,
             "launches": {"a": len(match.a.launches) if match.a else 0,
                          "b": len(match.b.launches) if match.b else 0}}
 

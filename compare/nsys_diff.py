@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable
 
 from triage.compare.matching import match_key, pair_leftovers, pairing_note
-from triage.compare.ncu_diff import relative_change
+from triage.compare.ncu_diff import relative_change, total_change
 from triage.compare.rundata import RunData
 
 # table -> (key columns, value columns, the time column that ranks the changes)
@@ -82,7 +82,7 @@ def pair_renamed(entries: list[dict], run_a: RunData, run_b: RunData) -> list[di
         e["name"], float("inf")))
     paired = [{"name": a["name"], "name_b": b["name"], "a": a["a"], "b": b["b"],
                "change": "changed", "matched_by": "launch_order",
-               "delta_ns": (b["b"]["total_ns"] or 0) - (a["a"]["total_ns"] or 0),
+               "delta_ns": total_change(a["a"], b["b"]),
                "delta_pct": relative_change(a["a"]["total_ns"], b["b"]["total_ns"])}
               for a, b in pairs]
     kept = [e for e in entries if e["change"] == "changed"] + paired

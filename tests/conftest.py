@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from helpers import CORPUS
 from triage.cli import cli
 
+
 @pytest.fixture(scope="session")
 def corpus() -> Path:
     if not (CORPUS / "MANIFEST.csv").is_file():

@@ -61,7 +61,8 @@ def test_nsys_diff_rejects_ncu_filters(triage):
 
 @pytest.mark.parametrize("sql, refusal", [
     ("copy (select 1) to 'x.csv'", "(not COPY)"), ("attach 'x.db' as x", "(not ATTACH)"),
-    ("install httpfs", "(not INSTALL)"), ("set threads = 1", "(not SET)"),
+    ("install httpfs", "(not INSTALL)"), ("-- note\n/* x */ install httpfs", "(not INSTALL)"),
+    ("set threads = 1", "(not SET)"),
     ("pivot runs on tool using count(*)", "(not PIVOT; use GROUP BY)"),
     ("select 1; select 2", "one read-only SELECT statement"), ("   ", "empty query")])
 def test_query_runs_one_read_only_select(triage, pair, sql, refusal, tmp_path, monkeypatch):
@@ -70,6 +71,11 @@ def test_query_runs_one_read_only_select(triage, pair, sql, refusal, tmp_path, m
     monkeypatch.chdir(work)
     one_line(triage("query", sql, expect=2), refusal)
     assert not list(work.iterdir())
+
+
+def test_query_names_a_mistyped_option(triage, pair):
+    one_line(triage("query", "--jsn", "select 1", expect=2), "no such option: --jsn")
+    one_line(triage("query", "select", "1", expect=2), "give the SQL as one quoted argument")
 
 
 def test_query_may_start_with_an_sql_comment(triage, pair):
@@ -113,3 +119,12 @@ def test_a_bare_strict_before_the_runs_says_where_it_goes(triage, pair):
     result = triage("diff", "--strict", *pair, expect=2)
     assert "a bare --strict goes after the runs (or write --strict=invalid)" in result.stderr
     assert triage("diff", "--strict=invalid", *pair).exit_code == 0
+
+
+def test_section_and_metric_filters_on_runs_with_no_kernel_in_common(triage, pair):
+    """Only matched kernels have sections: no match is not 'no such metric'."""
+    other = triage.json("archive", corpus_file(
+        "shortstheory__cuda-experiments__reduce_report2.ncu-rep"))[0]["id"]
+    triage("diff", other, pair[0], "--metric", "gpu__time_duration")
+    one_line(triage("diff", *pair, "--section", "Nope", "--metric", "sm__", expect=1),
+             "no section named Nope")

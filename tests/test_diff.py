@@ -247,3 +247,25 @@ def test_a_run_against_itself_says_so(triage):
     assert diff["verdict"] == "comparable"
     assert [(i["field"], i["severity"]) for i in diff["drift"]] == [("run", "info")]
     assert "A and B are the same run" in triage("diff", a, a).stdout
+
+
+def test_ncu_names_that_differ_only_in_spacing_match_by_name(triage, store_dir, monkeypatch):
+    """As an old and a new ncu write the same kernel; no 'paired by launch order' note."""
+    from triage.archive.store import Store
+    from triage.compare import ncu_diff
+    from triage.compare.rundata import RunData
+
+    (run,) = archived(triage, GEMM[0])
+    a, b = RunData(Store.open(store_dir), run), RunData(Store.open(store_dir), run)
+    real_rows = ncu_diff.kernel_rows
+
+    def old_spacing(data):
+        rows = real_rows(data)
+        for row in rows if data is b else []:
+            row["name"] = row["name"].replace(" *", "*")
+        return rows
+
+    monkeypatch.setattr(ncu_diff, "kernel_rows", old_spacing)
+    kernels, _drift = ncu_diff.diff_ncu(a, b, ncu_diff.DiffOptions())
+    assert [(k["matched_by"], k.get("name_b"), k["notes"]) for k in kernels] == [
+        ("name", None, [])]

@@ -24,9 +24,12 @@ def test_yandong_pair_ranks_kernels_by_time_changed(triage):
                     "Yandong-Luo__parallel_diff_evolution__report7.qdrep")
     diff = triage.json("diff", a, b)
     assert diff["verdict"] == "caution"
-    # 124 -> 70 launches of gemv2T...: the same caution an ncu pair gets
-    assert {d["field"] for d in diff["drift"]} == {"kernels.launches"}
+    # 124 -> 70 launches of gemv2T...: the same caution an ncu pair gets; the renamed
+    # UpdateParameter<64> is named as info
+    assert [(d["field"], d["severity"]) for d in diff["drift"]] == [
+        ("kernels.launches", "caution"), ("kernels.renamed", "info")]
     assert "gemv2T_kernel_val" in diff["drift"][0]["why"]
+    assert "cudaprocess::UpdateParam…" in diff["drift"][1]["why"]
     ranking = diff["nsys"]["kernels"]
     deltas = [abs(e["delta_ns"]) for e in ranking]
     assert deltas == sorted(deltas, reverse=True)

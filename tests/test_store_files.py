@@ -78,7 +78,6 @@ def test_archiving_an_imported_report_finds_the_imported_run(triage, tmp_path, m
     assert triage.json("verify")["ok"] is True
 
 
-
 def test_an_imported_run_archived_with_redact_is_found_only_with_the_same_patterns(
         triage, tmp_path, monkeypatch):
     redacted = archive(triage, SMALL, "--redact", "HOME")
@@ -90,6 +89,17 @@ def test_an_imported_run_archived_with_redact_is_found_only_with_the_same_patter
     triage("import", bundle)
     assert triage.json("archive", corpus_file(SMALL), "--redact", "HOME")[0]["id"] == redacted
     assert triage.json("archive", corpus_file(SMALL))[0]["new"] is True
+
+
+def test_triage_redact_counts_like_redact(triage, monkeypatch):
+    """$TRIAGE_REDACT redacts, so it is part of the run's key and manifest like --redact."""
+    monkeypatch.setenv("TRIAGE_REDACT", "HOME,^PATH$")
+    redacted = archive(triage, SMALL)
+    assert open_store().read_manifest(redacted)["redact_patterns"] == ["HOME", "^PATH$"]
+    assert archive(triage, SMALL, "--redact", "HOME") == redacted  # the same patterns
+    monkeypatch.delenv("TRIAGE_REDACT")
+    assert triage.json("archive", corpus_file(SMALL))[0]["new"] is True
+
 
 # -- an edited manifest -----------------------------------------------------------------
 

@@ -81,11 +81,11 @@ def test_stream_simple(triage):
     assert len(result["next"]) == 2
 
 
-
 def test_k_0_prints_the_ranking_and_no_empty_next_heading(triage):
     run = archived(triage, "Lashi0812__CudaProgramming__streamSimple.sqlite")
     text = triage("top", run, "-k", "0").stdout
     assert "kernels by total GPU time" in text and "next:" not in text
+
 
 def test_copies_that_serialise(triage):
     """test-cuda copies 800 MB in and 400 MB out with no kernel running meanwhile."""

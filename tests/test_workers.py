@@ -81,6 +81,7 @@ def test_a_triage_error_in_a_task_is_raised_as_it_is():
         list(workers.in_order(range(3), work, 2))
     assert children() == []
 
+
 def test_ctrl_c_while_a_result_is_awaited_leaves_no_worker_and_no_pipe(monkeypatch):
     """The alarm is armed after the workers are forked (children inherit no timer), so only
     this process is interrupted, while it waits for the first result."""

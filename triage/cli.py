@@ -102,6 +102,17 @@ def _archive_json(result) -> dict:
             "notices": manifest.get("notices", [])}
 
 
+def _one_statement(words: tuple[str, ...]) -> str:
+    """The SQL argument. Unknown options reach here as words (an SQL comment may open the
+    query), so a one-line `--word` is a mistyped option, not SQL."""
+    mistyped = [w for w in words if w.startswith("-") and "\n" not in w]
+    if mistyped:
+        raise UsageError(f"no such option: {mistyped[0]}; `triage query --help` lists them")
+    if len(words) > 1:
+        raise UsageError("give the SQL as one quoted argument: triage query \"select ...\"")
+    return words[0]
+
+
 def _archive_line(info: dict) -> str:
     """One archived run as `triage archive` lists it, from its _archive_json() record."""
     state = "new" if info["new"] else "already archived"
@@ -163,7 +174,7 @@ def label(run, name, store):
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})  # SQL may open with `--`
-@click.argument("sql")
+@click.argument("sql", nargs=-1, required=True)
 @click.option("--run", "runs", multiple=True, help="Limit per-run views to these runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print rows as a JSON list.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV.")
@@ -177,7 +188,7 @@ def query(sql, runs, as_json, as_csv, store):
 
     if as_json and as_csv:
         raise UsageError("--json and --csv ask for two formats; give one")
-    result = run_query(Store.open(store), sql, list(runs) or None)
+    result = run_query(Store.open(store), _one_statement(sql), list(runs) or None)
     rows = result.to_pylist()
     if as_json:
         click.echo(textview.to_json(rows))

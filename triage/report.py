@@ -18,6 +18,7 @@ from markupsafe import Markup, escape
 
 from triage import __version__, svgcharts
 from triage.compare.diff import time_changed
+from triage.compare.drift import clip_middle
 from triage.errors import UsageError
 from triage.textview import fmt_ns, fmt_pct, fmt_value, short_id
 
@@ -262,6 +263,11 @@ def fmt_share(value) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
+def fmt_change_ns(value) -> str:
+    """A change in total time: signed, or 'unknown' (a side's duration unknown), never 0."""
+    return "unknown" if value is None else ("+" if value > 0 else "") + fmt_ns(value)
+
+
 def md_escape(text) -> str:
     """Markdown text that renders as itself: no emphasis, links, tables or raw HTML."""
     if isinstance(text, Markup):
@@ -295,7 +301,8 @@ def _environment(markdown: bool) -> jinja2.Environment:
     env.filters.update(ns=fmt_ns, pct=fmt_pct, value=fmt_value, share=fmt_share,
                        short_id=short_id, short_kernel=svgcharts.short_kernel, rule_text=rule_text,
                        code=md_code, h=html_text, trend=trend,
-                       number=fmt_number, bytes=fmt_bytes)
+                       number=fmt_number, bytes=fmt_bytes, change_ns=fmt_change_ns,
+                       clip_middle=clip_middle)
     return env
 
 
