@@ -30,4 +30,3 @@ def check_version(manifest: dict, where: Path | str) -> None:
     if version > MANIFEST_VERSION:
         raise NewerFormat(f"{where} was written by a newer triage (manifest version {version}, "
                           f"this triage reads {MANIFEST_VERSION}); upgrade triage")
-

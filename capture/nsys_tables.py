@@ -49,29 +49,24 @@ class Implausible:
     archives, but says so (notices), rather than diffing as nameless or negative kernels."""
 
     def __init__(self):
-        self.unnamed: dict[str, int] = {}
-        self.backwards: dict[str, int] = {}
+        self.unnamed_kernels = 0
+        self.backwards: dict[str, int] = {}  # triage table -> rows
 
     def check(self, table_name: str, table) -> None:
         import pyarrow.compute as pc
 
         if table_name == "kernels":
-            self._add(self.unnamed, table_name, table["name"].null_count)
+            self.unnamed_kernels += table["name"].null_count
         if "duration_ns" in table.column_names:
-            self._add(self.backwards, table_name,
-                      pc.sum(pc.less(table["duration_ns"], 0)).as_py() or 0)
-
-    @staticmethod
-    def _add(counts: dict[str, int], table_name: str, found: int) -> None:
-        if found:
-            counts[table_name] = counts.get(table_name, 0) + found
+            found = pc.sum(pc.less(table["duration_ns"], 0)).as_py() or 0
+            if found:
+                self.backwards[table_name] = self.backwards.get(table_name, 0) + found
 
     def notices(self) -> list[str]:
-        rows = lambda table_name: table_name.replace("_", " ")  # noqa: E731 - local shorthand
-        return ([f"{n:,} kernels have no name (their string ids point nowhere): a damaged "
-                 "export?" for n in self.unnamed.values()]
-                + [f"{n:,} {rows(name)} end before they start: a damaged export?"
-                   for name, n in self.backwards.items()])
+        unnamed = ([f"{self.unnamed_kernels:,} kernels have no name (their string ids point "
+                    "nowhere): a damaged export?"] if self.unnamed_kernels else [])
+        return unnamed + [f"{n:,} {name.replace('_', ' ')} end before they start: a damaged "
+                          "export?" for name, n in self.backwards.items()]
 
 
 def _write_batch(batch, writer, report_index: int, implausible: Implausible, **constants):

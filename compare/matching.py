@@ -107,13 +107,12 @@ def group_kernels(rows: list[dict]) -> list[KernelGroup]:
 
 def match_kernels(groups_a: list[KernelGroup], groups_b: list[KernelGroup]) -> list[Match]:
     """Match by name, then pair the leftovers by launch order when their counts agree."""
+    by_key_a = {match_key(g.name): g for g in groups_a}  # group_kernels made keys unique
     by_key_b = {match_key(g.name): g for g in groups_b}
-    keys_a = {match_key(g.name) for g in groups_a}
-    matches = [Match(g, by_key_b[match_key(g.name)], "name") for g in groups_a
-               if match_key(g.name) in by_key_b]
+    matches = [Match(g, by_key_b[key], "name") for key, g in by_key_a.items() if key in by_key_b]
     pairs, only_a, only_b = pair_leftovers(
-        [g for g in groups_a if match_key(g.name) not in by_key_b],
-        [g for g in groups_b if match_key(g.name) not in keys_a], lambda g: g.launches[0])
+        [g for key, g in by_key_a.items() if key not in by_key_b],
+        [g for key, g in by_key_b.items() if key not in by_key_a], lambda g: g.launches[0])
     matches += [Match(a, b, "launch_order") for a, b in pairs]
     matches += [Match(a, None, None) for a in only_a] + [Match(None, b, None) for b in only_b]
     return sorted(matches, key=lambda m: (m.a is None, (m.a or m.b).launches[0]))

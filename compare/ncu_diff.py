@@ -77,10 +77,9 @@ def kernel_rows(run: RunData) -> list[dict]:
     unknown = [r["kernel_index"] for r in rows if r["duration_ns"] is None]
     if not unknown:
         return rows
-    columns, names = ["report_index", "kernel_index", "name", "unit", "value"], \
-        set(METRICS["duration"].names)
+    columns = ["report_index", "kernel_index", "name", "unit", "value"]
     table = run.rows_for("metrics", unknown, columns)
-    table = table.filter(pc.is_in(table["name"], value_set=pa.array(sorted(names))))
+    table = table.filter(pc.is_in(table["name"], value_set=pa.array(METRICS["duration"].names)))
     raw: dict[Launch, dict] = {}
     for report, kernel, name, unit, value in zip(*(table.column(c).to_pylist() for c in columns)):
         raw.setdefault((report, kernel), {})[name] = (value, unit)
