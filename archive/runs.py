@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from triage.archive import catalog
+from triage.archive.model import RunRecord
 from triage.archive.store import SHA256_RE, Store
 from triage.errors import AmbiguousRun, RunNotFound
 
@@ -65,15 +66,14 @@ def list_runs(store: Store) -> list[dict]:
     return rows
 
 
-def show(store: Store, ref: str) -> dict:
-    """The full record of one run: its manifest plus id, labels, archive time and notes."""
+def load_record(store: Store, ref: str) -> RunRecord:
+    """The typed record of one run: its manifest plus id, labels, archive time and notes."""
     run_id = resolve(store, ref)
-    manifest = store.read_manifest(run_id)
-    annotations = store.read_annotations(run_id)
-    return {
-        "id": run_id,
-        **manifest,
-        "archived": annotations.get("archived"),
-        "labels": labels_by_run(store).get(run_id, []),
-        "notes": annotations.get("notes", []),
-    }
+    return RunRecord.from_manifest(run_id, store.read_manifest(run_id),
+                                   store.read_annotations(run_id),
+                                   tuple(labels_by_run(store).get(run_id, [])))
+
+
+def show(store: Store, ref: str) -> dict:
+    """`triage show --json`: the record as the manifest stores it, with id, labels and notes."""
+    return load_record(store, ref).as_json()

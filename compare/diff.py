@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import statistics
 
+from triage.archive.model import RunRecord
 from triage.archive.store import Store
 from triage.compare.drift import CAUTION, INFO, drift_item, grade, kernel_set_drift, verdict
 from triage.compare.matching import group_kernels, match_key
@@ -28,13 +29,14 @@ def time_changed(kernel: dict) -> float:
     return abs(kernel.get("delta_total_ns") or 0)
 
 
-def provenance(record: dict) -> dict:
+def provenance(record: RunRecord) -> dict:
     """What a reader needs to reproduce or challenge a run's numbers."""
-    out = {k: record.get(k) for k in PROVENANCE_KEYS}
+    stored = record.as_json()
+    out = {k: stored.get(k) for k in PROVENANCE_KEYS}
     env = dict(out.get("environment") or {})
     env.pop("variables", None)
     out["environment"] = env
-    capture = record.get("capture") or {}
+    capture = stored.get("capture") or {}
     out["git"] = capture.get("git")
     out["argv"] = capture.get("argv")
     out["nsys_source"] = capture.get("nsys_source")

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from triage.archive.model import RunRecord
+
 INVALIDATES, CAUTION, INFO = "invalidates", "caution", "info"
 NOT_COMPARABLE, UNKNOWN = "not_comparable", "unknown"
 VERDICT_OF = {INVALIDATES: "invalid", CAUTION: "caution"}
@@ -25,41 +27,36 @@ VERDICT_ORDER = ["comparable", "caution", "invalid"]
 UNKNOWN_WHY = "not recorded on one side: neither a difference nor the same"
 
 
-def _gpu(record: dict, key: str):
-    gpus = (record.get("environment") or {}).get("gpus") or []
-    return gpus[0].get(key) if gpus else None
+def _gpu(record: RunRecord, key: str):
+    return getattr(record.gpu, key) if record.gpu is not None else None
 
 
-def _env(record: dict, key: str):
-    return (record.get("environment") or {}).get(key)
+def _env(record: RunRecord, key: str):
+    return getattr(record.environment, key)
 
 
-def _host(record: dict, key: str):
-    return ((record.get("environment") or {}).get("host") or {}).get(key)
-
-
-def _setting(record: dict, key: str):
-    return (record.get("settings") or {}).get(key)
+def _host(record: RunRecord, key: str):
+    return getattr(record.environment.host, key)
 
 
 def _major(version) -> str | None:
     return str(version).split(".")[0] if version else None
 
 
-def clock_locked(record: dict) -> bool | None:
+def clock_locked(record: RunRecord) -> bool | None:
     """Whether the kernels ran with locked clocks, from the report's own evidence first."""
-    clock = (record.get("evidence") or {}).get("clock") or {}
-    if clock.get("results_with_status"):
-        return clock.get("executed_locked") == clock.get("results_with_status")
-    setting = _setting(record, "clock_control")
-    if record.get("tool") != "ncu" or setting is None:
+    clock = record.clock
+    if clock.results_with_status:
+        return clock.executed_locked == clock.results_with_status
+    setting = record.setting("clock_control")
+    if record.tool != "ncu" or setting is None:
         return None
     return setting != "none"
 
 
-def _sections(record: dict):
-    sections = _setting(record, "sections")
-    return ", ".join(sorted(sections)) if sections is not None and record["tool"] == "ncu" \
+def _sections(record: RunRecord):
+    sections = record.setting("sections")
+    return ", ".join(sorted(sections)) if sections is not None and record.tool == "ncu" \
         else None
 
 
@@ -68,11 +65,11 @@ class DriftRule:
     """One row of the grading table."""
 
     field: str
-    read: Callable[[dict], object]
+    read: Callable[[RunRecord], object]
     severity: str
     why: str
     # Only compare when this holds for both records (e.g. driver patch: same major version).
-    when: Callable[[dict, dict], bool] = lambda a, b: True
+    when: Callable[[RunRecord, RunRecord], bool] = lambda a, b: True
 
 
 DRIFT_RULES: list[DriftRule] = [
@@ -84,22 +81,22 @@ DRIFT_RULES: list[DriftRule] = [
               "different compute capability: different architecture and metrics"),
     DriftRule("clock.locked", clock_locked, INVALIDATES,
               "one run locked the GPU clocks and the other did not: durations are not comparable"),
-    DriftRule("settings.clock_control", lambda r: _setting(r, "clock_control"), INVALIDATES,
+    DriftRule("settings.clock_control", lambda r: r.setting("clock_control"), INVALIDATES,
               "different --clock-control: kernel durations depend on the clock"),
-    DriftRule("settings.cache_control", lambda r: _setting(r, "cache_control"), INVALIDATES,
+    DriftRule("settings.cache_control", lambda r: r.setting("cache_control"), INVALIDATES,
               "different --cache-control: flushed vs warm caches change memory metrics"),
-    DriftRule("settings.replay_mode", lambda r: _setting(r, "replay_mode"), INVALIDATES,
+    DriftRule("settings.replay_mode", lambda r: r.setting("replay_mode"), INVALIDATES,
               "different --replay-mode: kernel vs application/range replay measure differently"),
-    DriftRule("tool_version", lambda r: r.get("tool_version"), CAUTION,
+    DriftRule("tool_version", lambda r: r.tool_version, CAUTION,
               "different profiler version: metric definitions and rules change across releases",
-              when=lambda a, b: a.get("tool") == b.get("tool")),
+              when=lambda a, b: a.tool == b.tool),
     DriftRule("driver.major", lambda r: _major(_env(r, "driver_version")), CAUTION,
               "different driver major version: scheduling and clocks may differ"),
     DriftRule("cuda_version", lambda r: _env(r, "cuda_version"), CAUTION,
               "different CUDA version: compiler, runtime and library kernels may differ"),
     DriftRule("settings.sections", _sections, CAUTION,
               "different section set: only the sections both runs collected are compared"),
-    DriftRule("settings.trace", lambda r: _setting(r, "trace"), CAUTION,
+    DriftRule("settings.trace", lambda r: r.setting("trace"), CAUTION,
               "different nsys trace domains: tracing overhead differs"),
     DriftRule("host.cpu", lambda r: _host(r, "cpu"), CAUTION,
               "different host CPU: launch overhead and host-side gaps differ"),
@@ -112,7 +109,7 @@ DRIFT_RULES: list[DriftRule] = [
     DriftRule("host.name", lambda r: _host(r, "name"), INFO, "captured on different hosts"),
     DriftRule("environment.working_directory", lambda r: _env(r, "working_directory"), INFO,
               "different working directory"),
-    DriftRule("command", lambda r: r.get("command"), INFO,
+    DriftRule("command", lambda r: r.command, INFO,
               "different profiler command line"),
 ]
 
@@ -123,7 +120,7 @@ def _state(a, b) -> str:
     return "same" if a == b else "different"
 
 
-def grade(record_a: dict, record_b: dict, rules: list[DriftRule] = DRIFT_RULES) -> list[dict]:
+def grade(record_a: RunRecord, record_b: RunRecord, rules: list[DriftRule] = DRIFT_RULES) -> list[dict]:
     """Every rule's comparison: field, both values, state, and severity when different."""
     items = []
     for rule in rules:

@@ -442,8 +442,8 @@ def explain_run(run: RunData, kernel: str | None = None) -> dict:
                         "launches": len(group.launches), "duration": values.get("duration"),
                         "conclusion": steps[-1]["label"], "steps": steps,
                         "ncu_rules": rules.get(group.launches[0], [])})
-    gpus = (run.record.get("environment") or {}).get("gpus") or [{}]
-    return {"run": run.id, "tool_version": run.record.get("tool_version"),
-            "gpu": gpus[0].get("name"), "kernels": kernels,
+    gpu = run.record.gpu
+    return {"run": run.id, "tool_version": run.record.tool_version,
+            "gpu": gpu.name if gpu is not None else None, "kernels": kernels,
             "thresholds": {k: {"value": t.value, "unit": t.unit, "why": t.why}
                            for k, t in THRESHOLDS.items()}}

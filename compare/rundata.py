@@ -8,35 +8,36 @@ from functools import cached_property
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from triage.archive.runs import show
+from triage.archive.model import RunRecord
+from triage.archive.runs import load_record
 from triage.archive.store import Store
 from triage.errors import CorruptObject, TriageError
 
 
 class RunData:
-    """One archived run: `record` is what `triage show --json` prints; tables load on demand."""
+    """One archived run: its typed record; tables load on demand."""
 
     def __init__(self, store: Store, ref: str):
         self.store = store
-        self.record = show(store, ref)
-        self.id = self.record["id"]
-        if self.record.get("source") == "capture-failed":
+        self.record: RunRecord = load_record(store, ref)
+        self.id = self.record.id
+        if self.record.failed_capture:
             raise TriageError(f"run {self.id[:12]} is a capture attempt that produced no report; "
                               f"there is nothing to compare or explain (`triage show "
                               f"{self.id[:12]}` says what happened)")
 
     @property
     def tool(self) -> str:
-        return self.record["tool"]
+        return self.record.tool
 
     def has(self, name: str) -> bool:
-        return name in (self.record.get("tables") or {})
+        return name in self.record.tables
 
     def parquet(self, name: str) -> pq.ParquetFile | None:
-        ref = (self.record.get("tables") or {}).get(name)
-        if not ref:
+        ref = self.record.tables.get(name)
+        if ref is None:
             return None
-        path = self.store.object_path(ref["sha256"])
+        path = self.store.object_path(ref.sha256)
         try:
             return pq.ParquetFile(path)
         except (OSError, pa.ArrowInvalid) as exc:

@@ -292,7 +292,7 @@ class Launcher:
 
 
 def _command(run: RunData, ident: str, skip: int, extra: list[str]) -> str:
-    argv = (run.record.get("application") or {}).get("argv") or []
+    argv = run.record.application_argv or ()
     words = ["ncu", "-k", f"regex:^{re.escape(ident)}$", "-s", str(skip), "-c", "1", *extra,
              "--set", "full", "-o", f"{ident[:60]}-s{skip}-from-{run.id[:12]}"]
     return shlex.join(words) + " " + (shlex.join(argv) if argv else NO_PROGRAM)
@@ -328,9 +328,9 @@ def ncu_suggestion(run: RunData, entry: dict, launches: list[dict],
 
 def _command_notes(run: RunData, launches: list[dict]) -> list[str]:
     notes = []
-    if not (run.record.get("application") or {}).get("argv"):
+    if not run.record.application_argv:
         notes.append(f"the run does not record the profiled command: replace {NO_PROGRAM}")
-    workdir = (run.record.get("environment") or {}).get("working_directory")
+    workdir = run.record.environment.working_directory
     if workdir:
         notes.append(f"run from {workdir}")
     if len({k["process_id"] for k in launches}) > 1:
@@ -352,8 +352,9 @@ def top_run(run: RunData, k: int = 3) -> dict:
     kernels = _rows(run, "kernels", KERNEL_COLUMNS)
     memops = _rows(run, "memops", ["kind", "bytes", "start_ns", "end_ns", "device_id",
                                    "stream_id"])
-    out = {"run": run.id, "tool_version": run.record.get("tool_version"),
-           "application": (run.record.get("application") or {}).get("argv"),
+    argv = run.record.application_argv
+    out = {"run": run.id, "tool_version": run.record.tool_version,
+           "application": list(argv) if argv is not None else None,
            "settings": dict(SETTINGS), "kernel_activity": bool(kernels)}
     if not kernels:
         return out | {"message": "no kernel activity recorded", "ranking": None,

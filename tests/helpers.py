@@ -36,3 +36,10 @@ def require_tool(name: str) -> str:
         return nvtx_capture.require_tool(name)
     except nvtx_capture.ToolUnavailable as exc:
         nvtx_capture.require_or_skip(exc)
+
+
+def typed(record: dict):
+    """A `show --json` document (possibly altered by a test) as the RunRecord drift grades."""
+    from triage.archive.model import RunRecord
+
+    return RunRecord.from_manifest(record["id"], record)

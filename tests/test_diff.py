@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from helpers import corpus_file
+from helpers import corpus_file, typed
 from triage.compare.drift import DRIFT_RULES, grade, verdict
 
 GEMM = ("LakshyaSingh354__CudaCode__gemm_naive.ncu-rep",
@@ -137,16 +137,16 @@ def test_grading_table_on_every_field(triage, rule):
     """Each rule, fed real records that differ only in its field, grades as the table says."""
     record_a = _record(triage)
     record_b = copy.deepcopy(record_a)
-    value = rule.read(record_a)
+    value = rule.read(typed(record_a))
     changed = _change_field(record_b, rule.field, value)
     assert changed, f"{rule.field}: not set in the gemm report"
-    item = next(i for i in grade(record_a, record_b) if i["field"] == rule.field)
+    item = next(i for i in grade(typed(record_a), typed(record_b)) if i["field"] == rule.field)
     assert item["state"] == "different" and item["severity"] == rule.severity
     assert verdict([item]) == {"invalidates": "invalid", "caution": "caution"}.get(
         rule.severity, "comparable")
     unknown = copy.deepcopy(record_a)
     _change_field(unknown, rule.field, value, to_none=True)
-    states = {i["field"]: i["state"] for i in grade(record_a, unknown)}
+    states = {i["field"]: i["state"] for i in grade(typed(record_a), typed(unknown))}
     assert states.get(rule.field, "unknown") == "unknown"
 
 

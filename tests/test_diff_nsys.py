@@ -9,7 +9,7 @@ import pytest
 import shutil
 import sqlite3
 
-from helpers import corpus_file, require_tool
+from helpers import corpus_file, require_tool, typed
 from triage.compare.drift import DRIFT_RULES, grade
 from triage.demo import demo_file
 
@@ -139,7 +139,7 @@ def test_grading_of_nsys_fields_on_real_records(triage, rule):
         record_b["settings"]["trace"] = "cuda"
     else:
         record_b["environment"]["working_directory"] = "/elsewhere"
-    item = next(i for i in grade(record_a, record_b) if i["field"] == rule.field)
+    item = next(i for i in grade(typed(record_a), typed(record_b)) if i["field"] == rule.field)
     assert item["severity"] == rule.severity and item["a"] != item["b"]
 
 

@@ -9,7 +9,7 @@ import shutil
 import pytest
 from hypothesis import given, strategies as st
 
-from helpers import corpus_file, corpus_manifest
+from helpers import corpus_file, corpus_manifest, typed
 from triage.compare import top
 
 pytest.importorskip("triage.capture.nsys")
@@ -206,12 +206,13 @@ def test_nvtx_include_command():
 
     class Run:  # the parts of RunData a suggestion reads
         id = "f" * 64
-        record = {"application": {"argv": ["python", "train.py", "--epochs", "1"]}}
+        record = typed({"id": "f" * 64, "tool": "nsys",
+                        "application": {"argv": ["python", "train.py", "--epochs", "1"]}})
 
     entry = {"name": "step_kernel(float*)", "short_name": "step_kernel"}
     out = top.ncu_suggestion(Run(), entry, kernels, top.Launcher(api, ranges))
     assert out["nvtx_range"] == "app@train\\/step/"
-    words = check_command(out["nvtx_command"], "step_kernel", Run.record["application"]["argv"])
+    words = check_command(out["nvtx_command"], "step_kernel", list(Run.record.application_argv))
     assert words[words.index("--nvtx-include") + 1] == "app@train\\/step/"
     assert "--nvtx" in words
     assert (out["launch"], words[words.index("-s") + 1]) == (2, "1")  # 2nd launch in the range

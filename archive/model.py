@@ -1,0 +1,319 @@
+"""What a run is, as typed values: built once from a stored manifest and its annotations.
+
+Every reader of a run (drift, catalog, show, report, explain, top, the CLI) reads these frozen
+dataclasses instead of digging through the manifest dict: a missing or null field becomes None
+(or an empty tuple) here, in one place, so no reader needs its own `(x or {}).get(...)` chain.
+The manifest dict itself stays available as `RunRecord.manifest` for the JSON views, which print
+it as stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    """A dict field of a manifest, or an empty mapping when it is absent, null or not a dict."""
+    return value if isinstance(value, dict) else EMPTY
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    return tuple(str(v) for v in value) if isinstance(value, list) else ()
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU as the report (or nvidia-smi, for a failed capture) recorded it."""
+
+    name: str | None = None
+    compute_capability: str | None = None
+    sm_count: int | None = None
+    max_sm_clock_khz: float | None = None
+    max_mem_clock_khz: float | None = None
+    memory_bytes: int | None = None
+    uuid: str | None = None
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Gpu:
+        return cls(raw.get("name"), raw.get("compute_capability"), raw.get("sm_count"),
+                   raw.get("max_sm_clock_khz"), raw.get("max_mem_clock_khz"),
+                   raw.get("memory_bytes"), raw.get("uuid"))
+
+
+@dataclass(frozen=True)
+class Host:
+    """The machine the profiler ran on."""
+
+    name: str | None = None
+    os: str | None = None
+    cpu: str | None = None
+    arch: str | None = None
+    platform: str | None = None
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Host:
+        return cls(raw.get("name"), raw.get("os"), raw.get("cpu"), raw.get("arch"),
+                   raw.get("platform"))
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Driver, CUDA, GPUs and host of a capture; `variables` are already redacted."""
+
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    gpus: tuple[Gpu, ...] = ()
+    host: Host = Host()
+    working_directory: str | None = None
+    variables: Mapping[str, str] = field(default_factory=lambda: EMPTY)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Environment:
+        gpus = raw.get("gpus")
+        return cls(raw.get("driver_version"), raw.get("cuda_version"),
+                   tuple(Gpu.from_dict(_mapping(g)) for g in gpus)
+                   if isinstance(gpus, list) else (),
+                   Host.from_dict(_mapping(raw.get("host"))), raw.get("working_directory"),
+                   _mapping(raw.get("variables")))
+
+    @property
+    def gpu(self) -> Gpu | None:
+        """The first GPU: the one drift and the catalog compare (None when none was recorded)."""
+        return self.gpus[0] if self.gpus else None
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One profiler setting in effect and where its value came from: `report` (the report
+    recorded it), `command` (parsed from the recorded command line) or `default` (the tool's
+    default for that version); source None when nothing said."""
+
+    value: Any
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class ClockEvidence:
+    """Whether an ncu run's kernels ran with locked clocks, from the report itself."""
+
+    results: int | None = None
+    results_with_status: int | None = None
+    requested_lock: int | None = None
+    executed_locked: int | None = None
+    measured_sm_clock_hz: float | None = None
+    max_sm_clock_hz: float | None = None
+    measured_to_max: float | None = None
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> ClockEvidence:
+        return cls(raw.get("results"), raw.get("results_with_status"),
+                   raw.get("requested_lock"), raw.get("executed_locked"),
+                   raw.get("measured_sm_clock_hz"), raw.get("max_sm_clock_hz"),
+                   raw.get("measured_to_max"))
+
+    @property
+    def recorded(self) -> bool:
+        return any(v is not None for v in (self.results_with_status, self.measured_sm_clock_hz,
+                                           self.measured_to_max))
+
+
+@dataclass(frozen=True)
+class ReportRef:
+    """One raw report blob of a run."""
+
+    name: str
+    sha256: str
+    bytes: int
+    format: str
+    tool_version: str | None = None
+    created: str | None = None
+    host: str | None = None
+    rank: int | None = None
+    process: Mapping[str, Any] | None = None
+    export: Mapping[str, Any] | None = None
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> ReportRef:
+        return cls(str(raw.get("name", "")), str(raw.get("sha256", "")),
+                   int(raw.get("bytes") or 0), str(raw.get("format", "")),
+                   raw.get("tool_version"), raw.get("created"), raw.get("host"),
+                   raw.get("rank"), raw.get("process"), raw.get("export"))
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """A stored Parquet table of a run: its object hash, rows and bytes."""
+
+    sha256: str
+    rows: int
+    bytes: int
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> TableRef:
+        return cls(str(raw.get("sha256", "")), int(raw.get("rows") or 0),
+                   int(raw.get("bytes") or 0))
+
+
+@dataclass(frozen=True)
+class GitState:
+    """The source tree a capture ran in (`capture/git_state.py` records it)."""
+
+    repository: str | None = None
+    reason: str | None = None
+    commit: str | None = None
+    branch: str | None = None
+    dirty: bool | None = None
+    untracked_count: int | None = None
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> GitState:
+        return cls(raw.get("repository"), raw.get("reason"), raw.get("commit"),
+                   raw.get("branch"), raw.get("dirty"), raw.get("untracked_count"))
+
+
+@dataclass(frozen=True)
+class NcuListing:
+    """Where a capture's `ncu --list-sections`/`--list-sets` output is stored."""
+
+    blob: str | None = None
+    count: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class CaptureInfo:
+    """How `triage capture` ran the profiler (absent for `triage archive` runs)."""
+
+    argv: tuple[str, ...] = ()
+    cwd: str | None = None
+    exit_code: int | None = None
+    started: str | None = None
+    ended: str | None = None
+    seconds: float | None = None
+    tool_version: str | None = None
+    git: GitState | None = None
+    ncu_sections: NcuListing | None = None
+    ncu_sets: NcuListing | None = None
+    warnings: tuple[str, ...] = ()
+    group: str | None = None
+    rank: int | None = None
+    from_run: str | None = None
+    nsys_source: str | None = None
+    machine: Mapping[str, Any] = field(default_factory=lambda: EMPTY)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> CaptureInfo:
+        git = raw.get("git")
+        lists = _mapping(raw.get("ncu_lists"))
+        return cls(_strings(raw.get("argv")), raw.get("cwd"), raw.get("exit_code"),
+                   raw.get("started"), raw.get("ended"), raw.get("seconds"),
+                   raw.get("tool_version"),
+                   GitState.from_dict(git) if isinstance(git, dict) else None,
+                   _listing(lists.get("sections")), _listing(lists.get("sets")),
+                   _strings(raw.get("warnings")), raw.get("group"), raw.get("rank"),
+                   raw.get("from_run"), raw.get("nsys_source"), _mapping(raw.get("machine")))
+
+
+def _listing(raw: object) -> NcuListing | None:
+    if not isinstance(raw, dict):
+        return None
+    return NcuListing(raw.get("blob"), raw.get("count"), raw.get("error"))
+
+
+@dataclass(frozen=True)
+class Note:
+    """A note added to a run (annotations are the only part of a run that grows)."""
+
+    time: str
+    text: str
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One archived run: its manifest read once into typed values, with id, labels and notes.
+
+    `manifest` is the stored document as it is (what `show --json` prints, with id, archive
+    time, labels and notes added by `as_json`)."""
+
+    id: str
+    tool: str
+    tool_version: str | None
+    created: str | None
+    source: str
+    command: str | None
+    application_argv: tuple[str, ...] | None
+    environment: Environment
+    settings: Mapping[str, Setting]
+    clock: ClockEvidence
+    versions: Mapping[str, str | None]
+    reports: tuple[ReportRef, ...]
+    tables: Mapping[str, TableRef]
+    kernels: int
+    notices: tuple[str, ...]
+    capture: CaptureInfo | None
+    redact_patterns: tuple[str, ...]
+    manifest: Mapping[str, Any] = field(repr=False)
+    archived: str | None = None
+    labels: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
+
+    @classmethod
+    def from_manifest(cls, run_id: str, manifest: Mapping[str, Any],
+                      annotations: Mapping[str, Any] = EMPTY,
+                      labels: tuple[str, ...] = ()) -> RunRecord:
+        """The one place a manifest dict is read field by field."""
+        application = manifest.get("application")
+        capture = manifest.get("capture")
+        return cls(
+            id=run_id, tool=str(manifest.get("tool")), tool_version=manifest.get("tool_version"),
+            created=manifest.get("created"), source=str(manifest.get("source") or "archive"),
+            command=manifest.get("command"),
+            application_argv=_strings(application.get("argv"))
+            if isinstance(application, dict) and application.get("argv") else None,
+            environment=Environment.from_dict(_mapping(manifest.get("environment"))),
+            settings=_settings(_mapping(manifest.get("settings")),
+                               _mapping(manifest.get("settings_source"))),
+            clock=ClockEvidence.from_dict(_mapping(_mapping(manifest.get("evidence"))
+                                                   .get("clock"))),
+            versions=_mapping(manifest.get("versions")),
+            reports=tuple(ReportRef.from_dict(_mapping(r))
+                          for r in manifest.get("reports") or ()),
+            tables=MappingProxyType({name: TableRef.from_dict(_mapping(ref)) for name, ref
+                                     in _mapping(manifest.get("tables")).items()}),
+            kernels=int(manifest.get("kernels") or 0),
+            notices=_strings(manifest.get("notices")),
+            capture=CaptureInfo.from_dict(capture) if isinstance(capture, dict) else None,
+            redact_patterns=_strings(manifest.get("redact_patterns")),
+            manifest=manifest, archived=annotations.get("archived"), labels=tuple(labels),
+            notes=tuple(Note(str(n.get("time", "")), str(n.get("text", "")))
+                        for n in annotations.get("notes") or () if isinstance(n, dict)))
+
+    @property
+    def gpu(self) -> Gpu | None:
+        return self.environment.gpu
+
+    @property
+    def failed_capture(self) -> bool:
+        """A capture attempt that produced no report: recorded, but nothing to compare."""
+        return self.source == "capture-failed"
+
+    def setting(self, name: str) -> Any:
+        """A setting's value, None when not recorded."""
+        found = self.settings.get(name)
+        return found.value if found is not None else None
+
+    def as_json(self) -> dict[str, Any]:
+        """What `triage show --json` prints: the manifest plus id, archive time, labels, notes."""
+        return {"id": self.id, **self.manifest, "archived": self.archived,
+                "labels": list(self.labels),
+                "notes": [{"time": n.time, "text": n.text} for n in self.notes]}
+
+
+def _settings(values: Mapping[str, Any], sources: Mapping[str, Any]) -> Mapping[str, Setting]:
+    return MappingProxyType({name: Setting(value, sources.get(name))
+                             for name, value in values.items()})
