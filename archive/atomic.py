@@ -6,7 +6,6 @@ references (`triage gc` removes those).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 from contextlib import contextmanager
@@ -14,7 +13,6 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 TMP_PREFIX = ".tmp-"
-CHUNK = 1 << 20
 _KNOWN_DIRS: set[Path] = set()
 
 
@@ -25,16 +23,28 @@ def ensure_dir(directory: Path) -> None:
         _KNOWN_DIRS.add(directory)
 
 
-@contextmanager
-def temp_file_in(directory: Path, suffix: str = "") -> Iterator[tuple[BinaryIO, Path]]:
-    """Open a new temp file in `directory`; it is removed unless the caller renamed it away."""
+def new_temp(directory: Path, suffix: str = "") -> Path:
+    """Create an empty temp file in `directory`, beside what it will become: the one place a temp
+    file is named (`.tmp-*`, which `triage gc` removes when a crash leaves one behind)."""
     ensure_dir(directory)
     fd, name = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=suffix, dir=directory)
-    path = Path(name)
+    os.close(fd)
+    return Path(name)
+
+
+@contextmanager
+def temp_file_in(directory: Path, suffix: str = "",
+                 keep: bool = False) -> Iterator[tuple[BinaryIO, Path]]:
+    """Open a new temp file in `directory`; it is removed on any exception, and on leaving unless
+    the caller renamed it away or asked to `keep` it (an object staged to be published later)."""
+    path = new_temp(directory, suffix)
     try:
-        with os.fdopen(fd, "wb") as stream:
+        with open(path, "wb") as stream:
             yield stream, path
-    finally:
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    if not keep:
         path.unlink(missing_ok=True)
 
 
@@ -75,31 +85,6 @@ def write_bytes(target: Path, data: bytes, readonly: bool = False) -> None:
         stream.write(data)
         stream.close()
         publish(temp, target, readonly)
-
-
-def hash_file(path: Path) -> tuple[str, int]:
-    """sha256 hex digest and size of a file, read in chunks."""
-    digest, size = hashlib.sha256(), 0
-    with open(path, "rb") as stream:
-        while chunk := stream.read(CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
-
-
-def copy_hashing(source: BinaryIO, sink: BinaryIO, cancel=None) -> tuple[str, int]:
-    """Copy a stream in chunks; return the sha256 and size of what was copied.
-
-    `cancel` (a threading.Event) stops a copy made for a run that has already failed.
-    """
-    digest, size = hashlib.sha256(), 0
-    while chunk := source.read(CHUNK):
-        if cancel is not None and cancel.is_set():
-            raise InterruptedError("copy cancelled")
-        digest.update(chunk)
-        sink.write(chunk)
-        size += len(chunk)
-    return digest.hexdigest(), size
 
 
 def write_user_file(target: Path, data: bytes) -> Path:

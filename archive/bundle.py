@@ -10,12 +10,17 @@ members come in this order, each a regular file:
     runs/<id>.json            the manifests (a run's id is the sha256 of these bytes)
 
 Import reads the bundle as a stream and trusts nothing in it: a member must be a regular file at
-one of the paths above (no '..', absolute path, link or device), every object and manifest must
-hash to its name, and a bundle version newer than this triage is refused. Objects are staged as
-temp files; only when the whole bundle has checked out are they renamed into place, then the
-annotations, then the manifests (the runs become visible), then their dedup keys (derived from
-the manifests, so that archiving the same report here finds the run), then the catalog rows.
-Runs already in the store are skipped, so importing a bundle twice adds nothing.
+one of the paths above (no '..', absolute path, link or device), at most once; every object and
+manifest must hash to its name; manifests and annotations must match their schemas
+(archive/validate.py), since every reader of the store trusts them; each table a run names must
+be Parquet with that table's columns and rows; with --labels, no label may clash with one here;
+and a bundle version newer than this triage is refused. What the members expand to is counted
+(declared sizes before anything is written, bytes read as they are): a compressed bundle may
+expand to EXPANSION_RATIO times its size. Objects are staged as temp files; only when the whole
+bundle has checked out are they renamed into place, then each run's annotations and manifest (the
+run becomes visible), then their dedup keys (derived from the manifests, so that archiving the
+same report here finds the run), then the catalog rows. Runs already in the store are skipped,
+so importing a bundle twice adds nothing.
 """
 
 from __future__ import annotations
@@ -27,20 +32,18 @@ import json
 import lzma
 import os
 import re
-import shutil
 import stat
 import tarfile
-import tempfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, BinaryIO, cast
 
-from triage.archive import atomic, catalog
+from triage.archive import atomic, catalog, lease, validate
 from triage.archive.integrity import manifest_refs
-from triage.archive.manifest import check_version
-from triage.archive.store import (SHA256_RE, STORE_MARKER, Store, _os_error, canonical_json,
-                                  check_label, store_path as store_path_of)
+from triage.archive.store import SHA256_RE, Store, canonical_json, check_label, os_error
 from triage.errors import CorruptObject, NewerFormat, TriageError, UsageError
+from triage.hashing import HashingReader, copy_hashing
 from triage.timeutil import utc_now
 
 BUNDLE_FORMAT = "triage-bundle"
@@ -49,6 +52,8 @@ BUNDLE_DOC = "bundle.json"
 MEMBER_RE = re.compile(r"^(?:bundle\.json|objects/[0-9a-f]{2}/[0-9a-f]{62}"
                        r"|runs/[0-9a-f]{64}\.json|annotations/[0-9a-f]{64}\.json)$")
 MAX_DOCUMENT = 64 << 20  # a manifest or annotation larger than this is not one
+EXPANSION_RATIO = 100  # what a bundle may expand to, times its size; real .tar.gz ones do 3-4
+EXPANSION_FLOOR = 64 << 20  # ...and at least this, for small bundles of compressible reports
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 SUFFIXES = {".tar": "", ".tar.gz": "gz", ".tgz": "gz", ".tar.zst": "zst", ".tzst": "zst"}
 
@@ -139,8 +144,8 @@ def _write_bundle(stream, kind: str, store: Store, doc: dict, objects: list[str]
     if kind == "zst":
         sink = closer = _zstandard().ZstdCompressor(level=10).stream_writer(stream, closefd=False)
     total = 0
-    mode = "w|gz" if kind == "gz" else "w|"
-    with tarfile.open(fileobj=sink, mode=mode, format=tarfile.PAX_FORMAT) as tar:
+    with (tarfile.open(fileobj=sink, mode="w|gz", format=tarfile.PAX_FORMAT) if kind == "gz"
+          else tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT)) as tar:
         _add_bytes(tar, BUNDLE_DOC, canonical_json(doc))
         for sha in objects:
             total += _add_object(tar, store, sha)
@@ -159,25 +164,13 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(_tar_info(name, len(data)), io.BytesIO(data))
 
 
-class _HashingReader:
-    """A read-only stream that hashes what passes through it."""
-
-    def __init__(self, stream):
-        self.stream, self.digest = stream, hashlib.sha256()
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.stream.read(size)
-        self.digest.update(data)
-        return data
-
-
 def _add_object(tar: tarfile.TarFile, store: Store, sha: str) -> int:
     """Copy one object into the tar, re-hashing it on the way: a damaged object is not sent."""
     path = store.object_path(sha)
     try:
         with open(path, "rb") as stream:
             size = path.stat().st_size
-            reader = _HashingReader(stream)
+            reader = HashingReader(stream)
             tar.addfile(_tar_info(f"objects/{sha[:2]}/{sha[2:]}", size), reader)
     except FileNotFoundError:
         raise CorruptObject(f"object {sha[:12]} is missing from the store; `triage verify` "
@@ -192,39 +185,56 @@ def _add_object(tar: tarfile.TarFile, store: Store, sha: str) -> int:
 
 
 @dataclass
-class _Staged:
-    """What a bundle held, checked: temp files of objects, parsed manifests and annotations."""
+class _Unpacked:
+    """What a bundle held, checked as it streamed past: temp files of its objects (not visible
+    yet), its parsed manifests and annotations, and how many bytes it has expanded to."""
 
+    limit: int
     doc: dict | None = None
     objects: dict[str, Path] = field(default_factory=dict)
     manifests: dict[str, tuple[bytes, dict]] = field(default_factory=dict)
     annotations: dict[str, dict] = field(default_factory=dict)
+    names: set[str] = field(default_factory=set)
+    expanded: int = 0
+
+    @property
+    def runs(self) -> list[str]:
+        return self.doc["runs"] if self.doc else []
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return (self.doc.get("labels") or {}) if self.doc else {}
 
     def discard(self) -> None:
         for temp in self.objects.values():
             temp.unlink(missing_ok=True)
 
 
-def import_bundle(store_path, bundle: str, labels: bool = False) -> ImportResult:
-    """Check a whole bundle, then add its runs that the store does not have yet."""
+def import_bundle(store_path: str | os.PathLike | None, bundle: str,
+                  labels: bool = False) -> ImportResult:
+    """Check a whole bundle, then add its runs that the store does not have yet.
+
+    A refused bundle leaves nothing a reader sees: its staged objects are removed and nothing
+    else was written. The store itself is never removed, not even one this import created
+    (empty, but a store): another process may have archived into it meanwhile."""
     path = Path(bundle)
     with _open_bundle(path) as stream:
-        new_store = not (store_path_of(store_path) / STORE_MARKER).exists()
         store = Store.open(store_path, create=True)
         store.check_writable()
-        staged = _Staged()
+        unpacked = _Unpacked(limit=max(EXPANSION_FLOOR,
+                                       EXPANSION_RATIO * os.fstat(stream.fileno()).st_size))
         try:
-            _stage(store, path, stream, staged)
-            _check_complete(store, path, staged)
-            return _publish(store, staged, labels)
+            with lease.held(store, "import"):  # so that gc spares what it stages (lease.py)
+                _stage(store, path, stream, unpacked)
+                _check_complete(store, path, unpacked)
+                _check_tables(store, path, unpacked)
+                if labels:
+                    _check_label_clashes(store, path, sorted(unpacked.labels))
+                return _publish(store, unpacked, labels)
         except OSError as exc:
-            raise _os_error(exc, store.root, "write") from None
-        except TriageError:
-            if new_store:  # a refused bundle leaves no store behind where there was none
-                shutil.rmtree(store.root, ignore_errors=True)
-            raise
+            raise os_error(exc, store.root, "write") from None
         finally:
-            staged.discard()
+            unpacked.discard()
 
 
 def _open_bundle(path: Path):
@@ -254,16 +264,16 @@ def _open_reader(stream):
     return tarfile.open(fileobj=stream, mode="r|*")
 
 
-def _stage(store: Store, path: Path, stream, staged: _Staged) -> None:
+def _stage(store: Store, path: Path, stream: BinaryIO, unpacked: _Unpacked) -> None:
     """Read every member in order; refuse the bundle at the first thing that is not right."""
     try:
         with _open_reader(stream) as tar:
             for member in tar:
-                _stage_member(store, path, tar, member, staged)
+                _stage_member(store, path, tar, member, unpacked)
     except _bad_data_errors() as exc:
         raise TriageError(f"{path}: not a readable triage bundle ({exc}); "
                           "export it again with `triage export`") from None
-    if staged.doc is None:
+    if unpacked.doc is None:
         raise TriageError(f"{path}: empty bundle (no {BUNDLE_DOC})")
 
 
@@ -278,7 +288,7 @@ def _bad_data_errors() -> tuple[type[Exception], ...]:
 
 
 def _stage_member(store: Store, path: Path, tar: tarfile.TarFile, member: tarfile.TarInfo,
-                  staged: _Staged) -> None:
+                  unpacked: _Unpacked) -> None:
     name = member.name
     if not member.isreg() or member.type == tarfile.GNUTYPE_SPARSE:
         raise TriageError(f"{path}: refusing member {name!r}: not a regular file; a bundle "
@@ -286,47 +296,67 @@ def _stage_member(store: Store, path: Path, tar: tarfile.TarFile, member: tarfil
     if not MEMBER_RE.match(name):
         raise TriageError(f"{path}: refusing member {name!r}: not a path a bundle may hold "
                           "(no absolute paths, '..' or other folders)")
-    if (staged.doc is None) != (name == BUNDLE_DOC):
+    if (unpacked.doc is None) != (name == BUNDLE_DOC):
         raise TriageError(f"{path}: {BUNDLE_DOC} must be the first member, and only once")
-    source = tar.extractfile(member)
+    if name in unpacked.names:  # a second copy could carry other bytes: neither is trusted
+        raise TriageError(f"{path}: member {name} appears twice; export the bundle again")
+    unpacked.names.add(name)
+    _charge(path, name, member.size, unpacked)
+    source = _Capped(cast(IO[bytes], tar.extractfile(member)), path, name, member.size)
     if name.startswith("objects/"):
         sha = name[8:10] + name[11:]
-        if sha not in staged.objects:
-            staged.objects[sha] = _stage_object(store, path, source, sha)
+        unpacked.objects[sha] = _stage_object(store, path, source, sha)
         return
     if member.size > MAX_DOCUMENT:
         raise TriageError(f"{path}: member {name} is too large for a manifest or annotation")
     data = source.read()
     if name == BUNDLE_DOC:
-        staged.doc = _check_doc(path, data)
+        unpacked.doc = _check_doc(path, data)
     elif name.startswith("runs/"):
         run_id = name[5:-5]
-        staged.manifests[run_id] = (data, _check_manifest(path, run_id, data))
+        unpacked.manifests[run_id] = (data, _check_manifest(path, run_id, data))
     else:
-        staged.annotations[name[12:-5]] = _json_object(path, name, data)
+        unpacked.annotations[name[12:-5]] = _check_annotations(path, name, data)
+
+
+def _charge(path: Path, name: str, size: int, unpacked: _Unpacked) -> None:
+    """Count bytes against what the bundle may expand to; refuse it once they are too many."""
+    unpacked.expanded += size
+    if unpacked.expanded > unpacked.limit:
+        raise TriageError(f"{path}: expands past {unpacked.limit:,} bytes at member {name} (a "
+                          f"bundle may expand to {EXPANSION_RATIO} times its size, as a "
+                          "guard against decompression bombs); if you trust it, decompress it "
+                          "and import the plain .tar")
+
+
+class _Capped:
+    """A member's stream that counts the bytes actually read: more than its header declared (and
+    charged) is refused, so what is written stays within what was checked."""
+
+    def __init__(self, stream: IO[bytes], path: Path, name: str, declared: int) -> None:
+        self.stream, self.path, self.name, self.left = stream, path, name, declared
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.stream.read(size)
+        self.left -= len(data)
+        if self.left < 0:
+            raise TriageError(f"{self.path}: member {self.name} holds more bytes than its "
+                              "header declares; export the bundle again")
+        return data
 
 
 def _stage_object(store: Store, path: Path, source, sha: str) -> Path:
     """Copy one object to a temp file under objects/, hashing it; refuse it if it is damaged."""
-    store.objects.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=atomic.TMP_PREFIX, suffix="-import", dir=store.objects)
-    temp = Path(name)
-    try:
-        with open(fd, "wb") as sink:
-            digest, _size = atomic.copy_hashing(source, sink)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    if digest != sha:
-        temp.unlink(missing_ok=True)
-        raise CorruptObject(f"{path}: object {sha[:12]} does not match its hash; the bundle is "
-                            "damaged, export it again")
+    with atomic.temp_file_in(store.objects, "-import", keep=True) as (sink, temp):
+        if copy_hashing(source, sink)[0] != sha:
+            raise CorruptObject(f"{path}: object {sha[:12]} does not match its hash; the bundle "
+                                "is damaged, export it again")
     return temp
 
 
 def _json_object(path: Path, name: str, data: bytes) -> dict:
     try:
-        doc = json.loads(data)
+        doc = validate.load_json(data)
     except ValueError as exc:
         raise TriageError(f"{path}: {name} is not JSON ({exc})") from None
     if not isinstance(doc, dict):
@@ -360,62 +390,128 @@ def _check_doc(path: Path, data: bytes) -> dict:
 
 
 def _check_manifest(path: Path, run_id: str, data: bytes) -> dict:
+    """A manifest that hashes to its id, is not from a newer triage and matches the manifest
+    schema: every reader of the store trusts what is in runs/, so nothing else may get there."""
     if hashlib.sha256(data).hexdigest() != run_id:
         raise CorruptObject(f"{path}: manifest of run {run_id[:12]} does not match its id; the "
                             "bundle is damaged, export it again")
     manifest = _json_object(path, f"runs/{run_id}.json", data)
-    check_version(manifest, f"{path}: run {run_id[:12]}")
     try:
-        refs = manifest_refs(manifest)
-    except (KeyError, TypeError, AttributeError):
-        raise TriageError(f"{path}: manifest of run {run_id[:12]} has malformed references") \
-            from None
-    if not all(SHA256_RE.match(sha) for sha in refs):
-        raise TriageError(f"{path}: manifest of run {run_id[:12]} references a non-sha256 name")
+        validate.check_manifest(manifest, f"{path}: run {run_id[:12]}")
+    except validate.SchemaMismatch as exc:
+        raise _altered(path, f"the manifest of run {run_id[:12]}", exc) from None
     return manifest
 
 
-def _check_complete(store: Store, path: Path, staged: _Staged) -> None:
+def _check_annotations(path: Path, name: str, data: bytes) -> dict:
+    doc = _json_object(path, name, data)
+    try:
+        validate.check(doc, validate.ANNOTATIONS)
+    except validate.SchemaMismatch as exc:
+        raise _altered(path, name, exc) from None
+    return doc
+
+
+def _altered(path: Path, what: str, exc: validate.SchemaMismatch) -> TriageError:
+    return TriageError(f"{path}: {what} does not match its schema ({exc}); the bundle was "
+                       "altered, export it again")
+
+
+def _check_complete(store: Store, path: Path, unpacked: _Unpacked) -> None:
     """Every listed run has its manifest, and every object a new run needs is at hand."""
-    listed = set(staged.doc["runs"])
-    if listed != set(staged.manifests):
+    listed = set(unpacked.runs)
+    if listed != set(unpacked.manifests):
         raise TriageError(f"{path}: {BUNDLE_DOC} lists {len(listed)} runs but the bundle holds "
-                          f"{len(staged.manifests)} manifests")
-    stray = set(staged.annotations) - listed
+                          f"{len(unpacked.manifests)} manifests")
+    stray = set(unpacked.annotations) - listed
     if stray:
         raise TriageError(f"{path}: annotations of run {sorted(stray)[0][:12]}, which the bundle "
                           "does not hold")
-    for run_id, (_data, manifest) in staged.manifests.items():
+    for run_id, (_data, manifest) in unpacked.manifests.items():
         for sha, (what, _size) in manifest_refs(manifest).items():
-            if sha not in staged.objects and not store.has_object(sha):
+            if sha not in unpacked.objects and not store.has_object(sha):
                 raise TriageError(f"{path}: the bundle lacks the {what} of run {run_id[:12]}")
 
 
-def _publish(store: Store, staged: _Staged, labels: bool) -> ImportResult:
-    """Objects first, then annotations, then manifests, then catalog rows, then labels."""
+def _check_tables(store: Store, path: Path, unpacked: _Unpacked) -> None:
+    """Each table a new run names must be Parquet with that table's rows and columns: `ls` reads
+    every run's kernel_summary, so a report posing as one would fail it for the whole store."""
+    from triage.schemas.tables import tables_version
+
+    for run_id, (_data, manifest) in unpacked.manifests.items():
+        if store.has_run(run_id):
+            continue
+        current = manifest["tables_schema_version"] == tables_version()
+        for name, ref in sorted(manifest["tables"].items()):
+            file = unpacked.objects.get(ref["sha256"]) or store.object_path(ref["sha256"])
+            if not _table_fits(file, name, ref["rows"], current):
+                raise TriageError(f"{path}: table {name} of run {run_id[:12]} is not the table "
+                                  "its manifest describes; the bundle was altered, export it "
+                                  "again")
+
+
+def _table_fits(file: Path, name: str, rows: int, current: bool) -> bool:
+    """Only the Parquet footer is read; a table of an older tables version (`current` False)
+    is checked for its rows only, its columns being those of its day."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from triage.schemas.tables import arrow_schema, table_specs
+
+    try:
+        footer = pq.read_metadata(file)
+    except (pa.ArrowException, OSError):
+        return False
+    if footer.num_rows != rows:
+        return False
+    return not current or (name in table_specs()["tables"] and
+                           footer.schema.to_arrow_schema().remove_metadata() == arrow_schema(name))
+
+
+def _check_label_clashes(store: Store, path: Path, names: list[str]) -> None:
+    """Refuse --labels before anything is written when a label would be a folder of another,
+    here or in the bundle: set one by one, the first clash would leave the import half done."""
+    for name in names:
+        other = store.label_clash(name) or next(
+            (o for o in names if o.startswith(name + "/") or name.startswith(o + "/")), None)
+        if other is not None:
+            raise UsageError(f"{path}: label {name!r} clashes with label {other!r} (one would be "
+                             "a folder of the other); import without --labels")
+
+
+def _publish(store: Store, unpacked: _Unpacked, labels: bool) -> ImportResult:
+    """Objects first, then each run's annotations and manifest, then keys, catalog rows, labels."""
     result = ImportResult()
-    new = [r for r in staged.doc["runs"] if not store.has_run(r)]
-    result.runs_present = [r for r in staged.doc["runs"] if r not in new]
-    needed = {sha for run_id in new for sha in manifest_refs(staged.manifests[run_id][1])}
-    for sha in sorted(needed & set(staged.objects)):
+    pending = [r for r in unpacked.runs if not store.has_run(r)]
+    needed = {sha for run_id in pending for sha in manifest_refs(unpacked.manifests[run_id][1])}
+    for sha in sorted(needed & set(unpacked.objects)):
         existed = store.has_object(sha)
-        _sha, size = store.adopt_temp(staged.objects.pop(sha))
+        _sha, size = store.adopt_temp(unpacked.objects.pop(sha))
         if not existed:
             result.objects_added += 1
             result.bytes_added += size
-    for run_id in new:
-        if run_id in staged.annotations and not store.read_annotations(run_id):
-            atomic.write_bytes(store.annotations / f"{run_id}.json",
-                               canonical_json(staged.annotations[run_id]))
-    for run_id in new:
-        atomic.write_bytes(store.run_path(run_id), staged.manifests[run_id][0], readonly=True)
-    _record_keys(store, {run_id: staged.manifests[run_id][1] for run_id in new})
-    rows = [catalog.catalog_row(store, r, staged.manifests[r][1], store.read_annotations(r))
-            for r in new]
+    for run_id in unpacked.runs:
+        added = run_id in pending and _add_run(store, run_id, unpacked)
+        (result.runs_added if added else result.runs_present).append(run_id)
+    _record_keys(store, {run_id: unpacked.manifests[run_id][1] for run_id in result.runs_added})
+    rows = [catalog.catalog_row(store, r, unpacked.manifests[r][1], store.read_annotations(r))
+            for r in result.runs_added]
     catalog.add_rows(store, rows)
-    result.runs_added = new
-    _apply_labels(store, staged.doc.get("labels") or {}, labels, result)
+    _apply_labels(store, unpacked.labels, labels, result)
     return result
+
+
+def _add_run(store: Store, run_id: str, unpacked: _Unpacked) -> bool:
+    """Make a run visible (annotations, then manifest) unless another import or archive did so
+    while the objects were published; True when this import added it. The check and the rename
+    are two steps, so two imports finishing in the same instant may still both count it."""
+    if store.has_run(run_id):
+        return False
+    if run_id in unpacked.annotations and not store.read_annotations(run_id):
+        atomic.write_bytes(store.annotations / f"{run_id}.json",
+                           canonical_json(unpacked.annotations[run_id]))
+    atomic.write_bytes(store.run_path(run_id), unpacked.manifests[run_id][0], readonly=True)
+    return True
 
 
 def _record_keys(store: Store, manifests: dict[str, dict]) -> None:

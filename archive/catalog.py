@@ -6,13 +6,18 @@ merged into one. Nothing is locked:
 
 - a segment is written whole (temp + rename) before the segments it replaces are deleted, so a
   reader sees every run at least once; rows are de-duplicated by run id;
-- a reader that loses a race with a merge (a listed file vanished) simply lists again;
+- a reader that loses a race with a merge (a listed file vanished) skips it and lists again
+  for the merged segment; it never fails for losing such races (`_read_segments`);
 - the catalog is derived data: reading it reconciles it with `runs/` (one directory listing), so a
   run whose process died between writing its manifest and its segment is indexed on next read,
   and a row without a manifest is never shown;
 - an unreadable segment (truncated, overwritten) counts as missing: its runs are indexed again
   from their manifests. It is left in place for `triage verify` to name, and the next merge
-  drops it.
+  drops it;
+- a run that cannot be indexed whole is listed as far as it can be, and named: one whose
+  manifest is damaged gets no row, one whose kernel_summary table is missing or damaged a row
+  without its kernel ranking (not written to a segment, so a repaired run is indexed whole).
+  `scan` returns those problems beside the rows; no run's damage fails the listing of others.
 """
 
 from __future__ import annotations
@@ -20,15 +25,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from triage.archive import atomic
+from triage.archive import atomic, lease
+from triage.archive.model import RunRecord
 from triage.archive.store import Store
-from triage.archive.tables import PARQUET_OPTIONS, arrow_schema, read_table
+from triage.archive.tables import PARQUET_OPTIONS, read_table
 from triage.errors import CorruptObject, RunNotFound
+from triage.hashing import hash_file
+from triage.schemas.tables import arrow_schema
 from triage.timeutil import utc_now
 
 SEGMENT_PREFIX = "catalog-"
@@ -36,41 +45,54 @@ MERGE_ABOVE = 32
 READ_ATTEMPTS = 5
 
 
+@dataclass(frozen=True)
+class Catalog:
+    """The catalog as read: one row per run, and one line per run it could index only in part
+    (naming the damaged file and what to do)."""
+
+    table: pa.Table
+    problems: tuple[str, ...] = ()
+
+
 def catalog_row(store: Store, run_id: str, manifest: dict, annotations: dict) -> dict:
     """The catalog row of one run, from its manifest, annotations and kernel_summary table."""
-    env = manifest.get("environment") or {}
-    gpus = env.get("gpus") or []
-    settings = manifest.get("settings") or {}
-    tables = manifest.get("tables") or {}
-    summary = read_table(store, tables.get("kernel_summary"))
+    record = RunRecord.from_manifest(run_id, manifest, annotations)
+    summary = record.tables.get("kernel_summary")
+    rows = read_table(store, asdict(summary)) if summary is not None else None
+    return _row(record, rows.to_pylist() if rows is not None else [])
+
+
+def _row(record: RunRecord, kernel_summary: list[dict]) -> dict:
+    env = record.environment
     return {
-        "id": run_id,
-        "tool": manifest.get("tool"),
-        "tool_version": manifest.get("tool_version"),
-        "created": manifest.get("created"),
-        "archived": annotations.get("archived"),
+        "id": record.id,
+        "tool": record.tool,
+        "tool_version": record.tool_version,
+        "created": record.created,
+        "archived": record.archived,
         "indexed": utc_now(precise=True),
-        "source": manifest.get("source"),
-        "gpu": gpus[0].get("name") if gpus else None,
-        "gpu_count": len(gpus),
-        "driver_version": env.get("driver_version"),
-        "cuda_version": env.get("cuda_version"),
-        "host": (env.get("host") or {}).get("name"),
-        "command": manifest.get("command"),
-        "kernels": manifest.get("kernels"),
-        "reports": len(manifest.get("reports") or []),
-        "report_names": ",".join(r.get("name", "") for r in manifest.get("reports") or []),
-        "clock_control": settings.get("clock_control"),
-        "cache_control": settings.get("cache_control"),
-        "replay_mode": settings.get("replay_mode"),
-        "capture_group": (manifest.get("capture") or {}).get("group"),
-        "notes": "\n".join(n["text"] for n in annotations.get("notes", [])) or None,
-        "tables": json.dumps({k: v["sha256"] for k, v in sorted(tables.items())}),
-        "kernel_summary": summary.to_pylist() if summary is not None else [],
+        "source": record.source,
+        "gpu": record.gpu_name,
+        "gpu_count": len(env.gpus),
+        "driver_version": env.driver_version,
+        "cuda_version": env.cuda_version,
+        "host": env.host.name,
+        "command": record.command,
+        "kernels": record.kernels,
+        "reports": len(record.reports),
+        "report_names": ",".join(r.name for r in record.reports),
+        "clock_control": record.setting("clock_control"),
+        "cache_control": record.setting("cache_control"),
+        "replay_mode": record.setting("replay_mode"),
+        "capture_group": record.capture.group if record.capture is not None else None,
+        "notes": "\n".join(n.text for n in record.notes) or None,
+        "tables": json.dumps({k: v.sha256 for k, v in sorted(record.tables.items())}),
+        "kernel_summary": kernel_summary,
     }
 
 
-def _segments(store: Store) -> list[Path]:
+def segments(store: Store) -> list[Path]:
+    """The catalog's segment files, sorted: the one listing rule (verify checks their names)."""
     try:
         names = os.listdir(store.index)
     except FileNotFoundError:
@@ -85,35 +107,51 @@ def _write_segment(store: Store, table: pa.Table) -> Path:
     with atomic.temp_file_in(store.index, ".parquet") as (stream, temp):
         pq.write_table(table, stream, **PARQUET_OPTIONS)
         stream.close()
-        sha, _size = atomic.hash_file(temp)
+        sha, _size = hash_file(temp)
         target = store.index / f"{SEGMENT_PREFIX}{sha}.parquet"
         atomic.publish(temp, target, readonly=False)
     return target
 
 
 def add_rows(store: Store, rows: list[dict]) -> None:
-    """Index new runs; merge the segments when there are many."""
-    if rows:
-        _write_segment(store, pa.Table.from_pylist(rows, schema=arrow_schema("catalog")))
-    if len(_segments(store)) > MERGE_ABOVE:
-        merge(store)
+    """Index new runs; merge the segments when there are many. Under a lease: a segment's temp
+    file is a leftover to `triage gc` until it is renamed (lease.py)."""
+    if not rows and len(segments(store)) <= MERGE_ABOVE:
+        return
+    with lease.held(store, "catalog"):
+        if rows:
+            _write_segment(store, pa.Table.from_pylist(rows, schema=arrow_schema("catalog")))
+        if len(segments(store)) > MERGE_ABOVE:
+            merge(store)
 
 
 def _read_segments(store: Store, columns: list[str] | None = None
                    ) -> tuple[pa.Table, list[Path]]:
-    """All segment rows (with duplicates), retrying when a merge removes a listed file."""
+    """All segment rows (with duplicates) and the files they came from.
+
+    A file that a merge removed between listing and reading is skipped: the merge wrote its rows
+    into a new segment first, so listing again finds them. Eight writers merging on a loaded
+    machine can keep that up for a while, so after READ_ATTEMPTS listings the rows read so far
+    are returned rather than failing: `scan` indexes any run they miss from its manifest
+    (slower, never wrong), and a merge deletes only the files it read.
+    """
     schema = arrow_schema("catalog")
     if columns is not None:
         schema = pa.schema([schema.field(c) for c in columns])
+    parts: dict[Path, pa.Table | None] = {}
     for _attempt in range(READ_ATTEMPTS):
-        paths = _segments(store)
-        try:
-            parts = [_read_segment(p, schema) for p in paths]
-        except FileNotFoundError:
-            continue
-        parts = [part for part in parts if part is not None]
-        return (pa.concat_tables(parts) if parts else schema.empty_table()), paths
-    raise RuntimeError("index segments kept changing while being read")
+        vanished = False
+        for path in segments(store):
+            if path in parts:
+                continue
+            try:
+                parts[path] = _read_segment(path, schema)
+            except FileNotFoundError:
+                vanished = True
+        if not vanished:
+            break
+    tables = [part for part in parts.values() if part is not None]
+    return (pa.concat_tables(tables) if tables else schema.empty_table()), list(parts)
 
 
 def _read_segment(path: Path, schema: pa.Schema) -> pa.Table | None:
@@ -143,7 +181,7 @@ def _dedupe(table: pa.Table, visible: set[str]) -> pa.Table:
     ids = table.column("id").to_pylist()
     indexed = table.column("indexed").to_pylist()
     newest: dict[str, int] = {}
-    for index, (run_id, stamp) in enumerate(zip(ids, indexed)):
+    for index, (run_id, stamp) in enumerate(zip(ids, indexed, strict=True)):
         if run_id in visible and (run_id not in newest or (stamp or "") > (
                 indexed[newest[run_id]] or "")):
             newest[run_id] = index
@@ -160,23 +198,41 @@ def merge(store: Store) -> None:
             path.unlink(missing_ok=True)
 
 
-def _index_missing(store: Store, missing: set[str]) -> pa.Table:
+def _index_missing(store: Store, missing: set[str]) -> Catalog:
     """Catalog rows for runs that have a manifest but no row (their archiver died early, or
-    their segment is unreadable). A damaged manifest gets no row: `show` and `verify` say why."""
-    rows = []
+    their segment is unreadable), and what stopped some being indexed whole."""
+    rows, partial, problems = [], [], []
     for run_id in sorted(missing):
         try:
             manifest = store.read_manifest(run_id)
-        except (CorruptObject, RunNotFound):
+        except RunNotFound:
+            continue  # removed since the listing
+        except CorruptObject as exc:
+            problems.append(str(exc))
             continue
-        rows.append(catalog_row(store, run_id, manifest, store.read_annotations(run_id)))
+        annotations = store.read_annotations(run_id)
+        try:
+            rows.append(catalog_row(store, run_id, manifest, annotations))
+        except (OSError, pa.ArrowException) as exc:  # pyarrow: FileNotFoundError, ArrowInvalid
+            partial.append(_row(RunRecord.from_manifest(run_id, manifest, annotations), []))
+            problems.append(_summary_problem(store, run_id, manifest, exc))
     if os.access(store.root, os.W_OK):
         add_rows(store, rows)
-    return pa.Table.from_pylist(rows, schema=arrow_schema("catalog"))
+    return Catalog(pa.Table.from_pylist(rows + partial, schema=arrow_schema("catalog")),
+                   tuple(problems))
 
 
-def read_catalog(store: Store, columns: list[str] | None = None) -> pa.Table:
-    """The catalog, reconciled with the runs on disk: one row per run, oldest archive first.
+def _summary_problem(store: Store, run_id: str, manifest: dict, exc: Exception) -> str:
+    sha = manifest["tables"]["kernel_summary"]["sha256"]
+    where = store.object_path(sha).relative_to(store.root).as_posix()
+    state = "missing" if isinstance(exc, FileNotFoundError) else "damaged"
+    return (f"run {run_id[:12]}: its kernel_summary table {where} is {state}, so it is listed "
+            "without its kernel ranking; `triage verify` lists what is damaged")
+
+
+def scan(store: Store, columns: list[str] | None = None) -> Catalog:
+    """The catalog, reconciled with the runs on disk: one row per run, oldest archive first,
+    with the problems of runs that could be indexed only in part.
 
     `columns` limits what is read (id, archived and indexed are always included).
     """
@@ -185,12 +241,21 @@ def read_catalog(store: Store, columns: list[str] | None = None) -> pa.Table:
     visible = set(store.run_ids())
     table, _paths = _read_segments(store, columns)
     missing = visible - set(table.column("id").to_pylist())
+    problems: tuple[str, ...] = ()
     if missing:
-        table = pa.concat_tables([table, _index_missing(store, missing).select(table.column_names)])
+        found = _index_missing(store, missing)
+        table = pa.concat_tables([table, found.table.select(table.column_names)])
+        problems = found.problems
     table = _dedupe(table, visible)
-    keys = list(zip(table.column("archived").to_pylist(), table.column("id").to_pylist()))
+    keys = list(zip(table.column("archived").to_pylist(), table.column("id").to_pylist(),
+                    strict=True))
     order = sorted(range(len(keys)), key=lambda i: (keys[i][0] or "", keys[i][1]))
-    return table.take(pa.array(order, type=pa.int64()))
+    return Catalog(table.take(pa.array(order, type=pa.int64())), problems)
+
+
+def read_catalog(store: Store, columns: list[str] | None = None) -> pa.Table:
+    """The catalog's rows alone (see `scan`), for readers that do not list problems."""
+    return scan(store, columns).table
 
 
 def segment_digest(path: Path) -> str:

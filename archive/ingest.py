@@ -12,22 +12,31 @@ import hashlib
 import json
 import os
 import threading
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from triage import __version__
-from triage.archive import catalog
-from triage.archive.atomic import hash_file
+from triage.archive import atomic, catalog, lease, space
+from triage.archive.integrity import manifest_refs
+from triage.hashing import hash_file
 from triage.archive.manifest import MANIFEST_KIND, MANIFEST_VERSION
-from triage.archive.store import Staged, Store, canonical_json, check_label
+from triage.archive.store import (STORE_MARKER, Staged, Store, canonical_json, check_label,
+                                  os_error, store_path as resolve_store)
 from triage.archive.summaries import SUMMARIES, compute_summaries
-from triage.archive.tables import TableSet, tables_for_tool, tables_version
+from triage.archive.tables import TableSet
 from triage.capture import redact
-from triage.capture.formats import PreparedReport, detect_format, prepare_report
+from triage.capture.formats import PreparedReport, TableBatch, detect_format, prepare_report
 from triage.errors import TriageError, UsageError
+from triage.schemas.tables import tables_for_tool, tables_version
 from triage.timeutil import utc_now
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass
@@ -51,8 +60,10 @@ class RunRequest:
     redact_patterns: tuple[str, ...] = ()
     capture: dict | None = None
     overrides: dict = field(default_factory=dict)
+    # Rebuild the run's objects from its reports even when they look whole (`archive --repair`).
+    repair: bool = False
     # Tables that come with the request rather than from a report (a capture's ncu listings).
-    extra_tables: dict[str, list[tuple]] = field(default_factory=dict)
+    extra_tables: dict[str, pa.Table] = field(default_factory=dict)
 
 
 @dataclass
@@ -62,39 +73,84 @@ class ArchiveResult:
     id: str
     new: bool
     manifest: dict
+    repaired: bool = False  # found, but objects were missing or damaged: rewritten from reports
 
 
 def archive_files(store_path, paths: list[str], label: str | None = None,
                   note: str | None = None, nsys: str | None = None,
-                  redact_patterns: tuple[str, ...] = ()) -> list[ArchiveResult]:
-    """`triage archive REPORT...`: one run per report; every file is validated first."""
+                  redact_patterns: tuple[str, ...] = (),
+                  repair: bool = False) -> list[ArchiveResult]:
+    """`triage archive REPORT...`: one run per report; every file is validated first.
+
+    A store this call creates is removed again when the archive fails and leaves it empty."""
     if label and len(paths) > 1:
         raise UsageError("--label names one run; archive one report at a time to label it")
     if label:
         check_label(label)
     patterns = redact.user_patterns(redact_patterns)
     requests = [RunRequest([ReportInput(Path(p))], label=label, note=note, nsys=nsys,
-                           redact_patterns=patterns) for p in paths]
+                           redact_patterns=patterns, repair=repair) for p in paths]
     for request in requests:
         check_readable(request.inputs[0].path)
     found = [_exported_before(store_path, request) for request in requests]
     prepared: list[list[PreparedReport]] = []
+    exports = ExitStack()  # the leases of nsys exports staged before the store is opened
+    root = resolve_store(store_path)
+    root_existed, new_store = root.is_dir(), not (root / STORE_MARKER).is_file()
     try:
-        # Every report is validated before the store is opened (or created): a bad input,
-        # even the last of several, leaves the store untouched.
-        for request, (run_id, digest) in zip(requests, found):
+        # Every report is validated before the store is opened (or created; only an nsys
+        # export, staged in it, makes it sooner): a bad input, even the last of several,
+        # leaves the store untouched, and a store made for nothing is removed again.
+        for request, (run_id, digest) in zip(requests, found, strict=True):
             prepared.append([] if run_id else [prepare_report(i.path, nsys=request.nsys,
-                                                              sha256=digest)
+                                                              sha256=digest,
+                                                              staging=_staging(store_path,
+                                                                               exports))
                                                for i in request.inputs])
         store = Store.open(store_path, create=True)
         store.check_writable()
         return [_finish(store, run_id, store.read_manifest(run_id), r, new=False) if run_id
                 else archive_run(store, r, p)
                 for r, p, (run_id, _digest) in zip(requests, prepared, found, strict=True)]
+    except BaseException as exc:
+        _close(prepared)  # first: an nsys export staged in the new store is a file in it
+        exports.close()  # and its lease
+        if new_store:
+            _remove_new_store(root, keep_root=root_existed)
+        if space.is_disk_full(exc):  # a small write after the objects (manifest, catalog)
+            raise space.sized(exc, root, space.COMMIT_BYTES) from None
+        raise
     finally:
-        for items in prepared:
-            for item in items:
-                item.close()
+        _close(prepared)
+        exports.close()
+
+
+def _close(prepared: list[list[PreparedReport]]) -> None:
+    for items in prepared:
+        for item in items:
+            item.close()
+
+
+def _remove_new_store(root: Path, keep_root: bool) -> None:
+    """Undo a store this archive created and left empty (a report refused while its results
+    were read): only empty folders are removed (rmdir), so a store another process has begun
+    to fill meanwhile stays, and so does a folder the user made for it."""
+    if not (root / STORE_MARKER).is_file():
+        return
+    for folder, dirs, _files in os.walk(root, topdown=False):
+        for name in dirs:
+            try:
+                (Path(folder) / name).rmdir()
+            except OSError:
+                pass
+    if os.listdir(root) != [STORE_MARKER]:
+        return
+    (root / STORE_MARKER).unlink(missing_ok=True)
+    if not keep_root:
+        try:
+            root.rmdir()
+        except OSError:
+            pass
 
 
 def _exported_before(store_path, request: RunRequest) -> tuple[str | None, str | None]:
@@ -110,9 +166,32 @@ def _exported_before(store_path, request: RunRequest) -> tuple[str | None, str |
             return None, None
         store = Store.open(store_path)
         digest = hash_file(path)[0]
-        return store.lookup_key(dedup_key("nsys", [digest], request)), digest
+        run_id = store.lookup_key(dedup_key("nsys", [digest], request))
+        if run_id and (request.repair or not _intact(store, store.read_manifest(run_id))):
+            return None, digest  # to be exported again and rebuilt (archive_run)
+        return run_id, digest
     except (OSError, TriageError):  # no store yet, or a problem the real attempt will report
         return None, None
+
+
+def _staging(store_path, leases: ExitStack | None = None) -> Callable[[str], Path]:
+    """Where a reader writes what it converts (nsys's export: up to GBs): temp files under the
+    store's objects/, the store made on first use, so that what a killed archive leaves is a
+    temp file `triage gc` removes (the reader in capture/ knows nothing of the store).
+
+    An export staged before its archive's lease is taken (`archive_files` reads every report
+    first) takes a lease of its own into `leases`, held until the caller closes it, so that gc
+    does not take the export of a live archive."""
+    def new_file(suffix: str) -> Path:
+        store = Store.open(store_path, create=True)
+        if leases is not None:
+            leases.enter_context(lease.held(store, "export"))
+        try:
+            return atomic.new_temp(store.objects, suffix)
+        except OSError as exc:
+            raise os_error(exc, store.root, "write") from None
+
+    return new_file
 
 
 def check_readable(path: Path) -> None:
@@ -120,7 +199,8 @@ def check_readable(path: Path) -> None:
     try:
         exists = path.exists()
     except OSError as exc:  # e.g. a folder on the way without search (x) permission
-        raise TriageError(f"{path}: {exc.strerror.lower()}; check the permissions of the file "
+        reason = (exc.strerror or str(exc)).lower()
+        raise TriageError(f"{path}: {reason}; check the permissions of the file "
                           "and of the folders above it") from None
     if not exists:
         raise TriageError(f"{path}: no such file")
@@ -154,11 +234,13 @@ def dedup_key_of(manifest: dict) -> str | None:
     return dedup_key(manifest["tool"], [r["sha256"] for r in reports], request)
 
 
+@lease.holding("archive")
 def archive_run(store: Store, request: RunRequest,
                 prepared: list[PreparedReport] | None = None) -> ArchiveResult:
     """Archive the reports of one request as one run (or find the run that has them)."""
     if prepared is None:
-        prepared = [prepare_report(i.path, nsys=request.nsys) for i in request.inputs]
+        prepared = [prepare_report(i.path, nsys=request.nsys, staging=_staging(store.root))
+                    for i in request.inputs]
     try:
         tools = {p.tool for p in prepared}
         if len(tools) > 1:
@@ -167,35 +249,65 @@ def archive_run(store: Store, request: RunRequest,
         key = dedup_key(prepared[0].tool, digests, request) if request.capture is None else None
         existing = store.lookup_key(key) if key else None
         if existing:
-            return _finish(store, existing, store.read_manifest(existing), request, new=False)
-        manifest = _build(store, request, prepared, digests)
-        run_id = store.write_manifest(manifest)
+            found = store.read_manifest(existing)
+            if not request.repair and _intact(store, found):
+                return _finish(store, existing, found, request, new=False)
+        space.check_room(store.root, sum(_size(p.path) for p in prepared) + space.COMMIT_BYTES)
+        with space.reserved(store.objects, space.COMMIT_BYTES) as room:
+            manifest = _build(store, request, prepared, digests)
+            room.release()  # for the manifest, key, annotations and catalog segment
+            run_id = store.write_manifest(manifest)
         if key:
             store.record_key(key, run_id)
-        return _finish(store, run_id, manifest, request, new=True)
+        return _finish(store, run_id, manifest, request, new=run_id != existing,
+                       repaired=run_id == existing)
     finally:
         for item in prepared:
             item.close()
 
 
+def _intact(store: Store, manifest: dict) -> bool:
+    """Whether every object a run references is there with its recorded size: one stat each,
+    so that archiving a report again repairs a run whose tables were lost, without hashing.
+    (A same-size flipped bit is `verify`'s to find, and `archive --repair`'s to mend.)"""
+    for sha, (_what, size) in manifest_refs(manifest).items():
+        try:
+            if store.object_path(sha).stat().st_size != size:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 def _finish(store: Store, run_id: str, manifest: dict, request: RunRequest,
-            new: bool) -> ArchiveResult:
+            new: bool, repaired: bool = False) -> ArchiveResult:
     annotations = store.annotate(run_id, utc_now(precise=True), request.note)
     if new or request.note:
         catalog.add_rows(store, [catalog.catalog_row(store, run_id, manifest, annotations)])
     if request.label:
         store.set_label(request.label, run_id)
-    return ArchiveResult(run_id, new, manifest)
+    return ArchiveResult(run_id, new, manifest, repaired)
 
 
 def _build(store: Store, request: RunRequest, prepared: list[PreparedReport],
            digests: list[str]) -> dict:
-    """Extract every report into one table set, store the blobs, assemble the manifest.
+    """Write every report's batches into one table set, store the blobs, assemble the manifest.
 
-    The raw reports are copied into the store on a worker thread while they are read (copying
-    and hashing release the GIL), and become visible only once every table is written.
+    The readers start reading before any thread does (an ncu reader forks its workers' relay
+    then, and a fork beside a running thread can deadlock). The raw reports are copied into
+    the store on a worker thread while they are read (copying and hashing release the GIL).
+    Nothing becomes visible until every table and copy is whole on disk (the room for the
+    manifest is held by the caller: `space`), so a full disk leaves nothing of the run behind.
     """
     tables = TableSet(store)
+    streams = [p.batches(index) for index, p in enumerate(prepared)]
     failed = threading.Event()
     with ThreadPoolExecutor(max_workers=1) as copier:
         copies = [copier.submit(store.stage_file, p.path, failed) for p in prepared]
@@ -203,19 +315,35 @@ def _build(store: Store, request: RunRequest, prepared: list[PreparedReport],
             tool = prepared[0].tool
             for name in tables_for_tool(tool):
                 tables.writer(name)
-            provenances = [p.write_tables(tables, index) for index, p in enumerate(prepared)]
+            for stream in streams:
+                write_batches(tables, stream)
+            provenances = [p.provenance() for p in prepared]
             compute_summaries(tables, [n for n in tables_for_tool(tool) if n in SUMMARIES])
-            table_refs = _finish_tables(tables, request)
+            write_batches(tables, request.extra_tables.items())
+            tables.close()
             staged = [copy.result() for copy in copies]
+            table_refs = tables.finish()
             reports = [_store_blob(store, p, s, d, i, prov) for p, s, d, i, prov
-                       in zip(prepared, staged, digests, request.inputs, provenances)]
-        except BaseException:
+                       in zip(prepared, staged, digests, request.inputs, provenances,
+                              strict=True)]
+        except BaseException as exc:
             failed.set()
+            needed = (tables.bytes_written() + sum(_size(p.path) for p in prepared)
+                      + space.COMMIT_BYTES)
             _discard_copies(store, copies)
+            tables.discard()
+            if space.is_disk_full(exc):
+                raise space.sized(exc, store.root, needed) from None
             raise
         finally:
             tables.discard()
     return _manifest(request, provenances, reports, table_refs)
+
+
+def write_batches(tables: TableSet, batches: Iterable[TableBatch]) -> None:
+    """The one place a reader's rows become table files."""
+    for name, batch in batches:
+        tables.writer(name).write_arrow(batch)
 
 
 def _discard_copies(store: Store, copies: list[Future]) -> None:
@@ -227,11 +355,11 @@ def _discard_copies(store: Store, copies: list[Future]) -> None:
 
 
 def _finish_tables(tables: TableSet, request: RunRequest) -> dict:
-    for name, rows in request.extra_tables.items():
-        tables.writer(name).extend(rows)
+    write_batches(tables, request.extra_tables.items())
     return tables.finish()
 
 
+@lease.holding("archive")
 def record_attempt(store: Store, request: RunRequest, provenance: dict) -> ArchiveResult:
     """A capture that produced no report still becomes a run: the attempt is not lost."""
     tables = TableSet(store)
@@ -250,11 +378,23 @@ def _store_blob(store: Store, prepared: PreparedReport, staged: Staged, digest: 
                           "archive it again once it is complete")
     sha, size = store.publish(staged)
     return {
-        "name": prepared.path.name, "sha256": sha, "bytes": size, "format": prepared.format,
+        "name": _file_name(prepared.path), "sha256": sha, "bytes": size, "format": prepared.format,
         "tool_version": provenance.get("tool_version"), "created": provenance.get("created"),
-        "host": ((provenance.get("environment") or {}).get("host") or {}).get("name"),
+        "host": _host_name(provenance),
         "rank": given.rank, "process": given.process, "export": provenance.get("export"),
     }
+
+
+def _file_name(path: Path) -> str:
+    """A report's file name as text: bytes that are not UTF-8 (a name from another system)
+    become U+FFFD, as report text does, so the manifest can be written."""
+    return path.name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _host_name(provenance: dict) -> str | None:
+    """The name of the host a report was captured on, where its reader found one."""
+    host = provenance["environment"]["host"] if "environment" in provenance else None
+    return host.get("name") if host else None
 
 
 def _manifest(request: RunRequest, provenances: list[dict], reports: list[dict],
@@ -303,11 +443,11 @@ def _redacted_application(application: dict | None, extra) -> dict | None:
 
 
 @lru_cache(maxsize=None)
-def _library_versions(tool: str) -> dict:
+def _library_versions(tool: str) -> dict[str, str | None]:
     from importlib.metadata import PackageNotFoundError, version
 
     names = {"ncu": ["ncu-report", "pyarrow"], "nsys": ["pyarrow", "duckdb"]}[tool]
-    out = {}
+    out: dict[str, str | None] = {}
     for name in names:
         try:
             out[name] = version(name)

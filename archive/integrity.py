@@ -3,27 +3,34 @@
 What verify counts as wrong (exit 1): a manifest whose bytes do not hash to its id or that cannot
 be read; an object or table a run references that is missing or whose bytes do not hash to its
 name; a catalog segment whose name is not the hash of its bytes; a key or label that points at no
-run; an annotation that is not JSON; a file whose name has no place in the layout.
+run; a manifest or annotation that its schema refuses (readers skip those); a file whose name
+has no place in the layout.
+
+It also checks what no run owns: the store marker must be the bytes triage writes, and
+annotations must hash to the checksum they carry (older ones carry none: for them only their
+schema, field names and canonical form can be checked).
 
 What it only reports (exit 0): what an interrupted archive leaves behind by design (see
-store.py): `.tmp-*` files, objects that no run references (yet), annotations of no run. `triage
-gc` removes those once they are older than a grace period, which protects an archive still in
-progress: its objects are written before its manifest, so until then nothing references them.
+store.py): `.tmp-*` files, objects that no run references (yet), annotations of no run, leases of
+writers that are gone. `triage gc` removes those once they are older than a grace period, and
+never while a live writer may need them (lease.py): an archive writes its objects before its
+manifest, so until then nothing references them.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from triage.archive import atomic, catalog
-from triage.archive.store import SHA256_RE, Store, _os_error
+from triage.archive import atomic, catalog, lease, validate
+from triage.archive.store import (ANNOTATIONS_SEAL, LABEL_RE, SHA256_RE, STORE_MARKER, Store,
+                                  annotations_seal, canonical_json, marker_bytes, os_error)
 from triage.errors import StoreError, UsageError
+from triage.hashing import hash_file
 
 ERROR_KINDS = ("missing", "corrupt", "dangling", "unexpected")
 LEFTOVER_KINDS = ("orphan", "temp")
@@ -70,15 +77,25 @@ class VerifyReport:
 
     def to_dict(self) -> dict:
         return {"ok": self.ok, "scope": self.scope, "runs": self.runs, "objects": self.objects,
-                "bytes": self.bytes, "errors": [asdict(f) for f in self.errors],
-                "leftovers": [asdict(f) for f in self.leftovers]}
+                "bytes": self.bytes, "errors": [_shown(f) for f in self.errors],
+                "leftovers": [_shown(f) for f in self.leftovers]}
+
+
+def _shown(finding: Finding) -> dict:
+    """A finding as printable data: a file name that is not UTF-8 (made by hand) keeps its
+    readable part, the rest U+FFFD (the finding itself keeps the real name, for gc)."""
+    path = finding.path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return {**asdict(finding), "path": path}
 
 
 # -- references ----------------------------------------------------------------------------------
 
 
 def manifest_refs(manifest: dict) -> dict[str, tuple[str, int | None]]:
-    """{sha256: (what it is, expected bytes)} for every object a manifest references."""
+    """{sha256: (what it is, expected bytes)} for every object a manifest references.
+
+    Reads the stored document, not a RunRecord: verify, gc and import must fail on a malformed
+    reference list (KeyError/TypeError), where RunRecord degrades it to nothing."""
     refs = {}
     for report in manifest.get("reports") or []:
         refs[report["sha256"]] = (f"report {report.get('name')}", report.get("bytes"))
@@ -90,7 +107,7 @@ def manifest_refs(manifest: dict) -> dict[str, tuple[str, int | None]]:
 def _load_manifest(store: Store, run_id: str) -> tuple[bytes, dict]:
     """The bytes and parsed document of a manifest; ValueError/KeyError when unreadable."""
     data = store.run_path(run_id).read_bytes()
-    manifest = json.loads(data)
+    manifest = validate.load_json(data)
     if not isinstance(manifest, dict):
         raise ValueError("not a JSON object")
     manifest_refs(manifest)  # raises KeyError/TypeError on a malformed reference list
@@ -130,12 +147,27 @@ def verify(store: Store, refs: list[str] | None = None) -> VerifyReport:
     for run_id in run_ids:
         _check_run(store, run_id, report, hashed)
     if not refs:
+        _check_marker(store, report)
         _scan_objects(store, set(hashed), report)
         _scan_temps(store, report)
+        _scan_leases(store, report)
         _check_segments(store, report)
         _check_pointers(store, report)
         _check_annotations(store, set(run_ids), report)
     return report
+
+
+def _check_marker(store: Store, report: VerifyReport) -> None:
+    """The marker is one fixed document: a flip that `Store.open` still accepts (a key name, so
+    that the version reads as 0) is damage all the same."""
+    expected = marker_bytes()
+    try:
+        intact = (store.root / STORE_MARKER).read_bytes() == expected
+    except OSError:
+        intact = False
+    if not intact:
+        report.findings.append(Finding("corrupt", STORE_MARKER, "store marker is not what triage "
+                                       f"writes; write {expected.decode()} into it"))
 
 
 def _rel(store: Store, path: Path) -> str:
@@ -158,9 +190,20 @@ def _check_run(store: Store, run_id: str, report: VerifyReport, hashed: dict) ->
     if digest != run_id:
         report.findings.append(Finding("corrupt", where, f"bytes hash to {digest[:12]}, not to "
                                        "the run id", run_id))
+    else:
+        _check_schema(manifest, where, run_id, report)
     for sha, (what, size) in manifest_refs(manifest).items():
-        if sha not in hashed:
+        if isinstance(sha, str) and SHA256_RE.match(sha) and sha not in hashed:
             hashed[sha] = _check_object(store, sha, size, what, run_id, report)
+
+
+def _check_schema(manifest: dict, where: str, run_id: str, report: VerifyReport) -> None:
+    """A manifest can hash to its id and still not be one (an older import let such in)."""
+    try:
+        validate.check(manifest, validate.MANIFEST)
+    except validate.SchemaMismatch as exc:
+        report.findings.append(Finding("corrupt", where, f"not what the manifest schema says "
+                                       f"({exc}); readers skip this run", run_id))
 
 
 def _check_object(store: Store, sha: str, size: int | None, what: str, run_id: str,
@@ -168,7 +211,7 @@ def _check_object(store: Store, sha: str, size: int | None, what: str, run_id: s
     path = store.object_path(sha)
     where = _rel(store, path)
     try:
-        digest, actual = atomic.hash_file(path)
+        digest, actual = hash_file(path)
     except FileNotFoundError:
         report.findings.append(Finding("missing", where, f"{what} of run {run_id[:12]}", run_id))
         return False
@@ -228,7 +271,8 @@ def _walk_files(directory: Path):
 
 
 def _scan_temps(store: Store, report: VerifyReport) -> None:
-    for directory in (store.runs, store.keys, store.label_dir, store.annotations, store.index):
+    for directory in (store.runs, store.keys, store.label_dir, store.annotations, store.index,
+                      store.leases):
         for path in _walk_files(directory):
             if path.name.startswith(atomic.TMP_PREFIX):
                 report.findings.append(Finding("temp", _rel(store, path), "unfinished write"))
@@ -240,9 +284,19 @@ def _scan_temps(store: Store, report: VerifyReport) -> None:
                                            "not a run manifest name"))
 
 
+def _scan_leases(store: Store, report: VerifyReport) -> None:
+    """Leases of writers that are gone (killed, or on another host for over a day); a live
+    writer's lease is no finding."""
+    for found in lease.leases(store):
+        if not found.live:
+            report.findings.append(Finding("temp", _rel(store, found.path), "lease of a writer "
+                                           f"that is gone ({found.holder}); `triage gc` "
+                                           "removes it"))
+
+
 def _check_segments(store: Store, report: VerifyReport) -> None:
     """A segment's name carries the hash of its bytes."""
-    for path in catalog._segments(store):  # noqa: SLF001 - the catalog's own listing rule
+    for path in catalog.segments(store):
         expected = path.name[len(catalog.SEGMENT_PREFIX):-len(".parquet")]
         try:
             digest = catalog.segment_digest(path)
@@ -259,6 +313,10 @@ def _check_pointers(store: Store, report: VerifyReport) -> None:
     for kind, directory in (("key", store.keys), ("label", store.label_dir)):
         for path in _walk_files(directory):
             if path.name.startswith(atomic.TMP_PREFIX):
+                continue
+            if kind == "label" and not LABEL_RE.match(_rel(store, path)[len("labels/"):]):
+                report.findings.append(Finding("unexpected", _rel(store, path), "not a label "
+                                               "name (`triage label` never writes it)"))
                 continue
             try:
                 target = path.read_text().strip()
@@ -277,9 +335,7 @@ def _check_annotations(store: Store, run_ids: set[str], report: VerifyReport) ->
             continue
         run_id = path.name[:-5] if path.name.endswith(".json") else ""
         try:
-            doc = json.loads(path.read_bytes())
-            if not isinstance(doc, dict):
-                raise ValueError("not a JSON object")
+            _check_annotation_bytes(path.read_bytes())
         except (OSError, ValueError) as exc:
             report.findings.append(Finding("corrupt", _rel(store, path),
                                            f"unreadable annotations ({exc})", run_id or None))
@@ -289,17 +345,37 @@ def _check_annotations(store: Store, run_ids: set[str], report: VerifyReport) ->
                                            "`triage gc` removes them"))
 
 
+def _check_annotation_bytes(data: bytes) -> None:
+    """ValueError unless the bytes are annotations as triage writes them: the schema's, in
+    canonical form, and hashing to the checksum they carry. Annotations change (notes are
+    added), so no id can hash them; each write seals them instead. Unsealed ones (an older
+    triage's) may hold only the fields it wrote: a flip in the seal's name leaves a stranger."""
+    doc = validate.load_json(data)
+    validate.check(doc, validate.ANNOTATIONS)
+    if canonical_json(doc) != data:
+        raise ValueError("not in the canonical form triage writes")
+    if ANNOTATIONS_SEAL in doc:
+        if doc[ANNOTATIONS_SEAL] != annotations_seal(doc):
+            raise ValueError("they do not hash to their checksum: damaged or edited by hand "
+                             "(readers still use them; delete the file to drop them)")
+    elif set(doc) - {"archived", "notes"}:
+        stranger = sorted(set(doc) - {"archived", "notes"})[0]
+        raise ValueError(f"a field triage does not write: {stranger!r}")
+
+
 # -- gc ------------------------------------------------------------------------------------------
 
 
 @dataclass
 class GcReport:
-    """What gc removed (or, with dry_run, would remove) and what it kept for being too new."""
+    """What gc removed (or, with dry_run, would remove), what it kept for being younger than
+    the grace period, and what it kept because a live writer may need it (`kept_live`)."""
 
     dry_run: bool
     grace_seconds: float
     removed: list[dict] = field(default_factory=list)
     kept_recent: int = 0
+    kept_live: int = 0
     restored: int = 0
 
     @property
@@ -309,7 +385,8 @@ class GcReport:
     def to_dict(self) -> dict:
         return {"dry_run": self.dry_run, "grace_seconds": self.grace_seconds,
                 "removed": self.removed, "files": len(self.removed), "bytes": self.bytes,
-                "kept_recent": self.kept_recent, "restored": self.restored}
+                "kept_recent": self.kept_recent, "kept_live": self.kept_live,
+                "restored": self.restored}
 
 
 def parse_duration(text: str) -> float:
@@ -322,10 +399,16 @@ def parse_duration(text: str) -> float:
 
 
 def gc(store: Store, grace_seconds: float = 3600, dry_run: bool = False) -> GcReport:
-    """Remove objects no run references, stale temp files and annotations of no run, when
-    older than the grace period. Runs are never removed, so labelled runs stay whole."""
+    """Remove objects no run references, stale temp files, annotations of no run and leases of
+    writers that are gone, when older than the grace period. Runs are never removed, so
+    labelled runs stay whole; nothing a live writer may need is removed, whatever the grace.
+
+    The leases are read before the manifests (a writer removes its lease only after writing its
+    manifest, so one or the other protects each of its objects), and again before anything is
+    removed: a writer that started after the first read has a lease by then."""
     if not dry_run:
         store.check_writable()
+    since = lease.protected_since(store)
     referenced = referenced_objects(store, store.run_ids())
     cutoff = time.time() - grace_seconds
     report = GcReport(dry_run=dry_run, grace_seconds=grace_seconds)
@@ -334,8 +417,11 @@ def gc(store: Store, grace_seconds: float = 3600, dry_run: bool = False) -> GcRe
             stat = (store.root / finding.path).stat()
         except FileNotFoundError:
             continue
-        if _age_mark(finding.path, stat) > cutoff:
+        mark = _age_mark(finding.path, stat)
+        if mark > cutoff:
             report.kept_recent += 1
+        elif since is not None and mark >= since:
+            report.kept_live += 1
         else:
             report.removed.append({"path": finding.path, "kind": finding.kind,
                                    "bytes": stat.st_size})
@@ -357,6 +443,7 @@ def _leftovers(store: Store, referenced: set[str]) -> list[Finding]:
     report = VerifyReport(scope="store")
     _scan_objects(store, referenced, report)
     _scan_temps(store, report)
+    _scan_leases(store, report)
     _check_annotations(store, set(store.run_ids()), report)
     return report.leftovers
 
@@ -366,9 +453,14 @@ def _remove(store: Store, report: GcReport, cutoff: float) -> None:
     an archive may have re-published one (archive always renames a fresh copy into place) or
     written a manifest that references it since the scan; those are put back."""
     trashed = []
+    since = lease.protected_since(store)
     try:
         for item in list(report.removed):
             path = store.root / item["path"]
+            if since is not None and _mtime(path) >= since:
+                report.removed.remove(item)
+                report.kept_live += 1
+                continue
             if item["kind"] != "orphan" or not item["path"].startswith("objects/"):
                 path.unlink(missing_ok=True)
                 continue
@@ -380,20 +472,24 @@ def _remove(store: Store, report: GcReport, cutoff: float) -> None:
                 continue
             trashed.append((trash, path, item))
     except OSError as exc:
-        raise _os_error(exc, store.root, "clean") from None
+        raise os_error(exc, store.root, "clean") from None
     finally:
         _settle(store, trashed, cutoff, report)
 
 
 def _settle(store: Store, trashed: list, cutoff: float, report: GcReport) -> None:
-    """Put back each trashed object that is wanted again; delete the others."""
+    """Put back each trashed object that is wanted again (referenced, re-published, or new
+    enough for a writer that started since the scan); delete the others."""
+    since = lease.protected_since(store)
     try:
         referenced = referenced_objects(store, store.run_ids())
     except StoreError:
         referenced = None  # a manifest became unreadable meanwhile: keep every object
     for trash, path, item in trashed:
         sha = path.parent.name + path.name
-        if referenced is None or sha in referenced or _mtime(trash) > cutoff:
+        mtime = _mtime(trash)
+        if referenced is None or sha in referenced or mtime > cutoff or (
+                since is not None and mtime >= since):
             try:
                 os.replace(trash, path)
             except FileNotFoundError:

@@ -26,6 +26,21 @@ def _strings(value: object) -> tuple[str, ...]:
     return tuple(str(v) for v in value) if isinstance(value, list) else ()
 
 
+def _dicts(value: object) -> list[Mapping[str, Any]]:
+    """The dict entries of a list field (a hostile or damaged manifest may hold anything)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _text(value: object) -> str | None:
+    """A string field that views slice or join, None when absent or not a string."""
+    return value if isinstance(value, str) else None
+
+
+def _int(value: object) -> int | None:
+    """An integer field, None when absent or not an integer (a bool is not a count)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 @dataclass(frozen=True)
 class Gpu:
     """One GPU as the report (or nvidia-smi, for a failed capture) recorded it."""
@@ -74,10 +89,8 @@ class Environment:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Environment:
-        gpus = raw.get("gpus")
         return cls(raw.get("driver_version"), raw.get("cuda_version"),
-                   tuple(Gpu.from_dict(_mapping(g)) for g in gpus)
-                   if isinstance(gpus, list) else (),
+                   tuple(Gpu.from_dict(g) for g in _dicts(raw.get("gpus"))),
                    Host.from_dict(_mapping(raw.get("host"))), raw.get("working_directory"),
                    _mapping(raw.get("variables")))
 
@@ -140,7 +153,7 @@ class ReportRef:
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> ReportRef:
         return cls(str(raw.get("name", "")), str(raw.get("sha256", "")),
-                   int(raw.get("bytes") or 0), str(raw.get("format", "")),
+                   _int(raw.get("bytes")) or 0, str(raw.get("format", "")),
                    raw.get("tool_version"), raw.get("created"), raw.get("host"),
                    raw.get("rank"), raw.get("process"), raw.get("export"))
 
@@ -155,8 +168,8 @@ class TableRef:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> TableRef:
-        return cls(str(raw.get("sha256", "")), int(raw.get("rows") or 0),
-                   int(raw.get("bytes") or 0))
+        return cls(str(raw.get("sha256", "")), _int(raw.get("rows")) or 0,
+                   _int(raw.get("bytes")) or 0)
 
 
 @dataclass(frozen=True)
@@ -169,11 +182,13 @@ class GitState:
     branch: str | None = None
     dirty: bool | None = None
     untracked_count: int | None = None
+    remote_url: str | None = None
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> GitState:
-        return cls(raw.get("repository"), raw.get("reason"), raw.get("commit"),
-                   raw.get("branch"), raw.get("dirty"), raw.get("untracked_count"))
+        return cls(raw.get("repository"), raw.get("reason"), _text(raw.get("commit")),
+                   raw.get("branch"), raw.get("dirty"), raw.get("untracked_count"),
+                   _text(_mapping(raw.get("remote")).get("url")))
 
 
 @dataclass(frozen=True)
@@ -253,7 +268,7 @@ class RunRecord:
     versions: Mapping[str, str | None]
     reports: tuple[ReportRef, ...]
     tables: Mapping[str, TableRef]
-    kernels: int
+    kernels: int | None
     notices: tuple[str, ...]
     capture: CaptureInfo | None
     redact_patterns: tuple[str, ...]
@@ -281,21 +296,39 @@ class RunRecord:
             clock=ClockEvidence.from_dict(_mapping(_mapping(manifest.get("evidence"))
                                                    .get("clock"))),
             versions=_mapping(manifest.get("versions")),
-            reports=tuple(ReportRef.from_dict(_mapping(r))
-                          for r in manifest.get("reports") or ()),
-            tables=MappingProxyType({name: TableRef.from_dict(_mapping(ref)) for name, ref
-                                     in _mapping(manifest.get("tables")).items()}),
-            kernels=int(manifest.get("kernels") or 0),
+            reports=tuple(ReportRef.from_dict(r) for r in _dicts(manifest.get("reports"))),
+            tables=MappingProxyType({str(name): TableRef.from_dict(ref) for name, ref
+                                     in _mapping(manifest.get("tables")).items()
+                                     if isinstance(ref, dict)}),
+            kernels=_int(manifest.get("kernels")),
             notices=_strings(manifest.get("notices")),
-            capture=CaptureInfo.from_dict(capture) if isinstance(capture, dict) else None,
+            capture=CaptureInfo.from_dict(capture) if isinstance(capture, dict) and capture
+            else None,
             redact_patterns=_strings(manifest.get("redact_patterns")),
-            manifest=manifest, archived=annotations.get("archived"), labels=tuple(labels),
+            manifest=manifest, archived=_text(annotations.get("archived")), labels=tuple(labels),
             notes=tuple(Note(str(n.get("time", "")), str(n.get("text", "")))
-                        for n in annotations.get("notes") or () if isinstance(n, dict)))
+                        for n in _dicts(annotations.get("notes"))))
 
     @property
     def gpu(self) -> Gpu | None:
         return self.environment.gpu
+
+    @property
+    def gpu_name(self) -> str | None:
+        """The first GPU's name, as listings show it (None when no GPU was recorded)."""
+        return self.gpu.name if self.gpu is not None else None
+
+    @property
+    def gpu_absent(self) -> bool:
+        """Whether the run recorded that there was no GPU: the report lists none and the
+        capture's machine facts say nvidia-smi listed none, or was not there to run (no
+        driver installed). An archived report listing no GPU says nothing either way."""
+        if self.gpu is not None or self.capture is None:
+            return False
+        seen = _mapping(_mapping(self.capture.machine.get("gpu")).get("gpus"))
+        reason = seen.get("reason")
+        return seen.get("value") == [] or (seen.get("value") is None and isinstance(reason, str)
+                                           and reason.startswith("nvidia-smi not found"))
 
     @property
     def failed_capture(self) -> bool:

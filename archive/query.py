@@ -9,21 +9,35 @@ Views (documented in the README):
 
 Only the views a statement names are built, and `--run` limits the per-run views to some runs, so
 a query over one table of a few runs does not touch the other 10,000.
+
+Read-only by construction, not by reading the SQL: file access is switched off and the
+configuration locked before any view exists, and every view is an Arrow object this process hands
+over (the catalog as a table, a per-run table as a dataset over the runs' Parquet files), so
+DuckDB has no path to the store: COPY, ATTACH, read_text() and the like fail whatever statement
+wraps them (probes: tests/test_query_security.py). The statement check only words the refusal.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from triage.archive import catalog
-from triage.archive.duck import connect, fetch_arrow, sql_string
+from triage.duck import connect, fetch_arrow
 from triage.archive.runs import labels_by_run, resolve
 from triage.archive.store import Store
-from triage.archive.tables import arrow_schema, table_specs
+from triage.schemas.tables import arrow_schema, table_specs
 from triage.errors import TriageError, UsageError
+
+if TYPE_CHECKING:
+    import duckdb
 
 CATALOG_VIEWS = ("runs", "kernel_summary")
 
@@ -40,42 +54,99 @@ def _mentioned(sql: str, name: str) -> bool:
     return re.search(rf"\b{re.escape(name)}\b", sql, re.IGNORECASE) is not None
 
 
-def _register_catalog(con, cat: pa.Table, labels: dict[str, list[str]]) -> None:
+@contextmanager
+def sealed_connection() -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection that can open no file but its own spill files, and cannot be told otherwise.
+
+    DuckDB leaves its temp directory open to queries when file access is off, so that directory
+    is a fresh one of this process (mkdtemp: mode 0700, a name nobody could have planted a link
+    at), removed after the query; the default, `.tmp` in the working directory, is wherever a
+    link there points. File access off also stops DuckDB reading Python variables as tables.
+    """
+    with tempfile.TemporaryDirectory(prefix="triage-query-") as spill:
+        con = connect(temp_directory=spill)
+        try:
+            con.execute("SET enable_external_access = false")
+            con.execute("SET lock_configuration = true")
+            yield con
+        finally:
+            con.close()
+
+
+def build_views(con: duckdb.DuckDBPyConnection, store: Store, sql: str,
+                runs: list[str] | None = None) -> None:
+    """The views `sql` names, over `runs` (every run when None)."""
+    cat = catalog.read_catalog(store)
+    if runs:
+        wanted = {resolve(store, r) for r in runs}
+        cat = cat.filter(pa.array([i in wanted for i in cat.column("id").to_pylist()]))
+    _register_catalog(con, cat, labels_by_run(store))
+    for name in per_run_views():
+        if _mentioned(sql, name):
+            _register_table(con, store, name, cat)
+
+
+def _register_catalog(con: duckdb.DuckDBPyConnection, cat: pa.Table,
+                      labels: dict[str, list[str]]) -> None:
     runs = cat.drop_columns(["kernel_summary", "tables", "indexed"])
     runs = runs.append_column(
         "labels", pa.array([labels.get(i, []) for i in runs.column("id").to_pylist()],
                            type=pa.list_(pa.string())))
-    con.register("_runs", runs)
-    con.execute("CREATE VIEW runs AS SELECT * FROM _runs")
-    summary = cat.select(["id", "kernel_summary"])
-    con.register("_catalog_summary", summary)
+    con.register("runs", runs)
+    con.register("_catalog_summary", cat.select(["id", "kernel_summary"]))
     con.execute("CREATE VIEW kernel_summary AS SELECT id AS run_id, "
                 "unnest(kernel_summary, recursive := true) FROM _catalog_summary")
 
 
-def _register_table(con, store: Store, name: str, cat: pa.Table) -> None:
-    """One view over the named table of every run in the catalog, with run_id."""
-    pairs = []
-    for run_id, tables in zip(cat.column("id").to_pylist(), cat.column("tables").to_pylist()):
+def _register_table(con: duckdb.DuckDBPyConnection, store: Store, name: str,
+                    cat: pa.Table) -> None:
+    """One view over the named table of every run in the catalog, with run_id.
+
+    The runs' files are one Arrow dataset, each file once (runs with equal tables share an
+    object) and tagged with its object id as a partition; a join names the runs.
+    """
+    import pyarrow.dataset as ds
+    from pyarrow import fs
+
+    shas, run_ids = [], []
+    for run_id, tables in zip(cat.column("id").to_pylist(), cat.column("tables").to_pylist(),
+                              strict=True):
         sha = json.loads(tables or "{}").get(name)
         if sha:
-            pairs.append((str(store.object_path(sha)), run_id))
-    if not pairs:
-        empty = arrow_schema(name).empty_table()
-        con.register(f"_{name}_empty", empty)
-        con.execute(f"CREATE VIEW {name} AS SELECT NULL::VARCHAR AS run_id, * "
-                    f"FROM _{name}_empty")
-        return
-    mapping = pa.table({"path": [p for p, _ in pairs], "run_id": [r for _, r in pairs]})
-    con.register(f"_{name}_map", mapping)
-    files = "[" + ", ".join(sql_string(p) for p in sorted({p for p, _ in pairs})) + "]"
-    con.execute(f"CREATE VIEW {name} AS SELECT m.run_id, t.* EXCLUDE (_triage_file) "
-                f"FROM read_parquet({files}, filename = '_triage_file', union_by_name = true) t "
-                f"JOIN _{name}_map m ON t._triage_file = m.path")
+            shas.append(sha)
+            run_ids.append(run_id)
+    parquet, local = ds.ParquetFileFormat(), fs.LocalFileSystem()
+    fragments = [parquet.make_fragment(str(store.object_path(sha)), local,
+                                       partition_expression=ds.field("_object") == sha)
+                 for sha in sorted(set(shas))]
+    schema = pa.schema([pa.field("_object", pa.string()), *arrow_schema(name)])
+    con.register(f"_{name}_files", _streamed_dataset()(fragments, schema, parquet, local))
+    con.register(f"_{name}_runs", pa.table({"_object": pa.array(shas, pa.string()),
+                                           "run_id": pa.array(run_ids, pa.string())}))
+    con.execute(f"CREATE VIEW {name} AS SELECT r.run_id, t.* EXCLUDE (_object) "
+                f"FROM _{name}_files t JOIN _{name}_runs r ON t._object = r._object")
 
 
-def _check_read_only(con, sql: str) -> None:
-    """Only queries: no COPY/ATTACH/INSTALL/SET, which could write files or fetch extensions."""
+@lru_cache(maxsize=1)
+def _streamed_dataset() -> type:
+    """A pyarrow dataset whose scans read no row group ahead of the one DuckDB consumes.
+
+    DuckDB scans a registered dataset through its `scanner(columns=, filter=)`, so it reads
+    only the columns and files a query needs; pyarrow's default, 16 row groups ahead, would
+    decode a million kernels to answer a LIMIT 10.
+    """
+    import pyarrow.dataset as ds
+
+    class StreamedDataset(ds.FileSystemDataset):
+        def scanner(self, *args: object, **kwargs: object) -> ds.Scanner:
+            return super().scanner(*args, batch_readahead=0, **kwargs)
+
+    return StreamedDataset
+
+
+def _check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Only queries. COPY, ATTACH, INSTALL or SET would fail on the sealed connection anyway;
+    this names them, before the store is read."""
     import duckdb
 
     if not sql.strip():
@@ -88,7 +159,7 @@ def _check_read_only(con, sql: str) -> None:
                          + (f" (not {', '.join(refused)})" if refused else ""))
 
 
-def _statement_name(statement) -> str:
+def _statement_name(statement: duckdb.Statement) -> str:
     """What the user wrote, where DuckDB's statement type says otherwise: INSTALL parses as
     LOAD, and PIVOT (even inside a SELECT) as MULTI, for the statements it expands into."""
     if statement.type.name == "MULTI":
@@ -101,33 +172,15 @@ def _statement_name(statement) -> str:
 _LEADING_COMMENTS = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.DOTALL)
 
 
-def _lock_down(con, store: Store) -> None:
-    """After the views exist: files only under the store's objects, nothing else, no changes."""
-    directories = ", ".join(sql_string(str(d) + "/") for d in (store.objects, store.index))
-    con.execute(f"SET allowed_directories = [{directories}]")
-    con.execute("SET enable_external_access = false")
-    con.execute("SET lock_configuration = true")
-
-
 def run_query(store: Store, sql: str, runs: list[str] | None = None) -> pa.Table:
     """Run one SQL statement over the views it names; return the result as Arrow."""
     import duckdb
 
-    cat = catalog.read_catalog(store)
-    if runs:
-        wanted = {resolve(store, r) for r in runs}
-        cat = cat.filter(pa.array([i in wanted for i in cat.column("id").to_pylist()]))
-    con = connect()
     try:
-        _check_read_only(con, sql)
-        _register_catalog(con, cat, labels_by_run(store))
-        for name in per_run_views():
-            if _mentioned(sql, name):
-                _register_table(con, store, name, cat)
-        _lock_down(con, store)
-        return fetch_arrow(con, sql)
+        with sealed_connection() as con:
+            _check_read_only(con, sql)
+            build_views(con, store, sql, runs)
+            return fetch_arrow(con, sql)
     except duckdb.Error as exc:
         first_line = str(exc).strip().splitlines()[0]
         raise TriageError(f"query failed: {first_line}; views: {', '.join(view_names())}") from None
-    finally:
-        con.close()

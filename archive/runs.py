@@ -1,6 +1,8 @@
-"""Finding runs: RUN references (id, prefix, label, `latest`), listings and the `show` view."""
+"""Finding runs: RUN references (id, prefix, label, `latest`), listings and typed records."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from triage.archive import catalog
 from triage.archive.model import RunRecord
@@ -27,6 +29,9 @@ def resolve(store: Store, ref: str) -> str:
     if ref in labels:
         if store.has_run(labels[ref]):
             return labels[ref]
+        if not SHA256_RE.match(labels[ref]):
+            raise RunNotFound(f"label {ref!r} is damaged (it holds no run id); `triage label "
+                              f"RUN {ref}` points it at a run again")
         raise RunNotFound(f"label {ref!r} points at run {labels[ref][:12]}, which is not in this "
                           "store; `triage label RUN NAME` moves it")
     return _by_prefix(store, ref)
@@ -56,14 +61,23 @@ def labels_by_run(store: Store) -> dict[str, list[str]]:
     return out
 
 
-def list_runs(store: Store) -> list[dict]:
+@dataclass(frozen=True)
+class RunList:
+    """`triage ls`: every run as a catalog row with its labels, and one line per run that is
+    listed only in part, or not at all, because a file of it is damaged."""
+
+    rows: list[dict]
+    problems: tuple[str, ...]
+
+
+def list_runs(store: Store) -> RunList:
     """Every run, oldest archive first, from the catalog (no manifest is opened)."""
-    table = catalog.read_catalog(store, list(LIST_COLUMNS)).select(list(LIST_COLUMNS))
+    found = catalog.scan(store, list(LIST_COLUMNS))
     labels = labels_by_run(store)
-    rows = table.to_pylist()
+    rows = found.table.select(list(LIST_COLUMNS)).to_pylist()
     for row in rows:
         row["labels"] = labels.get(row["id"], [])
-    return rows
+    return RunList(rows, found.problems)
 
 
 def load_record(store: Store, ref: str) -> RunRecord:
@@ -72,8 +86,3 @@ def load_record(store: Store, ref: str) -> RunRecord:
     return RunRecord.from_manifest(run_id, store.read_manifest(run_id),
                                    store.read_annotations(run_id),
                                    tuple(labels_by_run(store).get(run_id, [])))
-
-
-def show(store: Store, ref: str) -> dict:
-    """`triage show --json`: the record as the manifest stores it, with id, labels and notes."""
-    return load_record(store, ref).as_json()

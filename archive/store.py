@@ -9,6 +9,8 @@ Layout (all under the store root):
     annotations/<id>.json   when a run was first archived, and notes added later
     labels/<name>           label -> run id; the only thing a user moves on purpose
     index/*.parquet         catalog segments for fast `ls` and cross-run queries (derived)
+    leases/*.json           one per write in progress (archive, import, label...), so gc spares
+                            its files (lease.py)
 
 Objects and manifests are written to a temp file beside their target and renamed into place, so
 no reader sees a partial file; a run is visible once `runs/<id>.json` exists, and that file is
@@ -22,12 +24,12 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from triage.archive import atomic
-from triage.errors import NewerFormat, StoreError, UsageError
+from triage.archive import atomic, lease, validate
+from triage.errors import DiskFull, NewerFormat, StoreError, UsageError
+from triage.hashing import copy_hashing, hash_file
 
 STORE_MARKER = "triage-store.json"
 STORE_FORMAT = "triage-store"
@@ -36,12 +38,25 @@ SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 HEX_RE = re.compile(r"^[0-9a-fA-F]{4,64}$")
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 RESERVED_LABELS = {"latest"}
+ANNOTATIONS_SEAL = "sha256"
 
 
 def canonical_json(obj) -> bytes:
     """The one byte form of a JSON document that its hash is taken over."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                       allow_nan=False).encode("utf-8")
+
+
+def marker_bytes() -> bytes:
+    """The whole content of a store's marker file (`verify` compares it byte for byte)."""
+    return canonical_json({"format": STORE_FORMAT, "version": STORE_VERSION})
+
+
+def annotations_seal(doc: dict) -> str:
+    """The checksum annotations carry: sha256 of the rest of the document. They change (notes
+    are added), so no name can hash them; each write seals them, and `verify` checks the seal."""
+    body = {k: v for k, v in doc.items() if k != ANNOTATIONS_SEAL}
+    return hashlib.sha256(canonical_json(body)).hexdigest()
 
 
 def default_store_path() -> Path:
@@ -60,13 +75,13 @@ def store_path(option: str | os.PathLike | None) -> Path:
     return default_store_path()
 
 
-def _os_error(exc: OSError, path: Path, doing: str) -> StoreError:
+def os_error(exc: OSError, path: Path, doing: str) -> StoreError:
     """Turn an OSError into a one-line StoreError that names the path and the fix."""
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return StoreError(f"cannot {doing} store {path}: {exc.strerror}; "
                           "choose a writable location with --store or $TRIAGE_STORE")
     if exc.errno == errno.ENOSPC:
-        return StoreError(f"cannot {doing} store {path}: disk full; free space or move the store")
+        return DiskFull(f"cannot {doing} store {path}: disk full; free space or move the store")
     return StoreError(f"cannot {doing} store {path}: {exc.strerror or exc}")
 
 
@@ -90,6 +105,7 @@ class Store:
         self.annotations = self.root / "annotations"
         self.label_dir = self.root / "labels"
         self.index = self.root / "index"
+        self.leases = self.root / "leases"
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -111,11 +127,13 @@ class Store:
             raise StoreError(f"no triage store at {root}; `triage archive REPORT` creates one")
         try:
             root.mkdir(parents=True, exist_ok=True)
-            marker_doc = {"format": STORE_FORMAT, "version": STORE_VERSION}
-            atomic.write_bytes(marker, canonical_json(marker_doc))
+            atomic.write_bytes(marker, marker_bytes())
+            store = cls(root)
+            # leases/ is there from the start: a refused write that took a lease adds no folder
+            store.leases.mkdir(exist_ok=True)
         except OSError as exc:
-            raise _os_error(exc, root, "create") from None
-        return cls(root)
+            raise os_error(exc, root, "create") from None
+        return store
 
     @staticmethod
     def _check_marker(marker: Path) -> None:
@@ -166,19 +184,12 @@ class Store:
         is being read, and dropped (`discard`) if reading it fails: nothing becomes visible.
         """
         try:
-            atomic.ensure_dir(self.objects)
-            fd, name = tempfile.mkstemp(prefix=atomic.TMP_PREFIX, dir=self.objects)
-            temp = Path(name)
-            try:
-                with os.fdopen(fd, "wb") as sink:
-                    sha, size = atomic.copy_hashing(stream, sink, cancel)
-                    sink.flush()
-                    os.fsync(sink.fileno())
-            except BaseException:
-                temp.unlink(missing_ok=True)
-                raise
+            with atomic.temp_file_in(self.objects, keep=True) as (sink, temp):
+                sha, size = copy_hashing(stream, sink, cancel)
+                sink.flush()
+                os.fsync(sink.fileno())
         except OSError as exc:
-            raise _os_error(exc, self.root, "write") from None
+            raise os_error(exc, self.root, "write") from None
         return Staged(temp, sha, size)
 
     def stage_file(self, path: Path, cancel=None) -> Staged:
@@ -190,7 +201,7 @@ class Store:
         try:
             self._publish_object(staged.temp, staged.sha256)
         except OSError as exc:
-            raise _os_error(exc, self.root, "write") from None
+            raise os_error(exc, self.root, "write") from None
         return staged.sha256, staged.bytes
 
     @staticmethod
@@ -199,7 +210,7 @@ class Store:
 
     def adopt_temp(self, temp: Path) -> tuple[str, int]:
         """Move a finished temp file (created under objects/) into the store by its hash."""
-        sha, size = atomic.hash_file(temp)
+        sha, size = hash_file(temp)
         return self.publish(Staged(temp, sha, size))
 
     def _publish_object(self, temp: Path, sha: str) -> None:
@@ -223,11 +234,17 @@ class Store:
         data = canonical_json(manifest)
         run_id = hashlib.sha256(data).hexdigest()
         if self.manifest_bytes(run_id) is None:
-            try:
-                atomic.write_bytes(self.run_path(run_id), data, readonly=True)
-            except OSError as exc:
-                raise _os_error(exc, self.root, "write") from None
+            self._write_small(self.run_path(run_id), data, readonly=True)
         return run_id
+
+    def _write_small(self, target: Path, data: bytes, readonly: bool = False) -> None:
+        """Write a manifest, key, label or annotations file under a lease of its own: its temp
+        file is a leftover to `triage gc` until it is renamed (lease.py)."""
+        try:
+            with lease.held(self, "write"):
+                atomic.write_bytes(target, data, readonly)
+        except OSError as exc:
+            raise os_error(exc, self.root, "write") from None
 
     def manifest_bytes(self, run_id: str) -> bytes | None:
         """A manifest's bytes if they hash to its id; None if it is missing or damaged."""
@@ -236,13 +253,12 @@ class Store:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise _os_error(exc, self.root, "read") from None
+            raise os_error(exc, self.root, "read") from None
         return data if hashlib.sha256(data).hexdigest() == run_id else None
 
     def read_manifest(self, run_id: str) -> dict:
         """A run's manifest, checked against its id first (a few KB to hash): an edited or
         damaged manifest must not be shown or compared as if it were the run."""
-        from triage.archive.manifest import check_version
         from triage.errors import CorruptObject, RunNotFound
 
         data = self.manifest_bytes(run_id)
@@ -252,8 +268,12 @@ class Store:
             raise CorruptObject(f"manifest of run {run_id[:12]} does not match its id (edited or "
                                 "damaged); `triage verify` lists what is damaged, archiving "
                                 "its report again repairs it")
-        manifest = json.loads(data)
-        check_version(manifest, self.run_path(run_id))
+        try:  # hash-valid is not enough: `"kernels": "many"` would fail every reader
+            manifest = validate.load_json(data)
+            validate.check_manifest(manifest, self.run_path(run_id))
+        except ValueError as exc:
+            raise CorruptObject(f"manifest of run {run_id[:12]} is not a valid manifest ({exc}); "
+                                "`triage verify` lists what is damaged") from None
         return manifest
 
     def run_ids(self) -> list[str]:
@@ -278,15 +298,20 @@ class Store:
         return run_id
 
     def record_key(self, key: str, run_id: str) -> None:
-        atomic.write_bytes(self.keys / key, (run_id + "\n").encode())
+        self._write_small(self.keys / key, (run_id + "\n").encode())
 
     # -- annotations ---------------------------------------------------------------------------
 
     def read_annotations(self, run_id: str) -> dict:
+        """A run's archive time and notes; {} when there are none, or when they are not what the
+        annotations schema says (`verify` names them): bad notes must not hide the run."""
         try:
-            return json.loads((self.annotations / f"{run_id}.json").read_bytes())
-        except FileNotFoundError:
+            doc = validate.load_json((self.annotations / f"{run_id}.json").read_bytes())
+            validate.check(doc, validate.ANNOTATIONS)
+        except (OSError, ValueError):
             return {}
+        doc.pop(ANNOTATIONS_SEAL, None)
+        return doc
 
     def annotate(self, run_id: str, archived: str, note: str | None) -> dict:
         """Keep the first archive time; append a note if it is new. Last writer wins."""
@@ -295,38 +320,75 @@ class Store:
         notes = doc.setdefault("notes", [])
         if note and note not in [n["text"] for n in notes]:
             notes.append({"time": archived, "text": note})
-        atomic.write_bytes(self.annotations / f"{run_id}.json", canonical_json(doc))
+        sealed = {**doc, ANNOTATIONS_SEAL: annotations_seal(doc)}
+        self._write_small(self.annotations / f"{run_id}.json", canonical_json(sealed))
         return doc
 
     # -- labels --------------------------------------------------------------------------------
 
     def labels(self) -> dict[str, str]:
-        """All labels and the run each points at."""
-        out = {}
+        """All labels and the run each points at. A damaged label (bytes that are not text, a
+        file that cannot be read) points at no run, which `resolve` and `verify` name; a file
+        whose name no label can have is not one (`verify` names it): one bad file must not
+        hide the other labels."""
+        out: dict[str, str] = {}
         if not self.label_dir.is_dir():
             return out
         for path in self.label_dir.rglob("*"):
-            if path.is_file() and not path.name.startswith(atomic.TMP_PREFIX):
-                out[path.relative_to(self.label_dir).as_posix()] = path.read_text().strip()
+            name = path.relative_to(self.label_dir).as_posix()
+            if LABEL_RE.match(name) and path.is_file() \
+                    and not path.name.startswith(atomic.TMP_PREFIX):
+                out[name] = _pointer(path)
         return out
 
     def set_label(self, name: str, run_id: str) -> None:
         """Point a label at a run (atomically replacing where it pointed before)."""
         check_label(name)
         path = self.label_dir / name
+        _remove_empty_folder(path)
+        other = self.label_clash(name)
+        if other == name:
+            raise UsageError(f"label {name!r} clashes with label {name!r} being written, or with "
+                             f"a folder labels/{name} that holds no label; remove the folder or "
+                             "choose another name")
+        if other is not None:
+            raise UsageError(f"label {name!r} clashes with label {other!r} (one would be a "
+                             "folder of the other); choose another name")
+        self._write_small(path, (run_id + "\n").encode())
+
+    def label_clash(self, name: str) -> str | None:
+        """The label that `name` cannot sit beside, one being a folder of the other (a label
+        being written there counts: its temp file is in that folder, but is not named)."""
+        path = self.label_dir / name
         clash = next((p for p in [*path.parents, path] if p.is_relative_to(self.label_dir)
                       and p != self.label_dir and (p.is_file() if p != path else p.is_dir())),
                      None)
-        if clash is not None:
-            if clash.is_dir():
-                clash = next(p for p in clash.rglob("*") if p.is_file())
-            other = clash.relative_to(self.label_dir).as_posix()
-            raise UsageError(f"label {name!r} clashes with label {other!r} (one would be a "
-                             "folder of the other); choose another name")
+        if clash is None:
+            return None
+        if clash.is_dir():
+            inner = (p for p in clash.rglob("*") if p.is_file()
+                     and not p.name.startswith(atomic.TMP_PREFIX))
+            return next(inner, clash).relative_to(self.label_dir).as_posix()
+        return clash.relative_to(self.label_dir).as_posix()
+
+
+def _pointer(path: Path) -> str:
+    """What a label file says, as text; "" when it cannot be read."""
+    try:
+        return path.read_bytes().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def _remove_empty_folder(path: Path) -> None:
+    """An empty folder where a label should go (made by hand, or left when its labels were
+    removed) is in the way of nothing: remove it. One holding a label, or a label being
+    written, stays (rmdir fails) and `label_clash` names what is there."""
+    if path.is_dir() and not path.is_symlink():
         try:
-            atomic.write_bytes(path, (run_id + "\n").encode())
-        except OSError as exc:
-            raise _os_error(exc, self.root, "write") from None
+            path.rmdir()
+        except OSError:
+            pass
 
 
 def check_label(name: str) -> None:

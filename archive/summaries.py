@@ -7,7 +7,12 @@ bytes and the run id, do not depend on thread scheduling.
 
 from __future__ import annotations
 
-from triage.archive.duck import fetch_arrow, sql_string, summary_connection
+from typing import TYPE_CHECKING
+
+from triage.duck import fetch_arrow, sql_string, summary_connection
+
+if TYPE_CHECKING:
+    from triage.archive.tables import TableSet
 
 KERNEL_SUMMARY = """
 WITH k AS (SELECT name, short_name, duration_ns AS d FROM {kernels}),
@@ -75,7 +80,7 @@ SUMMARIES = {
 }
 
 
-def compute_summaries(tables, names: list[str]) -> None:
+def compute_summaries(tables: TableSet, names: list[str]) -> None:
     """Compute the named summary tables from the TableSet's own temp files and add them to it."""
     con = summary_connection()
     for name in names:

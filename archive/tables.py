@@ -1,19 +1,15 @@
-"""Parquet tables: their Arrow schemas (from schemas/tables.json) and streaming writers.
+"""Parquet tables: streaming writers for the Arrow tables readers hand over, and reading back.
 
-Readers append rows (tuples in schema order) to a TableSet; rows are flushed to a ParquetWriter
-in batches, so no report is ever held in memory whole. Finished files move into the store as
-content-addressed objects.
+Readers yield Arrow tables with the named columns of their schema (`triage.schemas.tables`);
+a TableSet writes each into a ParquetWriter in row groups, so no report is ever held in memory
+whole. Finished files move into the store as content-addressed objects.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
-from importlib import resources
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,122 +17,51 @@ import pyarrow.parquet as pq
 from triage.archive import atomic
 from triage.archive.store import Store
 from triage.errors import StoreError
+from triage.schemas.tables import arrow_schema, check_columns
 
 BATCH_ROWS = 65536
-ARROW_TYPES = {
-    "int32": pa.int32(), "int64": pa.int64(), "float64": pa.float64(),
-    "string": pa.string(), "bool": pa.bool_(),
-}
 # Deterministic bytes for the same rows: a fixed codec, level and row-group size.
-PARQUET_OPTIONS = dict(compression="zstd", compression_level=3, use_dictionary=True,
-                       write_statistics=True)
-
-
-@lru_cache(maxsize=1)
-def table_specs() -> dict:
-    """schemas/tables.json, parsed once."""
-    text = resources.files("triage.schemas").joinpath("tables.json").read_text()
-    return json.loads(text)
-
-
-def tables_version() -> int:
-    return table_specs()["version"]
-
-
-def tables_for_tool(tool: str) -> list[str]:
-    """The tables every run of this tool has (possibly empty), in declaration order."""
-    return [name for name, spec in table_specs()["tables"].items() if tool in spec["tools"]]
-
-
-def _spec(name: str) -> dict:
-    specs = table_specs()
-    return specs["catalog"] if name == "catalog" else specs["tables"][name]
-
-
-def _arrow_type(kind: str) -> pa.DataType:
-    """An Arrow type from its declaration; 'list:T' is a list of rows of table T."""
-    if kind.startswith("list:"):
-        return pa.list_(pa.struct(list(arrow_schema(kind[5:]))))
-    return ARROW_TYPES[kind]
-
-
-@lru_cache(maxsize=None)
-def arrow_schema(name: str) -> pa.Schema:
-    """The Arrow schema of one table (or of the catalog), from its declaration."""
-    return pa.schema([pa.field(col, _arrow_type(kind)) for col, kind, _doc in _spec(name)["columns"]])
-
-
-def rows_table(schema: pa.Schema, rows: list[tuple]) -> pa.Table:
-    """Python row tuples as an Arrow table of `schema`, converted in one C++ pass (as a struct
-    array) rather than column by column.
-
-    Text that was not UTF-8 in the report reaches Python with surrogate escapes (`ncu_report`
-    decodes that way), which Arrow refuses: such a batch is converted again with those bytes
-    as U+FFFD, as text read from SQLite exports is.
-    """
-    struct = pa.struct(list(schema))
-    try:
-        return pa.Table.from_struct_array(pa.array(rows, type=struct))
-    except UnicodeEncodeError:
-        return pa.Table.from_struct_array(pa.array([tuple(map(_valid_text, row)) for row in rows],
-                                                   type=struct))
-
-
-def _valid_text(value):
-    if isinstance(value, str):
-        return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    return value
+PARQUET_OPTIONS: dict[str, Any] = dict(compression="zstd", compression_level=3,
+                                       use_dictionary=True, write_statistics=True)
 
 
 class TableWriter:
-    """Streams rows of one table into a Parquet file.
+    """Streams the Arrow tables a reader hands over for one table into a Parquet file.
 
-    Rows arrive as Python tuples (`append`, `extend`) or Arrow tables (`write_arrow`) in
-    batches of any size; row groups are always BATCH_ROWS rows, so the file's bytes depend on
-    the rows alone, not on how a reader happened to batch them (the same capture archived from
-    its .nsys-rep or from its .sqlite export gives the same table objects).
+    Tables arrive in batches of any size; row groups are always BATCH_ROWS rows, so the file's
+    bytes depend on the rows alone, not on how a reader happened to batch them (the same
+    capture archived from its .nsys-rep or from its .sqlite export gives the same objects).
     """
 
-    def __init__(self, name: str, path: Path):
+    def __init__(self, name: str, path: Path) -> None:
         self.name = name
         self.path = path
         self.schema = arrow_schema(name)
-        self.rows: list[tuple] = []
         self.count = 0
         self.closed = False
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
-        self._encoder = None  # a worker thread for full row groups, started by the first one
-        self._encoding = None  # the row group being encoded there
+        # A worker thread for full row groups, started by the first one.
+        self._encoder: ThreadPoolExecutor | None = None
+        self._encoding: Future[None] | None = None  # the row group being encoded there
         # An open sink, not a path string: pyarrow resolves a path's filesystem on every
         # writer, which costs more than writing a small table.
         self._sink = pa.OSFile(str(path), "wb")
-        self._writer = pq.ParquetWriter(self._sink, self.schema, **PARQUET_OPTIONS)
+        try:  # the writer writes the file's magic at once: a full disk fails here
+            self._writer = pq.ParquetWriter(self._sink, self.schema, **PARQUET_OPTIONS)
+        except BaseException:
+            self._sink.close()  # else the removed temp's space stays held by the open file
+            raise
 
-    def append(self, row: tuple) -> None:
+    def write_arrow(self, table: pa.Table | pa.RecordBatch) -> None:
+        """Append rows with the schema's named columns (in any order; each one given)."""
         self._check_open()
-        self.rows.append(row)
-        if len(self.rows) >= BATCH_ROWS:
-            self.flush()
-
-    def extend(self, rows) -> None:
-        self._check_open()
-        self.rows.extend(rows)
-        if len(self.rows) >= BATCH_ROWS:
-            self.flush()
-
-    def write_arrow(self, table: pa.Table) -> None:
-        """Append an Arrow table (e.g. a DuckDB result) whose columns match the schema."""
-        self._check_open()
-        self.flush()
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        check_columns(self.name, table.column_names)
         table = table.select(self.schema.names)
         # Cast only when needed: the first cast imports pyarrow.compute (60 ms per command).
         self._queue(table if table.schema.equals(self.schema) else table.cast(self.schema))
-
-    def flush(self) -> None:
-        if self.rows:
-            table, self.rows = rows_table(self.schema, self.rows), []
-            self._queue(table)
 
     def _queue(self, table: pa.Table) -> None:
         self._pending.append(table)
@@ -184,7 +109,6 @@ class TableWriter:
         if not self.closed:
             self.closed = True
             try:
-                self.flush()
                 self._write(final=True)
                 self._wait()
                 self._writer.close()
@@ -198,7 +122,7 @@ class TableWriter:
 class TableSet:
     """The tables of one run being written: temp files under the store, adopted on finish."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store) -> None:
         self.store = store
         self.writers: dict[str, TableWriter] = {}
         self._temps: list[Path] = []
@@ -206,7 +130,7 @@ class TableSet:
     def writer(self, name: str) -> TableWriter:
         if name not in self.writers:
             self.store.objects.mkdir(parents=True, exist_ok=True)
-            temp = _new_temp(self.store.objects, f"-{name}.parquet")
+            temp = atomic.new_temp(self.store.objects, f"-{name}.parquet")
             self._temps.append(temp)
             self.writers[name] = TableWriter(name, temp)
         return self.writers[name]
@@ -215,6 +139,15 @@ class TableSet:
         """The finished temp file of a table (closed, no more rows), e.g. for SQL summaries."""
         self.writer(name).close()
         return self._written(name)
+
+    def close(self) -> None:
+        """Write every table's footer: all their bytes are on disk, none is visible yet."""
+        for writer in self.writers.values():
+            writer.close()
+
+    def bytes_written(self) -> int:
+        """What the temp files hold now (what the run needed when the disk filled up)."""
+        return sum(temp.stat().st_size for temp in self._temps if temp.exists())
 
     def finish(self) -> dict[str, dict]:
         """Close every table and move it into the store; return {name: {sha256, rows, bytes}}."""
@@ -252,12 +185,6 @@ class TableSet:
                 pass
         for temp in self._temps:
             temp.unlink(missing_ok=True)
-
-
-def _new_temp(directory: Path, suffix: str) -> Path:
-    fd, name = tempfile.mkstemp(prefix=atomic.TMP_PREFIX, suffix=suffix, dir=directory)
-    os.close(fd)
-    return Path(name)
 
 
 def read_table(store: Store, ref: dict | None, columns: list[str] | None = None) -> pa.Table | None:

@@ -72,7 +72,7 @@ def run(work: Path, ranges: int, repeat: int) -> None:
     report, exported = prepare(work, ranges, nsys)
     best = {"export": [], "rep": [], "sqlite": []}
     rows = 0
-    for attempt in range(repeat):
+    for _ in range(repeat):
         best["export"].append(time_export(nsys, report, work))
         seconds, _ = time_archive(report, work / "store-rep")
         best["rep"].append(seconds)

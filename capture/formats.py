@@ -1,13 +1,20 @@
-"""Which reader handles a file, decided by its first bytes (not its name).
+"""Which reader handles a file, decided by its first bytes (not its name), and what every
+reader hands the archive.
 
 Every reader is prepared (validated, converted if needed) before anything is written to the
-store, so a bad input leaves the store untouched.
+store, so a bad input leaves the store untouched. A reader returns data and never writes:
+Arrow tables with named columns (`triage.schemas.tables`), then its provenance; the archive
+writes them (`archive/ingest.py`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 from triage.errors import UnsupportedReport
 
@@ -19,16 +26,28 @@ SUFFIX_FORMATS = {".ncu-rep": "ncu-rep", ".nsight-cuprof-report": "nsight-cuprof
                   ".nsight-cuprof": "ncu-rep", ".nsys-rep": "nsys-rep", ".qdrep": "qdrep"}
 
 
+# (table name, rows with the named columns of that table's schema)
+TableBatch = tuple[str, "pa.Table"]
+
+
 class PreparedReport(Protocol):
-    """A validated report ready to be written into a run's tables."""
+    """A validated report, ready to hand over its tables and provenance."""
 
     path: Path
     tool: str
     format: str
     sha256: str  # of the report file, taken while preparing it (its key in the store)
 
-    def write_tables(self, tables, report_index: int) -> dict:
-        """Append this report's rows; return its provenance (manifest parts)."""
+    def batches(self, report_index: int) -> Iterator[TableBatch]:
+        """This report's rows, in the order they are to be written, never all at once.
+
+        Called before the archive starts any thread of its own: a reader that forks worker
+        processes starts forking here, not when the first batch is asked for.
+        """
+
+    def provenance(self) -> dict[str, Any]:
+        """The manifest parts this report supplies; complete once `batches` is exhausted
+        (some are counted from the rows: sections seen, SM clocks, rows per table)."""
 
     def close(self) -> None:
         """Release temp files (an nsys export) and handles."""
@@ -58,12 +77,13 @@ def detect_format(path: Path) -> str:
                             "and nsys .sqlite exports")
 
 
-def prepare_report(path: Path, nsys: str | None = None,
-                   sha256: str | None = None) -> PreparedReport:
+def prepare_report(path: Path, nsys: str | None = None, sha256: str | None = None,
+                   staging: Callable[[str], Path] | None = None) -> PreparedReport:
     """Validate (and for .nsys-rep, export) a report; nothing is written to the store.
 
     `sha256`: the file's hash when the caller has already taken it (ncu reports are hashed
-    by their validation read anyway)."""
+    by their validation read anyway). `staging(suffix)`: a new empty file an export may be
+    written to (the archive's are temp files in its store)."""
     fmt = detect_format(path)
     if fmt in ("ncu-rep", "nsight-cuprof-report"):
         from triage.capture.ncu import PreparedNcu
@@ -71,4 +91,6 @@ def prepare_report(path: Path, nsys: str | None = None,
         return PreparedNcu.open(path, fmt)
     from triage.capture.nsys import PreparedNsys
 
-    return PreparedNsys.open(path, fmt, nsys=nsys, sha256=sha256)
+    if staging is None:
+        return PreparedNsys.open(path, fmt, nsys=nsys, sha256=sha256)
+    return PreparedNsys.open(path, fmt, nsys=nsys, sha256=sha256, staging=staging)

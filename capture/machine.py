@@ -43,7 +43,8 @@ SCHEDULER_VARIABLES = (
 )
 SCHEDULERS = {"SLURM_JOB_ID": "slurm", "PBS_JOBID": "pbs", "LSB_JOBID": "lsf",
               "FLUX_JOB_ID": "flux"}
-# Innermost launcher first: under `srun torchrun`, RANK is the worker's, SLURM_PROCID the task's.
+# The one rank table (`rank_of` and report names tagged by rank read it): innermost launcher
+# first, because under `srun torchrun` RANK is the worker's and SLURM_PROCID only its task's.
 RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK",
                   "SLURM_PROCID")
 LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
@@ -308,10 +309,10 @@ def framework_versions(argv: Sequence[str] | None = None, environ: Mapping[str, 
         found, reason = _installed_versions(python, timeout, environ)
     else:
         found, reason = None, f"no interpreter: {chosen_by}"
-    versions, distributions = {}, {}
+    versions, distributions, installed = {}, {}, found or {}
     for framework, names in FRAMEWORKS.items():
-        dist = next((name for name in names if found and name in found), None)
-        versions[framework] = known(found[dist]) if dist else unknown(reason or "not installed")
+        dist = next((name for name in names if name in installed), None)
+        versions[framework] = known(installed[dist]) if dist else unknown(reason or "not installed")
         if dist:
             distributions[framework] = dist
     return {"interpreter": python, "chosen_by": chosen_by, "versions": versions,

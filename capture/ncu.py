@@ -11,7 +11,10 @@ import json
 import math
 import os
 import statistics
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from triage.timeutil import from_epoch
 from triage.capture.ncu_file import NcuFileInfo, read_ncu_file
@@ -20,19 +23,36 @@ from triage.capture.redact import parse_environment_text
 from triage.capture.settings import joined_option, resolve
 from triage.errors import UnsupportedReport
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from triage.capture.formats import TableBatch
+    from triage.capture.ncu_results import ResultTables
+
 DURATION_METRIC = "gpu__time_duration.sum"
 SM_CLOCK_METRIC = "smsp__cycles_elapsed.avg.per_second"
 PLATFORMS = {0: "unknown", 1: "windows", 2: "linux", 3: "android", 4: "osx", 5: "qnx",
              6: "hos", 7: "integrity", 8: "linux-ppc"}
-MESSAGE_TYPES = {0: "none", 1: "ok", 2: "optimization", 3: "warning", 4: "error"}
-SPEEDUP_TYPES = {0: None, 1: "local", 2: "global"}
+MESSAGE_TYPES: dict[Any, str] = {0: "none", 1: "ok", 2: "optimization", 3: "warning", 4: "error"}
+SPEEDUP_TYPES: dict[Any, str | None] = {0: None, 1: "local", 2: "global"}
 # Launch attributes stored as kernel columns, by metric name.
 LAUNCH_METRICS = {
-    "registers": "launch__registers_per_thread",
-    "static_shared": "launch__shared_mem_per_block_static",
-    "dynamic_shared": "launch__shared_mem_per_block_dynamic",
-    "device": "device__attribute_device_index",
+    "registers_per_thread": "launch__registers_per_thread",
+    "static_shared_bytes": "launch__shared_mem_per_block_static",
+    "dynamic_shared_bytes": "launch__shared_mem_per_block_dynamic",
+    "device_id": "device__attribute_device_index",
+    "context_id": "launch__context_id",
+    "stream_id": "launch__stream_id",
 }
+# The columns of the rows each table's reader below yields, in the order of its tuples (the
+# metrics rows are the bulk of a report: tuples, not dicts, named here once).
+METRIC_COLUMNS = ("report_index", "kernel_index", "name", "unit", "value", "text")
+SECTION_COLUMNS = ("report_index", "kernel_index", "section_id", "section_name",
+                   "section_order", "part", "position", "metric_name")
+RULE_COLUMNS = ("report_index", "kernel_index", "rule_id", "rule_name", "section_id",
+                "message_type", "title", "message", "speedup_type", "speedup_pct",
+                "focus_metrics")
+COLUMNS = {"metrics": METRIC_COLUMNS, "sections": SECTION_COLUMNS, "rules": RULE_COLUMNS}
 
 
 @dataclass
@@ -41,7 +61,7 @@ class NcuReport:
 
     path: str
     info: NcuFileInfo
-    context: object
+    context: Any  # an ncu_report IContext
 
     def actions(self, low: int = 0, high: int | None = None):
         """Yield (result index, range index, action) for results low..high-1, in file order.
@@ -77,7 +97,7 @@ def open_ncu_report(path: str | os.PathLike) -> NcuReport:
     import ncu_report
 
     try:
-        context = ncu_report.load_report(path)
+        context = _load(ncu_report, path)
     except Exception as exc:  # noqa: BLE001 - ncu_report raises bare Exceptions on bad input
         raise UnsupportedReport(f"{path}: ncu_report cannot read this report ({exc}); "
                                 "upgrade ncu-report (pip install -U ncu-report)") from None
@@ -86,6 +106,20 @@ def open_ncu_report(path: str | os.PathLike) -> NcuReport:
         raise UnsupportedReport(f"{path}: ncu_report found no results in a report that has "
                                 f"{info.clock.results}; upgrade ncu-report")
     return report
+
+
+def _load(ncu_report: Any, path: str) -> Any:
+    """`ncu_report.load_report`, which takes only UTF-8 paths (SWIG's `char const *`): a file
+    name of other bytes is opened here and handed over as /proc/self/fd/N (Linux)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            return ncu_report.load_report(f"/proc/self/fd/{fd}")
+        finally:
+            os.close(fd)
+    return ncu_report.load_report(path)
 
 
 # -- provenance --------------------------------------------------------------------------------
@@ -171,6 +205,7 @@ def _settings_table(info: NcuFileInfo, command: ParsedCommand, tool_version: str
     that source says nothing. Data, not code paths: `resolve` takes the first value per row."""
     recorded = info.session.get("settings", {})
     filters = recorded.get("filter") or {}
+    other = recorded.get("other") or {}
     return [
         ("clock_control",
          (recorded.get("clock_control_mode") or "").lower() or _from_clock_status(info),
@@ -180,7 +215,7 @@ def _settings_table(info: NcuFileInfo, command: ParsedCommand, tool_version: str
          command.last("--replay-mode"), "kernel"),
         ("section_set", None, _section_set_from_command(command),
          default_section_set(tool_version)),
-        ("metrics", (recorded.get("other") or {}).get("metrics") or None,
+        ("metrics", other.get("metrics") or None,
          joined_option(command, "--metrics"), None),
         ("kernel_filter", filters.get("kernel_name") or None,
          command.last("--kernel-name") or command.last("--kernel-id"), None),
@@ -259,16 +294,16 @@ def _clock_evidence(info: NcuFileInfo, gpus: list[dict], sm_clocks: list[float])
 # -- tables ------------------------------------------------------------------------------------
 
 
-def _metric_value(action, name):
+def _metric_value(action: Any, name: str) -> Any:
     metric = action.metric_by_name(name)
     return metric.value() if metric is not None and metric.has_value() else None
 
 
-def _as_int(value):
+def _as_int(value: Any) -> int | None:
     return int(value) if isinstance(value, (int, float)) else None
 
 
-def _nvtx_json(action) -> str | None:
+def _nvtx_json(action: Any) -> str | None:
     state = action.nvtx_state()
     if state is None:
         return None
@@ -281,36 +316,36 @@ def _nvtx_json(action) -> str | None:
     return json.dumps(domains, sort_keys=True) if domains else None
 
 
-def _kernel_row(report_index, kernel_index, range_index, action, locked):
+def _kernel_row(action: Any, range_index: int, locked: bool | None) -> dict[str, Any]:
+    """One result's kernels row by column name (a column not named here is null: ncu records
+    no timestamps, correlation or process ids)."""
     import ncu_report
 
     value = lambda name: _metric_value(action, name)  # noqa: E731 - local shorthand
     duration = value(DURATION_METRIC)
-    return (
-        report_index, kernel_index,
-        action.name(ncu_report.IAction.NameBase_DEMANGLED),
-        action.name(ncu_report.IAction.NameBase_FUNCTION),
-        action.name(ncu_report.IAction.NameBase_MANGLED),
-        _finite(duration) if isinstance(duration, (int, float)) else None,
-        None, None,
-        *(_as_int(value(f"launch__{part}_dim_{axis}")) for part in ("grid", "block")
-          for axis in "xyz"),
-        _as_int(value(LAUNCH_METRICS["registers"])),
-        _as_int(value(LAUNCH_METRICS["static_shared"])),
-        _as_int(value(LAUNCH_METRICS["dynamic_shared"])),
-        _as_int(value(LAUNCH_METRICS["device"])),
-        _as_int(value("launch__context_id")), _as_int(value("launch__stream_id")),
-        None, None, range_index, _nvtx_json(action), locked,
-        _finite(value(SM_CLOCK_METRIC)),
-    )
+    row: dict[str, Any] = {
+        "name": action.name(ncu_report.IAction.NameBase_DEMANGLED),
+        "short_name": action.name(ncu_report.IAction.NameBase_FUNCTION),
+        "mangled_name": action.name(ncu_report.IAction.NameBase_MANGLED),
+        "duration_ns": _finite(duration) if isinstance(duration, (int, float)) else None,
+    }
+    for part in ("grid", "block"):
+        for axis in "xyz":
+            row[f"{part}_{axis}"] = _as_int(value(f"launch__{part}_dim_{axis}"))
+    for column, metric in LAUNCH_METRICS.items():
+        row[column] = _as_int(value(metric))
+    row.update(range_index=range_index, nvtx=_nvtx_json(action), clock_locked=locked,
+               sm_clock_hz=_finite(value(SM_CLOCK_METRIC)))
+    return row
 
 
-def _value_readers() -> dict:
+def _value_readers() -> dict[int, Callable[[Any], Any]]:
     """Value kind -> reader. `IMetric.value()` builds this table on every call; once is enough."""
     from ncu_report import IMetric
 
     return {IMetric.ValueKind_DOUBLE: IMetric.as_double, IMetric.ValueKind_FLOAT: IMetric.as_double,
-            IMetric.ValueKind_UINT32: IMetric.as_uint64, IMetric.ValueKind_UINT64: IMetric.as_uint64,
+            IMetric.ValueKind_UINT32: IMetric.as_uint64,
+            IMetric.ValueKind_UINT64: IMetric.as_uint64,
             IMetric.ValueKind_STRING: IMetric.as_string}
 
 
@@ -325,7 +360,41 @@ def computed_by_ncu_report(name: str) -> bool:
     return name.startswith(("breakdown:", "derived__")) or "__" not in name
 
 
-def _metric_rows(report_index, kernel_index, action, readers, units: dict):
+# Metrics that say nothing about whether the profiler measured a result: the device's and the
+# system's attributes, the profiler's own bookkeeping, the sections' metric groups (lists of
+# names), and a per-device constant that the corpus's failed results carry too (value 1 where a
+# result's counters are all NaN).
+NOT_MEASURED_PREFIXES = ("device__", "numa__", "nvlink__", "c2clink__", "profiler__", "group:")
+DEVICE_CONSTANTS = frozenset({"smsp__maximum_warps_avg_per_active_cycle"})
+
+
+def measured_metric(name: str) -> bool:
+    """Whether a metric's value is something the profiler collected for this result (counters
+    and launch attributes), not what the device, the profiler or ncu_report supply anyway.
+    A result none of whose measured metrics has a value (number or text) carries no data: on
+    the corpus, results whose every counter and launch attribute ncu recorded as NaN."""
+    return not (name.startswith(NOT_MEASURED_PREFIXES) or name in DEVICE_CONSTANTS
+                or computed_by_ncu_report(name))
+
+
+def launches_with_values(metrics: pa.Table) -> set[tuple[int, int]]:
+    """(report_index, kernel_index) of the results in a metrics table that carry a value of a
+    measured metric; a result missing here carries none."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if metrics.num_rows == 0:
+        return set()
+    valued = metrics.filter(pc.or_(pc.is_valid(metrics["value"]), pc.is_valid(metrics["text"])))
+    names = [n for n in pc.unique(valued["name"]).to_pylist() if measured_metric(n)]
+    valued = valued.filter(pc.is_in(valued["name"], value_set=pa.array(names, pa.string())))
+    return set(zip(valued["report_index"].to_pylist(), valued["kernel_index"].to_pylist(),
+                   strict=True))
+
+
+def _metric_rows(report_index: int, kernel_index: int, action: Any,
+                 readers: dict[int, Callable[[Any], Any]], units: dict[str, str | None]
+                 ) -> Iterator[tuple[Any, ...]]:
     """Rows of the metrics table.
 
     `units` caches each metric's stored unit by name, for the whole report: a hardware metric's
@@ -349,7 +418,7 @@ def _metric_rows(report_index, kernel_index, action, readers, units: dict):
             yield (report_index, kernel_index, name, unit, _finite(value), None)
 
 
-def _finite(value) -> float | None:
+def _finite(value: Any) -> float | None:
     """A float, or None for no value and NaN (ncu's 'not available')."""
     if value is None:
         return None
@@ -357,7 +426,8 @@ def _finite(value) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _section_rows(report_index, kernel_index, action):
+def _section_rows(report_index: int, kernel_index: int, action: Any
+                  ) -> Iterator[tuple[Any, ...]]:
     for section in action.sections():
         identity = (section.identifier(), section.name(), section.order())
         metrics = [("header", m) for m in section.header_metrics()]
@@ -368,7 +438,8 @@ def _section_rows(report_index, kernel_index, action):
             yield (report_index, kernel_index, *identity, part, position, metric.name())
 
 
-def _rule_rows(report_index, kernel_index, action):
+def _rule_rows(report_index: int, kernel_index: int, action: Any
+               ) -> Iterator[tuple[Any, ...]]:
     for rule in action.rule_results_as_dicts():
         message = rule.get("rule_message") or {}
         speedup = rule.get("speedup_estimation") or {}
@@ -381,63 +452,107 @@ def _rule_rows(report_index, kernel_index, action):
                json.dumps(focus, sort_keys=True) if focus else None)
 
 
-def result_rows(report: NcuReport, report_index: int, low: int, high: int) -> dict[str, list]:
-    """The rows of the kernels/metrics/sections/rules tables for results low..high-1."""
-    rows: dict[str, list] = {"kernels": [], "metrics": [], "sections": [], "rules": []}
+def result_rows(report: NcuReport, report_index: int, low: int, high: int
+                ) -> dict[str, list[Any]]:
+    """The rows of the kernels/metrics/sections/rules tables for results low..high-1: kernels
+    as {column: value}, the others as tuples of METRIC_COLUMNS, SECTION_COLUMNS, RULE_COLUMNS."""
+    rows: dict[str, list[Any]] = {"kernels": [], "metrics": [], "sections": [], "rules": []}
     locked = report.info.result_clock_locked
-    readers, units = _value_readers(), {}
+    readers = _value_readers()
+    units: dict[str, str | None] = {}
     for kernel_index, range_index, action in report.actions(low, high):
-        rows["kernels"].append(_kernel_row(
-            report_index, kernel_index, range_index, action,
-            locked[kernel_index] if kernel_index < len(locked) else None))
+        row = {"report_index": report_index, "kernel_index": kernel_index}
+        row.update(_kernel_row(action, range_index,
+                               locked[kernel_index] if kernel_index < len(locked) else None))
+        rows["kernels"].append(row)
         rows["metrics"].extend(_metric_rows(report_index, kernel_index, action, readers, units))
         rows["sections"].extend(_section_rows(report_index, kernel_index, action))
         rows["rules"].extend(_rule_rows(report_index, kernel_index, action))
     return rows
 
 
-def write_tables(report: NcuReport, tables, report_index: int = 0) -> tuple[list[str], list[float]]:
-    """Stream every result into the kernels/metrics/sections/rules tables (read by worker
-    processes, chunk by chunk: `ncu_results`).
+class SectionsAndClocks:
+    """What the provenance needs from the rows as they pass: the sections seen, in the
+    report's order, the SM clock each result measured, and which results carry values."""
 
-    Returns the section identifiers seen (in the report's order) and the measured SM clocks.
-    """
-    from contextlib import closing
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
+        self.sm_clocks: list[float] = []
+        self.results = 0
+        self.with_values: set[tuple[int, int]] = set()
+        self.untimed = False  # a result of the current chunk has no duration
 
-    from triage.capture.ncu_results import result_tables
+    def see(self, name: str, table: pa.Table) -> None:
+        """One table of a chunk; each chunk's kernels come before its metrics (ncu_results)."""
+        if name == "kernels":
+            self.sm_clocks.extend(v for v in table["sm_clock_hz"].to_pylist() if v is not None)
+            self.results += table.num_rows
+            timed = {(r, k) for r, k, d in zip(table["report_index"].to_pylist(),
+                                               table["kernel_index"].to_pylist(),
+                                               table["duration_ns"].to_pylist(), strict=True)
+                     if d is not None}
+            self.with_values |= timed  # its duration is a measured value (DURATION_METRIC)
+            self.untimed = len(timed) < table.num_rows
+        elif name == "metrics" and self.untimed:
+            # Only then are the metrics scanned (that imports pyarrow.compute: 50 ms a run).
+            self.with_values |= launches_with_values(table)
+        elif name == "sections":
+            for section, order in zip(table["section_id"].to_pylist(),
+                                      table["section_order"].to_pylist(), strict=True):
+                self.seen.setdefault(section, order)
 
-    seen_sections: dict[str, int] = {}
-    sm_clocks: list[float] = []
-    with closing(result_tables(report, report_index)) as chunks:
-        for chunk in chunks:
-            for name, table in chunk.items():
-                tables.writer(name).write_arrow(table)
-            sm_clocks.extend(v for v in chunk["kernels"]["sm_clock_hz"].to_pylist()
-                             if v is not None)
-            sections = chunk["sections"]
-            for section, order in zip(sections["section_id"].to_pylist(),
-                                      sections["section_order"].to_pylist()):
-                seen_sections.setdefault(section, order)
-    ordered = sorted(seen_sections, key=lambda s: (seen_sections[s], s))
-    return ordered, sm_clocks
+    def sections(self) -> list[str]:
+        return sorted(self.seen, key=lambda s: (self.seen[s], s))
+
+    def notices(self) -> list[str]:
+        """'N of M results carry no metric values ...' where some result has none."""
+        empty = self.results - len(self.with_values)
+        return [f"{empty} of {self.results} results carry no metric values (the profiler "
+                "collected nothing for them)"] if empty > 0 else []
 
 
 class PreparedNcu:
-    """An ncu report validated and loaded, ready to be written into a run."""
+    """An ncu report validated and loaded, ready to hand over its results."""
 
     tool = "ncu"
 
-    def __init__(self, path, fmt: str, report: NcuReport):
-        self.path, self.format, self.report = path, fmt, report
-        self.sha256 = report.info.sha256
+    def __init__(self, path: Path, fmt: str, report: NcuReport) -> None:
+        self.path, self.format = path, fmt
+        self.report: NcuReport | None = report
+        self.sha256 = report.info.sha256 or ""  # taken by every validation read
+        self._seen = SectionsAndClocks()
+        self._reading: ResultTables | None = None
 
     @classmethod
-    def open(cls, path, fmt: str) -> "PreparedNcu":
+    def open(cls, path: Path, fmt: str) -> PreparedNcu:
         return cls(path, fmt, open_ncu_report(path))
 
-    def write_tables(self, tables, report_index: int) -> dict:
-        sections, sm_clocks = write_tables(self.report, tables, report_index)
-        return provenance(self.report, sections, sm_clocks)
+    def batches(self, report_index: int) -> Iterator[TableBatch]:
+        """Every result's rows, chunk by chunk (read by worker processes: `ncu_results`,
+        which forks their relay now, before the archive's threads start)."""
+        from triage.capture.ncu_results import ResultTables
+
+        self._reading = ResultTables(self._report(), report_index)
+        return self._watched(self._reading)
+
+    def _watched(self, chunks: ResultTables) -> Iterator[TableBatch]:
+        for chunk in chunks:
+            for name, table in chunk.items():
+                self._seen.see(name, table)
+                yield name, table
+
+    def provenance(self) -> dict[str, Any]:
+        found = provenance(self._report(), self._seen.sections(), self._seen.sm_clocks)
+        return {**found, "notices": self._seen.notices()}
+
+    def _report(self) -> NcuReport:
+        if self.report is None:
+            raise RuntimeError(f"{self.path}: read after close")
+        return self.report
 
     def close(self) -> None:
+        """Stop reading (the workers, if any) and let the report go."""
+        if self._reading is not None:
+            self._reading.close()
+            self._reading = None
         self.report = None

@@ -16,14 +16,14 @@ reports) or be spread over many small blocks (newer command-line reports): they 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import struct
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import Protocol
 
-from triage.capture.protowire import Field, WireError, decode, last_field
+from triage.capture.protowire import Field, WireError, decode, last_field, submessage
 from triage.errors import NewerFormat, UnsupportedReport
+from triage.hashing import HashingReader
 
 MAGIC = b"NVR\x00"
 # The FileHeader version of every report in the corpus, ncu 2019.x (PerfWorks 0.105) to 2026.2.
@@ -42,7 +42,8 @@ METRIC_VALUE = {
 }
 DEVICE_ATTRIBUTES = {
     1: Field("id", "uint"), 2: Field("name", "str"),
-    3: Field("attributes", {1: Field("name", "str"), 2: Field("value", METRIC_VALUE)}, repeated=True),
+    3: Field("attributes", {1: Field("name", "str"), 2: Field("value", METRIC_VALUE)},
+             repeated=True),
 }
 EXECUTABLE_SETTINGS = {
     1: Field("executable", "str"), 2: Field("working_directory", "str"),
@@ -78,6 +79,12 @@ CLOCK_STATUS = {1: Field("requested_lock", "bool"), 2: Field("executed_locked", 
 RESULT_FIELD_CLOCK_STATUS = 25
 
 
+class Readable(Protocol):
+    """What the framing reader needs of a stream: a file, or a HashingReader around one."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
 @dataclass
 class ClockStatus:
     """How many profile results asked for locked clocks and how many ran locked."""
@@ -100,22 +107,10 @@ class NcuFileInfo:
     # Per result, in file order: ExecutedLocked, or None where the result records no ClockStatus.
     result_clock_locked: list[bool | None] = field(default_factory=list)
     sha256: str | None = None  # of the bytes validated: the report's key in the store
+    range_results: int = 0  # RangeResult messages (range replay); profile results: clock.results
 
 
-class _HashingReader:
-    """A stream that hashes what is read through it: validation reads every byte of the
-    report anyway, so its store key comes with that read instead of a second one."""
-
-    def __init__(self, stream: BinaryIO):
-        self.stream, self.digest = stream, hashlib.sha256()
-
-    def read(self, size: int) -> bytes:
-        data = self.stream.read(size)
-        self.digest.update(data)
-        return data
-
-
-def _read_exact(stream: BinaryIO, size: int, path: str, what: str) -> bytes:
+def _read_exact(stream: Readable, size: int, path: str, what: str) -> bytes:
     """Read exactly `size` bytes or report the file as truncated."""
     data = stream.read(size)
     if len(data) != size:
@@ -124,7 +119,7 @@ def _read_exact(stream: BinaryIO, size: int, path: str, what: str) -> bytes:
     return data
 
 
-def _read_length(stream: BinaryIO, path: str, what: str) -> int | None:
+def _read_length(stream: Readable, path: str, what: str) -> int | None:
     """Read a uint32 length prefix; None at a clean end of file."""
     raw = stream.read(4)
     if not raw:
@@ -149,7 +144,7 @@ def _merge_session(into: dict, versions: dict[str, str], part: dict) -> None:
             into[key] = value
 
 
-def _scan_payload(stream: BinaryIO, header: dict, info: NcuFileInfo, path: str) -> None:
+def _scan_payload(stream: Readable, header: dict, info: NcuFileInfo, path: str) -> None:
     """Stream the length-prefixed messages of one payload; collect each result's ClockStatus.
 
     One message is held at a time, so a block with many results never sits in memory whole.
@@ -167,12 +162,13 @@ def _scan_payload(stream: BinaryIO, header: dict, info: NcuFileInfo, path: str) 
             remaining -= length + 4
             if kind == 1:
                 _note_clock(memoryview(message), info)
+            info.range_results += kind == 2
     if remaining:
         # Bytes the counts do not account for: skip them, but they must exist.
         _skip_exact(stream, remaining, path)
 
 
-def _skip_exact(stream: BinaryIO, size: int, path: str) -> None:
+def _skip_exact(stream: Readable, size: int, path: str) -> None:
     """Skip `size` bytes in chunks, reporting truncation like _read_exact."""
     while size > 0:
         chunk = _read_exact(stream, min(size, 1 << 20), path, "block payload")
@@ -183,7 +179,8 @@ def _note_clock(result: memoryview, info: NcuFileInfo) -> None:
     """Record the ClockStatus of one ProfileResult (field 25), if it has one."""
     info.clock.results += 1
     field = last_field(result, RESULT_FIELD_CLOCK_STATUS)
-    status = decode(field[1], CLOCK_STATUS) if field and field[0] == 2 else None
+    message = submessage(*field) if field else None
+    status = decode(message, CLOCK_STATUS) if message is not None else None
     if status is None:
         info.result_clock_locked.append(None)
         return
@@ -202,7 +199,7 @@ def read_ncu_file(path: str | os.PathLike) -> NcuFileInfo:
     path = os.fspath(path)
     try:
         with open(path, "rb") as raw:
-            stream = _HashingReader(raw)
+            stream = HashingReader(raw)
             info = _read_stream(stream, path)
     except WireError as exc:
         raise UnsupportedReport(f"{path}: corrupt Nsight Compute report ({exc})") from None
@@ -210,7 +207,7 @@ def read_ncu_file(path: str | os.PathLike) -> NcuFileInfo:
     return info
 
 
-def _read_stream(stream: BinaryIO, path: str) -> NcuFileInfo:
+def _read_stream(stream: Readable, path: str) -> NcuFileInfo:
     magic = stream.read(4)
     if magic != MAGIC:
         what = "empty file" if not magic else "no NVR header"
@@ -220,12 +217,19 @@ def _read_stream(stream: BinaryIO, path: str) -> NcuFileInfo:
         raise UnsupportedReport(f"{path}: truncated Nsight Compute report (no file header)")
     version = decode(_read_exact(stream, length, path, "file header"), {1: Field("v", "uint")})
     info = NcuFileInfo(file_version=version.get("v", 0))
+    if info.file_version == 0:  # a required field: ncu_report itself cannot parse the header
+        raise UnsupportedReport(f"{path}: corrupt Nsight Compute report (its file header holds "
+                                "no format version); re-copy or re-capture it")
     if info.file_version > KNOWN_FILE_VERSION:
         raise NewerFormat(
             f"{path}: report format version {info.file_version} is newer than this triage reads "
-            f"(up to {KNOWN_FILE_VERSION}); upgrade triage and ncu-report (pip install -U ncu-report)")
+            f"(up to {KNOWN_FILE_VERSION}); upgrade triage and ncu-report "
+            "(pip install -U ncu-report)")
     blocks = 0
     while (length := _read_length(stream, path, "block header")) is not None:
+        if length == 0:  # refused at once: zeros would otherwise be read as 4-byte blocks
+            raise UnsupportedReport(f"{path}: corrupt Nsight Compute report (an empty block "
+                                    "header); re-copy or re-capture it")
         header = decode(_read_exact(stream, length, path, "block header"), BLOCK_HEADER)
         _scan_payload(stream, header, info, path)
         if "session" in header:
@@ -235,4 +239,7 @@ def _read_stream(stream: BinaryIO, path: str) -> NcuFileInfo:
         blocks += 1
     if blocks == 0:
         raise UnsupportedReport(f"{path}: truncated Nsight Compute report (no blocks)")
+    if info.clock.results == 0 and info.range_results == 0:
+        raise UnsupportedReport(f"{path}: an Nsight Compute report that holds no profile "
+                                "result; profile at least one kernel (or range) and archive that")
     return info

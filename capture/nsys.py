@@ -2,27 +2,32 @@
 
 A .nsys-rep can only be read by exporting it with nsys (`nsys_file.export_report`: Arrow, else
 SQLite); a user's .sqlite export is read as it is (`nsys_export` opens either). `nsys_tables`
-streams the export's tables into the run; this module reads how the report was captured
+reads the export's tables in batches; this module reads how the report was captured
 (versions, GPUs, host, environment, settings) and ties the two together in `PreparedNsys`.
 """
 
 from __future__ import annotations
 
+import os
 import re
-import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from triage.archive.atomic import hash_file
+from triage.hashing import hash_file
 from triage.capture.nsys_export import Export, as_text, open_export
 from triage.capture.nsys_file import (NsysFileInfo, export_report, read_nsys_file,
                                       version_number)
-from triage.capture.nsys_tables import Implausible, write_nvtx_ranges, write_sources
+from triage.capture.nsys_tables import Implausible, nvtx_batches, source_batches
 from triage.capture.profiler_args import ParsedCommand, parse_command
 from triage.capture.settings import joined_option, resolve
 from triage.errors import UnsupportedReport
 from triage.timeutil import from_epoch
+
+if TYPE_CHECKING:
+    from triage.capture.formats import TableBatch
 
 PLATFORMS = {"L4X": "linux", "L4T": "linux", "LINUX": "linux", "WINDOWS": "windows",
              "QNX": "qnx", "ANDROID": "android", "MACOS": "osx"}
@@ -48,9 +53,10 @@ def driver_version(raw: str | None) -> str | None:
 
 def cuda_version(raw: str | None) -> str | None:
     """CudaDriverVersion 12060 -> '12.6'."""
-    if not (raw or "").strip().isdigit() or int(raw) == 0:
+    text = (raw or "").strip()
+    if not text.isdigit() or int(text) == 0:
         return None
-    value = int(raw)
+    value = int(text)
     return f"{value // 1000}.{value % 1000 // 10}"
 
 
@@ -77,7 +83,7 @@ def gpus(export: Export) -> list[dict]:
     if "TARGET_INFO_GPU" not in export.tables:
         return []
     names, values = export.rows("SELECT * FROM TARGET_INFO_GPU")
-    rows = [dict(zip(names, row)) for row in values]
+    rows = [dict(zip(names, row, strict=True)) for row in values]
     return [_gpu(r) for r in sorted(rows, key=lambda r: (r.get("id") is None, r.get("id") or 0))]
 
 
@@ -152,7 +158,7 @@ def _perf_mode(report: dict, key: str) -> str | None:
 
 
 def _seconds(milliseconds: str | None) -> str | None:
-    return f"{int(milliseconds) / 1000:g}" if (milliseconds or "").isdigit() else None
+    return f"{int(milliseconds) / 1000:g}" if milliseconds and milliseconds.isdigit() else None
 
 
 START_TRIGGERS = {"Immediate": "none", "CudaProfilerApi": "cudaProfilerApi", "Nvtx": "nvtx",
@@ -268,25 +274,39 @@ def provenance(export: Export, info: NsysFileInfo | None, by: str, exporter: str
 # -- the reader --------------------------------------------------------------------------------
 
 
+def system_temp(suffix: str) -> Path:
+    """A new empty file for an export when no store stages it (the reader used on its own)."""
+    fd, name = tempfile.mkstemp(prefix="triage-nsys-", suffix=suffix)
+    os.close(fd)
+    return Path(name)
+
+
 class PreparedNsys:
-    """An nsys report validated (and a .nsys-rep exported to a temp dir), ready to be written."""
+    """An nsys report validated (and a .nsys-rep exported), ready to be written.
+
+    `staging(suffix)` makes the empty file an export is written to: the archive passes one in
+    its store, so that what a killed archive leaves is a temp file `triage gc` removes."""
 
     tool = "nsys"
 
     def __init__(self, path: Path, fmt: str, info: NsysFileInfo | None = None,
-                 exporter: str | None = None, tempdir: str | None = None):
+                 staging: Callable[[str], Path] = system_temp):
         self.path, self.format, self.info = path, fmt, info
-        self.exporter, self.tempdir = exporter, tempdir
+        self.staging = staging
+        self.exporter: str | None = None
+        self._files: list[Path] = []  # the exports written, removed on close
         self.export: Export | None = None
         self.export_format = "sqlite"
         self.sha256 = ""
+        self._implausible = Implausible()
+        self._counts: dict[str, int] = {}  # rows per triage table, as the batches pass
 
     @classmethod
-    def open(cls, path: Path, fmt: str, nsys: str | None = None,
-             sha256: str | None = None) -> "PreparedNsys":
-        """Validate; for .nsys-rep/.qdrep, export with nsys first. Nothing touches the store."""
+    def open(cls, path: Path, fmt: str, nsys: str | None = None, sha256: str | None = None,
+             staging: Callable[[str], Path] = system_temp) -> "PreparedNsys":
+        """Validate; for .nsys-rep/.qdrep, export with nsys first (into `staging`)."""
         path = Path(path)
-        prepared = cls(path, fmt, None if fmt == "sqlite" else read_nsys_file(path))
+        prepared = cls(path, fmt, None if fmt == "sqlite" else read_nsys_file(path), staging)
         prepared.sha256 = sha256 or ""
         try:
             prepared._load(nsys)
@@ -302,39 +322,54 @@ class PreparedNsys:
             if self.info is None:
                 self.export = _checked(open_export(self.path))
             else:
-                self.tempdir = tempfile.mkdtemp(prefix="triage-nsys-")
-                self.export = self._exported(nsys)
-            self.sha256 = self.sha256 or digest.result()[0]
+                self.export = self._exported(nsys, self.info)
+            if digest is not None:
+                self.sha256 = digest.result()[0]
 
-    def _exported(self, nsys: str | None) -> Export:
+    def _exported(self, nsys: str | None, info: NsysFileInfo) -> Export:
         """nsys's Arrow export; its SQLite export when the Arrow one cannot be read as one."""
-        exported = export_report(self.path, self.info, nsys, self.tempdir)
+        exported = export_report(self.path, info, nsys, self._new_file)
         self.exporter, self.export_format = exported.nsys_version, exported.format
         try:
             return _checked(open_export(self.path, exported.file, exported.format))
         except UnsupportedReport:
             if exported.format == "sqlite":
                 raise
-        exported = export_report(self.path, self.info, nsys, self.tempdir, ("sqlite",))
+        Path(exported.file).unlink(missing_ok=True)
+        exported = export_report(self.path, info, nsys, self._new_file, ("sqlite",))
         self.export_format = exported.format
         return _checked(open_export(self.path, exported.file, exported.format))
 
-    def write_tables(self, tables, report_index: int) -> dict:
-        implausible = Implausible()
-        counts = write_sources(self.export, tables, report_index, implausible)
-        counts["nvtx_ranges"] = write_nvtx_ranges(self.export, tables, report_index, implausible)
+    def _new_file(self, suffix: str) -> Path:
+        made = self.staging(suffix)
+        self._files.append(made)
+        return made
+
+    def batches(self, report_index: int) -> Iterator[TableBatch]:
+        """The launch-level tables, then the NVTX ranges, batch by batch."""
+        export = self._export()
+        yield from source_batches(export, report_index, self._implausible, self._counts)
+        yield from nvtx_batches(export, report_index, self._implausible, self._counts)
+
+    def provenance(self) -> dict[str, Any]:
         by = "user" if self.format == "sqlite" else "triage"
-        found = provenance(self.export, self.info, by, self.exporter, counts, self.export_format)
-        found["notices"] += implausible.notices()
+        found = provenance(self._export(), self.info, by, self.exporter, self._counts,
+                           self.export_format)
+        found["notices"] += self._implausible.notices()
         return found
+
+    def _export(self) -> Export:
+        if self.export is None:
+            raise RuntimeError(f"{self.path}: read after close")
+        return self.export
 
     def close(self) -> None:
         if self.export is not None:
             self.export.close()
             self.export = None
-        if self.tempdir:
-            shutil.rmtree(self.tempdir, ignore_errors=True)
-            self.tempdir = None
+        for made in self._files:
+            made.unlink(missing_ok=True)
+        self._files = []
 
 
 def _checked(export: Export) -> Export:

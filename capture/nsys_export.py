@@ -17,8 +17,12 @@ the export actually has (`columns`, `col`, `string`).
 from __future__ import annotations
 
 import os
+import secrets
 import sqlite3
+import tempfile
 from abc import ABC, abstractmethod
+from typing import overload
+from urllib.parse import quote
 from urllib.request import pathname2url
 
 from triage.errors import UnsupportedReport
@@ -29,8 +33,16 @@ NOT_NSYS = ("an SQLite database but not an Nsight Systems export (no StringIds /
             "tables); pass the file written by `nsys export --type sqlite REPORT.nsys-rep`")
 
 
-def as_text(value) -> str | None:
-    """Export text as str; exports can hold bytes that are not UTF-8."""
+@overload
+def as_text(value: None) -> None: ...
+
+
+@overload
+def as_text(value: str | bytes | int | float) -> str: ...
+
+
+def as_text(value: object) -> str | None:
+    """Export text as str; exports can hold bytes that are not UTF-8. NULL stays None."""
     if value is None:
         return None
     if isinstance(value, bytes):
@@ -110,10 +122,12 @@ class SqliteExport(Export):
     """A `.sqlite` export through `sqlite3`: read-only, immutable, text as bytes."""
 
     def __init__(self, path, sqlite_path=None):
-        uri = f"file:{pathname2url(os.path.abspath(sqlite_path or path))}?mode=ro&immutable=1"
+        uri = f"file:{_file_url(os.path.abspath(sqlite_path or path))}?mode=ro&immutable=1"
         self.con = None
         try:
-            self.con = sqlite3.connect(uri, uri=True)
+            # Batches are fetched on a worker thread (`nsys_tables.prefetched`), one query at a
+            # time: never two threads on the connection at once.
+            self.con = sqlite3.connect(uri, uri=True, check_same_thread=False)
             self.con.text_factory = bytes
             # Pages are mapped, not read() one by one: 15% off a 1M-range scan (file-backed
             # memory; SQLite maps at most this much).
@@ -129,7 +143,7 @@ class SqliteExport(Export):
         super().__init__(path, {as_text(name) for name, _kind in kinds})
 
     def _table_columns(self, table: str) -> set[str]:
-        return {as_text(row[1]) for row in self.con.execute(f"PRAGMA table_info({table})")}
+        return {as_text(row[1]) for row in self.rows(f"PRAGMA table_info({table})")[1]}
 
     def _holds_integers(self, table: str, column: str) -> bool | None:
         return None  # SQLite columns are not typed: old exports keep text in id columns
@@ -138,16 +152,40 @@ class SqliteExport(Export):
         return None if table in self.views else f"{alias}.rowid"
 
     def rows(self, sql: str, params=()) -> tuple[list[str], list[tuple]]:
-        cursor = self.con.execute(sql, params)
-        return [d[0] for d in cursor.description], cursor.fetchall()
+        try:
+            cursor = self.con.execute(sql, params)
+            return [d[0] for d in cursor.description], cursor.fetchall()
+        except sqlite3.ProgrammingError:
+            raise  # triage's own mistake: keep the traceback
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(exc) from None
 
     def batches(self, sql: str, fields, params=()):
-        cursor = self.con.execute(sql, params)
-        while rows := cursor.fetchmany(BATCH):
-            yield _rows_to_arrow(rows, fields)
+        try:
+            cursor = self.con.execute(sql, params)
+            while rows := cursor.fetchmany(BATCH):
+                yield _rows_to_arrow(rows, fields)
+        except sqlite3.ProgrammingError:
+            raise
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(exc) from None
+
+    def _damaged(self, exc: sqlite3.DatabaseError) -> UnsupportedReport:
+        """Damage SQLite finds only on the page it reads (a flipped bit deep in a table)."""
+        return UnsupportedReport(f"{self.path}: corrupt SQLite export ({exc}); export the "
+                                 "report again with `nsys export --type sqlite`")
 
     def close(self) -> None:
         self.con.close()
+
+
+def _file_url(path: str) -> str:
+    """A path as an SQLite URI path; a name whose bytes are not UTF-8 is quoted byte by byte
+    (pathname2url takes text only)."""
+    try:
+        return pathname2url(path)
+    except UnicodeEncodeError:
+        return quote(os.fsencode(path))
 
 
 def _rows_to_arrow(rows: list[tuple], fields):
@@ -158,9 +196,11 @@ def _rows_to_arrow(rows: list[tuple], fields):
         struct = pa.struct([pa.field(name, pa.int64() if kind == "int" else pa.binary())
                             for name, kind in fields])
         arrays = pa.array(rows, type=struct).flatten()
-        arrays = [utf8(a) if kind == "str" else a for a, (_, kind) in zip(arrays, fields)]
+        arrays = [utf8(a) if kind == "str" else a
+                  for a, (_, kind) in zip(arrays, fields, strict=True)]
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        arrays = [_coerce(col, kind) for col, (_, kind) in zip(zip(*rows), fields)]
+        arrays = [_coerce(col, kind)
+                  for col, (_, kind) in zip(zip(*rows, strict=True), fields, strict=True)]
     return pa.table(arrays, names=[name for name, _ in fields])
 
 
@@ -203,13 +243,13 @@ class ArrowExport(Export):
     def __init__(self, path, arrow_path, spill_directory: str | None = None):
         import pyarrow as pa
 
-        from triage.archive.duck import connect
+        from triage.duck import connect
 
-        self._map, self.con, self.arrow = None, None, {}
+        self._map, self.arrow = None, {}
+        self.con = connect(temp_directory=spill_directory)  # in memory: nothing of the file yet
         try:
             self._map = pa.memory_map(os.fspath(arrow_path))
             self.arrow = _read_streams(self._map)
-            self.con = connect(temp_directory=spill_directory)
             for name, table in self.arrow.items():
                 self.con.register(name, table)
         except Exception as exc:  # noqa: BLE001 - pyarrow and DuckDB raise many kinds
@@ -240,17 +280,16 @@ class ArrowExport(Export):
     def batches(self, sql: str, fields, params=()):
         import pyarrow as pa
 
-        from triage.archive.duck import arrow_batches
+        from triage.duck import arrow_batches
 
         for batch in arrow_batches(self.con, sql, list(params), BATCH):
             # Unsigned ids cast bit for bit: one above 2**63 must not stop the archive.
             arrays = [utf8(col) if kind == "str" else col.cast(pa.int64(), safe=False)
-                      for col, (_, kind) in zip(batch.columns, fields)]
+                      for col, (_, kind) in zip(batch.columns, fields, strict=True)]
             yield pa.table(arrays, names=[name for name, _ in fields])
 
     def close(self) -> None:
-        if self.con is not None:
-            self.con.close()
+        self.con.close()
         self.arrow = {}
         if self._map is not None:
             self._map.close()
@@ -264,7 +303,8 @@ def _read_streams(source) -> dict:
     tables = {}
     while source.tell() < source.size():
         table = pa.ipc.open_stream(source).read_all()
-        name = (table.schema.metadata or {}).get(b"table_name", b"").decode()
+        metadata = table.schema.metadata
+        name = metadata.get(b"table_name", b"").decode() if metadata else ""
         if not name:
             raise pa.ArrowInvalid("a stream without a table_name")
         columns = [utf8(c) if pa.types.is_binary(c.type) or pa.types.is_large_binary(c.type)
@@ -283,8 +323,11 @@ def _row_numbers(count: int):
 
 
 def open_export(path, exported=None, fmt: str = "sqlite") -> Export:
-    """The export at `exported` (or `path` itself, a user's .sqlite) in the given format; an
-    Arrow export's queries spill (large sorts) beside it, in triage's temp directory."""
+    """The export at `exported` (or `path` itself, a user's .sqlite) in the given format. An
+    Arrow export's large sorts spill to a folder of the system's temp directory that DuckDB
+    makes only when it spills and removes when closed (never into the store, whose layout
+    has no place for it)."""
     if fmt == "arrow":
-        return ArrowExport(path, exported, os.path.dirname(os.fspath(exported)))
+        spill = os.path.join(tempfile.gettempdir(), f"triage-spill-{secrets.token_hex(8)}")
+        return ArrowExport(path, exported, spill)
     return SqliteExport(path, exported)

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from triage.capture.formats import NSYS_MAGIC
-from triage.capture.protowire import WIRE_LEN, Field, WireError, decode, iter_fields
-from triage.errors import ToolMissing, ToolTooOld, UnsupportedReport
+from triage.capture.protowire import Field, WireError, decode, iter_fields, submessage
+from triage.errors import DiskFull, ToolMissing, ToolTooOld, UnsupportedReport
 
 TRAILER_MAGIC = b"U3w[END]"
 TRAILER_SIZE = 16
@@ -88,12 +91,13 @@ def _index_bounds(path, stream, size: int) -> tuple[int, int]:
 def _sections(path, index: bytes, limit: int) -> dict[str, tuple[int, int]]:
     """{section name: (offset, size)}; every section must lie before the index."""
     entry = {1: Field("name", "str"), 2: Field("offset", "uint"), 3: Field("size", "uint")}
-    out = {}
+    out: dict[str, tuple[int, int]] = {}
     try:
         for number, wire, raw in iter_fields(index):
-            if number != 1 or wire != WIRE_LEN:
+            message = submessage(wire, raw)
+            if number != 1 or message is None:
                 continue
-            item = decode(raw, entry)
+            item = decode(message, entry)
             start, length = item.get("offset", -1), item.get("size", -1)
             if start < 0 or length < 0 or start + length > limit:
                 raise _corrupt(path, f"section {item.get('name')!r} out of range")
@@ -161,8 +165,6 @@ def _fallback_hint(path) -> str:
 
 def find_nsys(path, info: NsysFileInfo, nsys: str | None) -> str:
     """The nsys to export with: the one given (--nsys, $TRIAGE_NSYS), else nsys on PATH."""
-    import shutil
-
     wanted = version_number(info.version) or "the report's version"
     if nsys:
         found = shutil.which(nsys)
@@ -220,24 +222,57 @@ def _failure_reason(output: str) -> str:
 EXPORT_TIMEOUT_S = 3600
 
 
-def export_report(path, info: NsysFileInfo, nsys: str | None, directory: str,
+def export_report(path, info: NsysFileInfo, nsys: str | None, new_file: Callable[[str], Path],
                   formats: tuple[str, ...] = EXPORT_FORMATS) -> Exported:
-    """Run `nsys export` into `directory` (the first of `formats` that works); clear errors
-    when nsys cannot."""
+    """Run `nsys export` into a file `new_file(suffix)` makes (the first of `formats` that
+    works; a failed one's file is removed); clear errors when nsys cannot."""
     exe = find_nsys(path, info, nsys)
     local = local_version(exe)
     if local and version_tuple(info.version)[:2] > version_tuple(local)[:2]:
         raise too_old(path, info, exe, local)  # decided before running it: nsys would fail
     reason = None
     for fmt in formats:
-        out = os.path.join(directory, f"export.{fmt}")
-        reason = _run_export(path, exe, fmt, out)
+        out = os.fspath(new_file(f"-export.{fmt}"))
+        try:
+            reason = _run_export(path, exe, fmt, out)
+        except BaseException:
+            Path(out).unlink(missing_ok=True)
+            raise
         if reason is None:
             return Exported(out, fmt, exe, local)
+        full = _disk_full(path, out)
+        Path(out).unlink(missing_ok=True)  # nsys may have removed it itself
+        if full is not None:
+            raise full
         if any(marker in reason for marker in TOO_OLD_MARKERS):
             raise too_old(path, info, exe, local, reason.split(":")[0])
     raise UnsupportedReport(f"{path}: `{exe} export --type sqlite` failed ({reason}); "
                             f"try a newer nsys (--nsys PATH), {_fallback_hint(path)}")
+
+
+# Free bytes below which a failed export is taken to have filled the disk.
+LOW_SPACE = 1 << 20
+
+
+def _disk_full(path, out: str) -> DiskFull | None:
+    """nsys words a full disk many ways ("database or disk is full", a bare RuntimeException),
+    so a failed export is judged by the space left beside its output, before that is removed."""
+    directory = os.path.dirname(out) or "."
+    free = shutil.disk_usage(directory).free
+    if free >= LOW_SPACE:
+        return None
+    needed = _size(out) + free
+    return DiskFull(f"store disk full: more than {needed} bytes needed at {directory} for "
+                    f"`nsys export` of {path}; free space there or choose another store with "
+                    "--store")
+
+
+def _size(file: str) -> int:
+    """A file's size; 0 when it is not there (nsys removes its output when it fails)."""
+    try:
+        return os.path.getsize(file)
+    except OSError:
+        return 0
 
 
 def _run_export(path, exe: str, fmt: str, out: str) -> str | None:
@@ -246,14 +281,16 @@ def _run_export(path, exe: str, fmt: str, out: str) -> str | None:
 
     timeout = float(os.environ.get("TRIAGE_NSYS_TIMEOUT", EXPORT_TIMEOUT_S))
     try:
-        done = subprocess.run([exe, "export", "--type", fmt, "--output", out, os.fspath(path)],
+        # The output file exists (made empty where triage stages it): overwritten.
+        done = subprocess.run([exe, "export", "--type", fmt, "--force-overwrite", "true",
+                               "--output", out, os.fspath(path)],
                               capture_output=True, text=True, errors="replace",
                               stdin=subprocess.DEVNULL, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise UnsupportedReport(f"{path}: `{exe} export --type {fmt}` did not finish in "
                                 f"{timeout:.0f} s; raise $TRIAGE_NSYS_TIMEOUT or "
                                 f"{_fallback_hint(path)}") from None
-    if done.returncode != 0 or not os.path.isfile(out):
+    if done.returncode != 0 or not _size(out):
         return (_failure_reason(done.stdout + "\n" + done.stderr)
                 or (f"exit code {done.returncode}" if done.returncode else "no file written"))
     return None

@@ -1,4 +1,4 @@
-"""Nsight Systems exports: streaming their launch-level tables into triage's tables.
+"""Nsight Systems exports: their launch-level tables as batches of triage's tables.
 
 Export schemas differ across nsys 2019.5 ... 2026.1 (tables absent when empty, columns added and
 renamed), so every query is built from the columns the export actually has (`nsys_export`).
@@ -11,8 +11,15 @@ bytes (nsys 2025.6 and later no longer export rows in time order). How the repor
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from triage.capture.nsys_export import Export, as_text
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from triage.capture.formats import TableBatch
 
 INT64_MAX = (1 << 63) - 1
 # CUPTI_ACTIVITY_KIND_MEMCPY.copyKind when the export has no ENUM_CUDA_MEMCPY_OPER table:
@@ -26,21 +33,17 @@ MEMCPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "At
 NVTX_EVENT_TYPES = {"NvtxPushPopRange": 59, "NvtxStartEndRange": 60, "NvtxDomainCreate": 75}
 
 
-def write_stream(batches, write) -> int:
-    """Write each batch on a worker thread while the next one is fetched; returns the rows.
-
-    Fetching rows (SQLite rows convert holding the GIL) and Arrow compute and Parquet encoding
-    (which release it) overlap. One worker keeps the batches in order (depth carries across them).
-    """
+def prefetched(batches: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    """The batches, each next one fetched on a worker thread while this one is shaped and
+    written: fetching (SQLite rows convert holding the GIL) overlaps Arrow compute and
+    Parquet encoding (which release it). Only that thread touches the export meanwhile."""
     from concurrent.futures import ThreadPoolExecutor
 
-    count, pending = 0, None
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        for batch in batches:
-            count += pending.result() if pending else 0
-            pending = pool.submit(write, batch)
-        count += pending.result() if pending else 0
-    return count
+    with ThreadPoolExecutor(max_workers=1) as fetcher:
+        ahead = fetcher.submit(next, batches, None)
+        while (batch := ahead.result()) is not None:
+            ahead = fetcher.submit(next, batches, None)
+            yield batch
 
 
 class Implausible:
@@ -48,11 +51,11 @@ class Implausible:
     whose name string is missing, intervals that end before they start. A damaged export
     archives, but says so (notices), rather than diffing as nameless or negative kernels."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.unnamed_kernels = 0
         self.backwards: dict[str, int] = {}  # triage table -> rows
 
-    def check(self, table_name: str, table) -> None:
+    def check(self, table_name: str, table: pa.Table) -> None:
         import pyarrow.compute as pc
 
         if table_name == "kernels":
@@ -69,23 +72,24 @@ class Implausible:
                           "export?" for name, n in self.backwards.items()]
 
 
-def _write_batch(batch, writer, report_index: int, implausible: Implausible, **constants):
-    """Add the report index, durations and constant columns, null-fill the rest, check, write."""
+def _shaped(name: str, batch: pa.Table, report_index: int, implausible: Implausible,
+            **constants: str) -> pa.Table:
+    """Add the report index, durations and constant columns, null-fill the rest, check."""
     import pyarrow as pa
     import pyarrow.compute as pc
+
+    from triage.schemas.tables import named_table
 
     n = batch.num_rows
     columns = {"report_index": pa.repeat(report_index, n).cast(pa.int32())}
     if "start_ns" in batch.column_names:
         columns["duration_ns"] = pc.subtract(batch["end_ns"], batch["start_ns"])
     columns.update({k: pa.repeat(v, n) for k, v in constants.items()})
-    for name in batch.column_names:
-        columns[name] = batch[name]
-    table = pa.table({f.name: columns.get(f.name, pa.nulls(n, f.type))
-                      for f in writer.schema})
-    implausible.check(writer.name, table)
-    writer.write_arrow(table)
-    return n
+    for column in batch.column_names:
+        columns[column] = batch[column]
+    table = named_table(name, columns, n)
+    implausible.check(name, table)
+    return table
 
 
 # -- tables ------------------------------------------------------------------------------------
@@ -94,7 +98,8 @@ def _write_batch(batch, writer, report_index: int, implausible: Implausible, **c
 # how is None (as stored), "string" (a StringIds id), "api" (a StringIds id naming a CUDA API
 # function, without the "_v7000"-style ABI suffix, as `nsys stats` shows it) or "pid" (the
 # process in a globalPid).
-KERNELS = [
+Spec = list[tuple[str, str, str, str | None]]
+KERNELS: Spec = [
     ("start_ns", "int", "start", None), ("end_ns", "int", "end", None),
     ("name", "str", "demangledName", "string"), ("short_name", "str", "shortName", "string"),
     ("mangled_name", "str", "mangledName", "string"),
@@ -107,18 +112,18 @@ KERNELS = [
     ("stream_id", "int", "streamId", None), ("correlation_id", "int", "correlationId", None),
     ("process_id", "int", "globalPid", "pid"),
 ]
-API_CALLS = [
+API_CALLS: Spec = [
     ("start_ns", "int", "start", None), ("end_ns", "int", "end", None),
     ("thread_id", "int", "globalTid", None), ("correlation_id", "int", "correlationId", None),
     ("name", "str", "nameId", "api"), ("return_value", "int", "returnValue", None),
 ]
-MEMOPS = [
+MEMOPS: Spec = [
     ("start_ns", "int", "start", None), ("end_ns", "int", "end", None),
     ("bytes", "int", "bytes", None), ("device_id", "int", "deviceId", None),
     ("context_id", "int", "contextId", None), ("stream_id", "int", "streamId", None),
     ("correlation_id", "int", "correlationId", None),
 ]
-OSRT_CALLS = [
+OSRT_CALLS: Spec = [
     ("start_ns", "int", "start", None), ("end_ns", "int", "end", None),
     ("thread_id", "int", "globalTid", None), ("name", "str", "nameId", "string"),
     ("return_value", "int", "returnValue", None), ("nesting_level", "int", "nestingLevel", None),
@@ -129,7 +134,7 @@ GPU_ORDER = ("start", "end", "deviceId", "streamId", "correlationId")
 CPU_ORDER = ("start", "end", "globalTid", "correlationId", "nestingLevel")
 # Every source table, in the order its rows are written: (triage table, export table, spec,
 # constant columns, order).
-SOURCES = [
+SOURCES: list[tuple[str, str, Spec, dict[str, str], tuple[str, ...]]] = [
     ("kernels", "CUPTI_ACTIVITY_KIND_KERNEL", KERNELS, {}, GPU_ORDER),
     ("api_calls", "CUPTI_ACTIVITY_KIND_RUNTIME", API_CALLS, {"api": "runtime"}, CPU_ORDER),
     ("api_calls", "CUPTI_ACTIVITY_KIND_DRIVER", API_CALLS, {"api": "driver"}, CPU_ORDER),
@@ -168,7 +173,8 @@ def memcpy_kinds(export: Export) -> dict[int, str]:
     return kinds
 
 
-def source_query(export: Export, table: str, spec, order) -> tuple[str, list, list]:
+def source_query(export: Export, table: str, spec: Spec,
+                 order: tuple[str, ...]) -> tuple[str, list[tuple[str, str]], list[Any]]:
     """SELECT for one source table, from the columns it has: (sql, fields, parameters)."""
     select = [_expression(export, table, column, how) for _, _, column, how in spec]
     fields = [(name, kind) for name, kind, _, _ in spec]
@@ -191,7 +197,7 @@ def order_by(export: Export, table: str, alias: str, keys: list[str]) -> str:
     return f" ORDER BY {', '.join(keys)}" if keys else ""
 
 
-def _numbered(batches):
+def _numbered(batches: Iterator[pa.Table]) -> Iterator[pa.Table]:
     """kernel_index: launch order by start, across batches."""
     import pyarrow as pa
 
@@ -202,22 +208,18 @@ def _numbered(batches):
         count += batch.num_rows
 
 
-def write_sources(export: Export, tables, report_index: int,
-                  implausible: Implausible) -> dict[str, int]:
-    """Every launch-level table but NVTX; returns rows written per triage table."""
-    counts: dict[str, int] = {}
+def source_batches(export: Export, report_index: int, implausible: Implausible,
+                   counts: dict[str, int]) -> Iterator[TableBatch]:
+    """Every launch-level table but NVTX, batch by batch; counts the rows per triage table."""
     for name, table, spec, constants, order in SOURCES:
         counts.setdefault(name, 0)
         if table not in export.tables:
             continue
         sql, fields, params = source_query(export, table, spec, order)
-        batches = export.batches(sql, fields, params)
-        writer = tables.writer(name)
-        counts[name] += write_stream(
-            _numbered(batches) if name == "kernels" else batches,
-            lambda batch, c=constants: _write_batch(batch, writer, report_index, implausible,
-                                                    **c))
-    return counts
+        batches = prefetched(export.batches(sql, fields, params))
+        for batch in _numbered(batches) if name == "kernels" else batches:
+            counts[name] += batch.num_rows
+            yield name, _shaped(name, batch, report_index, implausible, **constants)
 
 
 NVTX_FIELDS = [("event_type", "int"), ("start_ns", "int"), ("end_ns", "int"),
@@ -229,8 +231,9 @@ def nvtx_event_types(export: Export) -> dict[str, int]:
     types = dict(NVTX_EVENT_TYPES)
     if {"id", "name"} <= export.columns("ENUM_NSYS_EVENT_TYPE"):
         for type_id, name in export.rows("SELECT id, name FROM ENUM_NSYS_EVENT_TYPE")[1]:
-            if as_text(name) in types:
-                types[as_text(name)] = type_id
+            text = as_text(name)
+            if text is not None and text in types:
+                types[text] = type_id
     return types
 
 
@@ -242,15 +245,16 @@ def _nvtx_text(export: Export, alias: str) -> str:
     return f"coalesce({', '.join(parts)})" if len(parts) > 1 else (parts or ["NULL"])[0]
 
 
-def write_nvtx_ranges(export: Export, tables, report_index: int,
-                      implausible: Implausible) -> int:
+def nvtx_batches(export: Export, report_index: int, implausible: Implausible,
+                 counts: dict[str, int]) -> Iterator[TableBatch]:
     """Push/pop ranges (with their depth per thread) and start/end ranges; marks are skipped.
 
     Domain names come first, from the domain-create events, so every range of a named domain
     gets its name wherever its create event falls in the stream.
     """
+    counts.setdefault("nvtx_ranges", 0)
     if not {"eventType", "start"} <= export.columns("NVTX_EVENTS"):
-        return 0
+        return
     types = nvtx_event_types(export)
     wanted = [types["NvtxPushPopRange"], types["NvtxStartEndRange"]]
     c = lambda name: export.col("NVTX_EVENTS", name, "e")  # noqa: E731 - local shorthand
@@ -258,13 +262,15 @@ def write_nvtx_ranges(export: Export, tables, report_index: int,
            f"{_nvtx_text(export, 'e')}, {c('domainId')} FROM NVTX_EVENTS e "
            f"WHERE e.eventType IN (?, ?) AND e.start IS NOT NULL"
            + order_by(export, "NVTX_EVENTS", "e", ["e.start", f"{c('end')} DESC NULLS LAST"]))
-    batches = export.batches(sql, NVTX_FIELDS, wanted)
     domains = nvtx_domains(export, types["NvtxDomainCreate"])
-    return write_stream(batches, NvtxBatches(tables.writer("nvtx_ranges"), report_index,
-                                             types["NvtxPushPopRange"], domains, implausible))
+    batches = prefetched(export.batches(sql, NVTX_FIELDS, wanted))
+    ranges = NvtxRanges(report_index, types["NvtxPushPopRange"], domains, implausible)
+    for batch in batches:
+        counts["nvtx_ranges"] += batch.num_rows
+        yield "nvtx_ranges", ranges.shaped(batch)
 
 
-def nvtx_domains(export: Export, create_type: int) -> dict[tuple[int, int], str]:
+def nvtx_domains(export: Export, create_type: int) -> dict[tuple[int, int], str | None]:
     """(process, domain id) -> the name its domain-create event gave (the last one wins)."""
     c = lambda name: export.col("NVTX_EVENTS", name, "e")  # noqa: E731 - local shorthand
     sql = (f"SELECT {c('globalTid')}, {c('domainId')}, {_nvtx_text(export, 'e')} "
@@ -275,16 +281,16 @@ def nvtx_domains(export: Export, create_type: int) -> dict[tuple[int, int], str]
             if tid is not None and domain is not None}
 
 
-class NvtxBatches:
-    """Writes NVTX batches in order, carrying the push/pop ranges still open across them."""
+class NvtxRanges:
+    """Shapes NVTX batches in order, carrying the push/pop ranges still open across them."""
 
-    def __init__(self, writer, report_index: int, push_pop: int,
-                 domains: dict[tuple[int, int], str], implausible: Implausible):
-        self.writer, self.report_index, self.implausible = writer, report_index, implausible
+    def __init__(self, report_index: int, push_pop: int,
+                 domains: dict[tuple[int, int], str | None], implausible: Implausible) -> None:
+        self.report_index, self.implausible = report_index, implausible
         self.push_pop, self.domains = push_pop, domains  # (globalTid >> 24, domainId) -> name
-        self.carry = None
+        self.carry: tuple[pa.Array, pa.Array] | None = None
 
-    def __call__(self, ranges) -> int:
+    def shaped(self, ranges: pa.Table) -> pa.Table:
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -296,9 +302,9 @@ class NvtxBatches:
             "kind": pc.if_else(is_push_pop, "push_pop", "start_end"),
             "depth": self._depth(ranges, is_push_pop),
         })
-        return _write_batch(table, self.writer, self.report_index, self.implausible)
+        return _shaped("nvtx_ranges", table, self.report_index, self.implausible)
 
-    def _depth(self, ranges, is_push_pop):
+    def _depth(self, ranges: pa.Table, is_push_pop: pa.ChunkedArray) -> pa.Array:
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -309,7 +315,7 @@ class NvtxBatches:
         nested_depth, self.carry = push_pop_depth(nested, self.carry)
         return pc.replace_with_mask(depth, is_push_pop.combine_chunks(), nested_depth)
 
-    def _domain(self, ranges):
+    def _domain(self, ranges: pa.Table) -> pa.Array | pa.ChunkedArray:
         """Null for the default domain (id 0), the created name, else 'domain <id>'."""
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -327,7 +333,8 @@ class NvtxBatches:
         return domain
 
 
-def push_pop_depth(batch, carry):
+def push_pop_depth(batch: pa.Table, carry: tuple[pa.Array, pa.Array] | None
+                   ) -> tuple[pa.Array, tuple[pa.Array, pa.Array]]:
     """Nesting depth of each push/pop range on its thread, for a batch sorted by start.
 
     Vectorized as a sweep: every range is a +1 event at its start and a -1 event at its end;

@@ -64,7 +64,8 @@ def gpu_facts(nvidia_smi: str = "nvidia-smi", timeout: float = NVIDIA_SMI_TIMEOU
     The CSV query is tried only when nvidia-smi ran (a missing or hung tool would fail it too).
     """
     probe = run_command([nvidia_smi, "-q", "-x"], timeout)
-    facts = parse_smi_xml(probe.stdout) if probe.stdout is not None else _no_gpus(probe.reason)
+    facts = (parse_smi_xml(probe.stdout) if probe.stdout is not None
+             else _no_gpus(probe.reason or "nvidia-smi printed nothing"))
     if facts["gpus"]["value"] is not None or not probe.exited:
         return facts
     query = [nvidia_smi, f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,nounits"]

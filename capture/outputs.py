@@ -14,13 +14,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from triage.capture.machine import LOCAL_RANK_VARIABLES, RANK_VARIABLES
 from triage.capture.profiler_args import ParsedCommand
 
 REPORT_SUFFIXES = {"ncu": (".ncu-rep", ".nsight-cuprof-report"), "nsys": (".nsys-rep", ".qdrep")}
 OUTPUT_OPTION = {"ncu": "--export", "nsys": "--output"}
 NSYS_DEFAULT_OUTPUT = "report%n"
-RANK_VARIABLES = ("SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "RANK",
-                  "MV2_COMM_WORLD_RANK", "LOCAL_RANK", "SLURM_LOCALID")
 _TOKEN = re.compile(r"%q\{([A-Za-z_][A-Za-z0-9_]*)\}|%[phin%]")
 
 
@@ -32,7 +31,10 @@ class FoundReport:
 
 
 def output_pattern(parsed: ParsedCommand) -> str | None:
-    """The output name the command asked for (nsys has a default; ncu writes none without -o)."""
+    """The output name the command asked for (nsys has a default; ncu writes none without -o);
+    None for a command that runs no profiler."""
+    if parsed.tool is None:
+        return None
     value = parsed.last(OUTPUT_OPTION[parsed.tool])
     if value:
         return value
@@ -69,7 +71,7 @@ def _with_suffix(pattern: str, tool: str) -> list[str]:
 def expected_reports(parsed: ParsedCommand, cwd: Path, since: float) -> list[FoundReport]:
     """Reports matching the output option's pattern, written at or after `since`."""
     pattern = output_pattern(parsed)
-    if not pattern:
+    if not pattern or parsed.tool is None:
         return []
     found = []
     for candidate in _with_suffix(str(cwd / pattern) if not os.path.isabs(pattern) else pattern,
@@ -82,8 +84,12 @@ def expected_reports(parsed: ParsedCommand, cwd: Path, since: float) -> list[Fou
 
 
 def _tagged(path: Path, match: re.Match | None) -> FoundReport:
+    """Tag a report with the rank its name captured, read in `rank_of`'s order (a name with both
+    %q{SLURM_PROCID} and %q{RANK} is the torchrun worker's); a name with only a local rank is
+    tagged by it, which is unique on one node."""
     groups = match.groupdict() if match else {}
-    rank = next((groups[v] for v in RANK_VARIABLES if groups.get(v, "").isdigit()), None)
+    rank = next((groups[v] for v in RANK_VARIABLES + LOCAL_RANK_VARIABLES
+                 if groups.get(v, "").isdigit()), None)
     pid = groups.get("pid")
     return FoundReport(path, int(rank) if rank is not None else None,
                        {"pid": int(pid)} if pid and pid.isdigit() else None)
@@ -109,6 +115,6 @@ def find_reports(parsed: ParsedCommand, cwd: Path, since: float,
                  before: dict[str, float]) -> list[FoundReport]:
     """The reports the command wrote: by its output pattern, else by the directory listing."""
     found = expected_reports(parsed, cwd, since)
-    if found:
+    if found or parsed.tool is None:
         return found
     return new_reports(before, snapshot(cwd, parsed.tool))

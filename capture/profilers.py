@@ -12,8 +12,12 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from triage.errors import ToolMissing
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 TIMEOUT_S = 60
 INSTALL_HINTS = {
@@ -93,9 +97,9 @@ def parse_fixed_table(text: str) -> list[dict]:
             continue
         cells = [_cell(line, span) for span in spans]
         if cells[0] or not rows:
-            rows.append(dict(zip(header, cells)))
+            rows.append(dict(zip(header, cells, strict=True)))
         else:
-            for key, cell in zip(header, cells):
+            for key, cell in zip(header, cells, strict=True):
                 rows[-1][key] = rows[-1][key] + cell
     return rows
 
@@ -117,17 +121,25 @@ def ncu_listing(executable: str, flag: str) -> Listing:
     return Listing(text, parse_fixed_table(text))
 
 
-def section_rows(listing: Listing) -> list[tuple]:
-    """Rows of the `ncu_section_list` table."""
-    return [(r.get("Identifier"), r.get("Display Name"), r.get("Enabled") == "yes",
-             r.get("Filename")) for r in listing.rows]
+def section_table(listing: Listing) -> pa.Table:
+    """The `ncu_section_list` table."""
+    from triage.schemas.tables import records_table
+
+    return records_table("ncu_section_list", [
+        {"identifier": r.get("Identifier"), "display_name": r.get("Display Name"),
+         "enabled": r.get("Enabled") == "yes", "filename": r.get("Filename")}
+        for r in listing.rows])
 
 
-def set_rows(listing: Listing) -> list[tuple]:
-    """Rows of the `ncu_set_list` table (sections as one comma-separated string)."""
-    out = []
+def set_table(listing: Listing) -> pa.Table:
+    """The `ncu_set_list` table (sections as one comma-separated string)."""
+    from triage.schemas.tables import records_table
+
+    rows = []
     for row in listing.rows:
         metrics = row.get("Estimated Metrics") or ""
-        out.append((row.get("Identifier"), re.sub(r"\s*,\s*", ", ", row.get("Sections", "")),
-                    row.get("Enabled") == "yes", int(metrics) if metrics.isdigit() else None))
-    return out
+        rows.append({"identifier": row.get("Identifier"),
+                     "sections": re.sub(r"\s*,\s*", ", ", row.get("Sections", "")),
+                     "enabled": row.get("Enabled") == "yes",
+                     "estimated_metrics": int(metrics) if metrics.isdigit() else None})
+    return records_table("ncu_set_list", rows)

@@ -48,6 +48,7 @@ def iter_fields(buf: bytes | memoryview) -> Iterator[tuple[int, int, Value]]:
     while pos < end:
         key, pos = read_varint(view, pos)
         number, wire = key >> 3, key & 7
+        value: Value
         if number == 0:
             raise WireError("field number 0")
         if wire == WIRE_VARINT:
@@ -67,6 +68,11 @@ def iter_fields(buf: bytes | memoryview) -> Iterator[tuple[int, int, Value]]:
         yield number, wire, value
 
 
+def submessage(wire: int, raw: Value) -> bytes | memoryview | None:
+    """The bytes of a length-delimited field (a nested message); None for any other wire type."""
+    return raw if wire == WIRE_LEN and not isinstance(raw, int) else None
+
+
 @dataclass(frozen=True)
 class Field:
     """One field of a message description: its name, kind and whether it repeats.
@@ -81,10 +87,12 @@ class Field:
 
 def _scalar(kind: object, wire: int, raw: Value):
     """Convert one raw wire value to the declared kind, or None if the wire type does not fit."""
+    if isinstance(raw, int):  # a varint: every other wire type carries bytes
+        if kind in ("uint", "bool") and wire == WIRE_VARINT:
+            return bool(raw) if kind == "bool" else raw
+        return None
     if kind == "str" and wire == WIRE_LEN:
         return bytes(raw).decode("utf-8", errors="replace").replace("\x00", "").strip()
-    if kind in ("uint", "bool") and wire == WIRE_VARINT:
-        return bool(raw) if kind == "bool" else raw
     if kind == "double" and wire == WIRE_FIXED64:
         return struct.unpack("<d", raw)[0]
     if kind == "float" and wire == WIRE_FIXED32:

@@ -1,5 +1,8 @@
 """`triage capture -- ncu|nsys ...`: run the profiler as given and record how it ran.
 
+This module runs it and says what happened (`Captured`); archiving that is the archive's job
+(`archive/captured.py`), so nothing here touches the store.
+
 Everything knowable at capture time is recorded with the run: the exact argv and working
 directory, the profiler's version and (for ncu) its `--list-sections` / `--list-sets`, the settings
 in effect with their defaults marked, the machine (GPUs, clocks, driver, counters permission, DCGM,
@@ -16,16 +19,16 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from triage.archive.ingest import ArchiveResult, ReportInput, RunRequest, archive_run, \
-    record_attempt
-from triage.archive.store import Store, check_label
 from triage.capture import profilers, redact
-from triage.capture.outputs import find_reports, output_pattern, snapshot
+from triage.capture.outputs import FoundReport, find_reports, output_pattern, snapshot
 from triage.capture.profiler_args import ParsedCommand, parse_command
-from triage.errors import CaptureFailed, ToolMissing, UsageError
+from triage.errors import ToolMissing, UsageError
 from triage.timeutil import utc_now
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 TAIL_LINES = 200
 NO_KERNELS = "No kernels were profiled"
@@ -63,12 +66,19 @@ class Outcome:
     tail: list[str]
 
 
-def plan(request: CaptureRequest) -> tuple[ParsedCommand, str]:
+@dataclass(frozen=True)
+class Planned:
+    """A command `plan` accepted: its parse, the profiler it runs and where that is."""
+
+    parsed: ParsedCommand
+    tool: str  # "ncu" or "nsys": parsed.tool, known to be set
+    executable: str
+
+
+def plan(request: CaptureRequest) -> Planned:
     """Parse the command and find the profiler; fail before anything runs or is written."""
     if not request.argv:
         raise UsageError("nothing to capture: `triage capture -- ncu -o prof ./app`")
-    if request.label:
-        check_label(request.label)
     words = request.argv if not request.shell else shlex.split(" ".join(request.argv))
     parsed = parse_command(words)
     if parsed.tool is None:
@@ -77,13 +87,12 @@ def plan(request: CaptureRequest) -> tuple[ParsedCommand, str]:
     if not parsed.application and not request.shell:
         raise UsageError(f"no program to profile after the {parsed.tool} options: "
                          f"`triage capture -- {parsed.tool} ... ./app ARGS`")
-    return parsed, profilers.find_tool(parsed.tool, parsed.executable)
+    return Planned(parsed, parsed.tool, profilers.find_tool(parsed.tool, parsed.executable))
 
 
 def _rank_guard(request: CaptureRequest, facts: dict) -> None:
     """Under srun/mpirun every rank would archive its own run: ask for one archiver or a group."""
-    scheduler = facts.get("scheduler") or {}
-    world, rank = scheduler.get("world_size"), scheduler.get("rank")
+    world, rank = _at(facts, "scheduler", "world_size"), _at(facts, "scheduler", "rank")
     if request.group or not world or world <= 1:
         return
     raise UsageError(
@@ -95,13 +104,13 @@ def _rank_guard(request: CaptureRequest, facts: dict) -> None:
 def questionable(parsed: ParsedCommand, facts: dict) -> list[str]:
     """Conditions that make the capture's numbers questionable, said before it starts."""
     warnings = []
-    counters = facts.get("profiling_counters") or {}
-    if (counters.get("admin_only") or {}).get("value") and not counters.get("is_root"):
+    if _fact(facts, "profiling_counters", "admin_only") \
+            and not _at(facts, "profiling_counters", "is_root"):
         warnings.append("GPU performance counters are restricted to admin users "
                         "(RmProfilingAdminOnly=1) and this is not root: ncu will fail with "
-                        "ERR_NVGPUCTRPERM. " + (counters.get("advice") or ""))
-    if ((facts.get("dcgm") or {}).get("running") or {}).get("value"):
-        warnings.append((facts["dcgm"].get("advice") or "DCGM is running") +
+                        "ERR_NVGPUCTRPERM. " + (_at(facts, "profiling_counters", "advice") or ""))
+    if _fact(facts, "dcgm", "running"):
+        warnings.append((_at(facts, "dcgm", "advice") or "DCGM is running") +
                         " (it holds the counters ncu needs)")
     if parsed.tool == "ncu":
         warnings += _ncu_warnings(parsed)
@@ -131,6 +140,7 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
     with subprocess.Popen(command, shell=shell, cwd=cwd, env=dict(env),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, errors="replace", bufsize=1) as process:
+        assert process.stdout is not None  # stdout=PIPE: for the type checker
         for line in process.stdout:
             on_output(line.rstrip("\n"))
             tail.append(line.rstrip("\n"))
@@ -138,19 +148,29 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
     return Outcome(code, started, utc_now(), round(time.monotonic() - clock, 3), list(tail))
 
 
-def _ncu_lists(parsed: ParsedCommand, executable: str, store: Store) -> tuple[dict, dict]:
-    """`--list-sections` / `--list-sets` of the ncu that runs: blobs, parsed tables, summary."""
+@dataclass(frozen=True)
+class NcuListing:
+    """One `--list-sections` / `--list-sets` of the ncu that runs: its text (kept as a blob),
+    the table parsed from it, and why it could not be read."""
+
+    key: str  # "sections" | "sets"
+    table_name: str
+    text: str
+    table: pa.Table
+    error: str | None
+
+
+def _ncu_lists(parsed: ParsedCommand, executable: str) -> list[NcuListing]:
+    """`--list-sections` / `--list-sets` of the ncu that runs (none for nsys)."""
     if parsed.tool != "ncu":
-        return {}, {}
-    record, tables = {}, {}
-    for key, flag, table, to_rows in (
-            ("sections", "--list-sections", "ncu_section_list", profilers.section_rows),
-            ("sets", "--list-sets", "ncu_set_list", profilers.set_rows)):
+        return []
+    out = []
+    for key, flag, table, to_table in (
+            ("sections", "--list-sections", "ncu_section_list", profilers.section_table),
+            ("sets", "--list-sets", "ncu_set_list", profilers.set_table)):
         listing = profilers.ncu_listing(executable, flag)
-        sha = store.put_bytes(listing.text.encode())[0] if listing.text else None
-        record[key] = {"blob": sha, "count": len(listing.rows), "error": listing.error}
-        tables[table] = to_rows(listing)
-    return record, tables
+        out.append(NcuListing(key, table, listing.text, to_table(listing), listing.error))
+    return out
 
 
 def _settings(parsed: ParsedCommand, version: str | None) -> tuple[dict, dict]:
@@ -166,17 +186,23 @@ def _settings(parsed: ParsedCommand, version: str | None) -> tuple[dict, dict]:
 
 
 def _gpus_from_facts(facts: dict) -> list[dict]:
-    gpus = ((facts.get("gpu") or {}).get("gpus") or {}).get("value") or []
+    gpus = _fact(facts, "gpu", "gpus") or []
     return [{"name": g.get("name"), "uuid": g.get("uuid"), "bus": g.get("bus_id"),
              "max_sm_clock_khz": g["max_sm_clock_mhz"] * 1000 if g.get("max_sm_clock_mhz")
              else None, "memory_bytes": g["memory_mib"] << 20 if g.get("memory_mib") else None}
             for g in gpus]
 
 
-def _fact(facts: dict, *path):
-    node = facts
+def _at(node: Any, *path: str) -> Any:
+    """The machine fact at `path` (facts are nested dicts); None where a step is missing."""
     for key in path:
-        node = (node or {}).get(key)
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
+def _fact(facts: dict, *path: str) -> Any:
+    """A fact's value: facts that can be unknown are {"value": ..., "reason": ...}."""
+    node = _at(facts, *path)
     return node.get("value") if isinstance(node, dict) else node
 
 
@@ -234,99 +260,66 @@ def capture_record(request: CaptureRequest, parsed: ParsedCommand, executable: s
     }
 
 
-@dataclass
+@dataclass(frozen=True)
 class Prepared:
     """What is known before the profiler runs."""
 
     parsed: ParsedCommand
+    tool: str
     executable: str
-    store: Store
     facts: dict
     version: str | None
     version_text: str
-    lists: dict
-    list_tables: dict
+    listings: list[NcuListing]
     warnings: list[str]
-    from_run: str | None
 
 
-def prepare(request: CaptureRequest, on_warning: Callable[[str], None]) -> Prepared:
-    """Everything checked and recorded before the run; problems are said before it starts."""
+def prepare(request: CaptureRequest, planned: Planned,
+            on_warning: Callable[[str], None]) -> Prepared:
+    """Everything checked and recorded before the run (given what `plan` found); problems are
+    said before it starts."""
     from triage.capture.machine import collect_machine_facts
 
-    parsed, executable = plan(request)
-    store = Store.open(request.store, create=True)
-    store.check_writable()
-    from_run = _resolve_from(store, request.from_run)
+    parsed, executable = planned.parsed, planned.executable
     facts = collect_machine_facts(parsed.application, request.environ)
     _rank_guard(request, facts)
-    version, version_text = profilers.tool_version(parsed.tool, executable)
-    lists, list_tables = _ncu_lists(parsed, executable, store)
+    version, version_text = profilers.tool_version(planned.tool, executable)
+    listings = _ncu_lists(parsed, executable)
     warnings = questionable(parsed, facts)
     for warning in warnings:
         on_warning(warning)
-    return Prepared(parsed, executable, store, facts, version, version_text, lists, list_tables,
-                    warnings, from_run)
+    return Prepared(parsed, planned.tool, executable, facts, version, version_text, listings,
+                    warnings)
 
 
-def _run_request(request: CaptureRequest, ready: Prepared, outcome: Outcome,
-                 found: list) -> RunRequest:
+@dataclass(frozen=True)
+class Captured:
+    """What one profiler run did: how it ran and the reports it left."""
+
+    ready: Prepared
+    outcome: Outcome
+    found: list[FoundReport]
+    git: dict
+
+    def record(self, request: CaptureRequest, ncu_lists: dict, from_run: str | None) -> dict:
+        """The manifest's `capture` block; `ncu_lists` names the listing blobs stored."""
+        ready = self.ready
+        extra = {"tool": ready.tool, "tool_version": ready.version,
+                 "machine": ready.facts, "git": self.git, "ncu_lists": ncu_lists,
+                 "warnings": ready.warnings, "rank": _fact(ready.facts, "scheduler", "rank"),
+                 "reports_found": [str(f.path) for f in self.found], "from_run": from_run}
+        return capture_record(request, ready.parsed, ready.executable, ready.version_text,
+                              self.outcome, extra)
+
+
+def run(request: CaptureRequest, ready: Prepared, on_output: Callable[[str], None]) -> Captured:
+    """Run the profiler and find the reports it wrote."""
     from triage.capture.git_state import git_state
 
-    extra = {"tool": ready.parsed.tool, "tool_version": ready.version, "machine": ready.facts,
-             "git": git_state(request.cwd), "ncu_lists": ready.lists,
-             "warnings": ready.warnings, "rank": (ready.facts.get("scheduler") or {}).get("rank"),
-             "reports_found": [str(f.path) for f in found], "from_run": ready.from_run}
-    record = capture_record(request, ready.parsed, ready.executable, ready.version_text,
-                            outcome, extra)
-    return RunRequest([ReportInput(f.path, f.rank, f.process) for f in found], source="capture",
-                      label=request.label, note=request.note, nsys=request.nsys,
-                      redact_patterns=request.redaction(), capture=record,
-                      overrides={"command": " ".join(record["argv"])},
-                      extra_tables=ready.list_tables)
-
-
-def capture(request: CaptureRequest, on_output: Callable[[str], None],
-            on_warning: Callable[[str], None]) -> ArchiveResult:
-    """Run and record one capture; raise CaptureFailed (after recording) if no report came."""
-    ready = prepare(request, on_warning)
-    before, since = snapshot(request.cwd, ready.parsed.tool), time.time()
+    before, since = snapshot(request.cwd, ready.tool), time.time()
     outcome = run_profiler(request.argv, request.shell, request.cwd, request.environ, on_output)
     found = find_reports(ready.parsed, request.cwd, since, before)
-    run = _run_request(request, ready, outcome, found)
-    if not found:
-        run.source = "capture-failed"
-        provenance = attempt_provenance(ready.parsed, ready.version, ready.facts, outcome,
-                                        run.overrides["command"])
-        result = record_attempt(ready.store, run, provenance)
-        raise CaptureFailed(f"{provenance['notices'][0]}; the attempt is recorded as run "
-                            f"{result.id[:12]} (`triage show {result.id[:12]}`)")
-    result = archive_run(ready.store, run)
-    for warning in after_run_warnings(ready.parsed, result.manifest):
-        on_warning(warning)
-        ready.store.annotate(result.id, utc_now(precise=True), f"warning: {warning}")
-    if outcome.exit_code != 0:
-        raise CaptureFailed(f"{ready.parsed.tool} exited {outcome.exit_code}; its report was "
-                            f"archived as run {result.id[:12]} (`triage show {result.id[:12]}`)")
-    return result
-
-
-def after_run_warnings(parsed: ParsedCommand, manifest: dict) -> list[str]:
-    """What the report shows went wrong: an NVTX capture range that never opened."""
-    capture_range = parsed.last("--capture-range")
-    tables = manifest.get("tables") or {}
-    if capture_range == "nvtx" and not (tables.get("nvtx_ranges") or {}).get("rows"):
-        return ["--capture-range=nvtx but the report has no NVTX range: the range named by "
-                "-p/--nvtx-capture never opened, so the capture may hold nothing useful"]
-    return []
-
-
-def _resolve_from(store: Store, ref: str | None) -> str | None:
-    if not ref:
-        return None
-    from triage.archive.runs import resolve
-
-    return resolve(store, ref)
+    return Captured(ready, outcome, found, git_state(request.cwd))
 
 
 def _tool_status(tool: str, given: str | None) -> dict:
@@ -336,8 +329,9 @@ def _tool_status(tool: str, given: str | None) -> dict:
         return {"path": None, "version": None, "missing": str(exc)}
     version, text = profilers.tool_version(tool, path)
     if version is None:
+        said = (text.splitlines() or ["no output"])[0][:60]
         return {"path": None, "version": None,
-                "missing": f"{path} did not report a {tool} version ({(text.splitlines() or ['no output'])[0][:60]}); "
+                "missing": f"{path} did not report a {tool} version ({said}); "
                            f"{profilers.INSTALL_HINTS[tool]}"}
     return {"path": path, "version": version, "missing": None}
 
@@ -345,17 +339,18 @@ def _tool_status(tool: str, given: str | None) -> dict:
 def _checklist(facts: dict, tools: dict) -> list[dict]:
     """The seed's pre-capture checklist: permissions, contention, versions."""
     gpus = _gpus_from_facts(facts)
-    counters = (facts.get("profiling_counters") or {}).get("admin_only") or {}
-    dcgm = ((facts.get("dcgm") or {}).get("running") or {})
+    admin_only, dcgm = _fact(facts, "profiling_counters", "admin_only"), _fact(facts, "dcgm",
+                                                                                "running")
     return [
         {"check": "GPU visible", "ok": bool(gpus) if gpus else None,
-         "detail": ", ".join(g["name"] or "?" for g in gpus) or
-         ((facts.get("gpu") or {}).get("gpus") or {}).get("reason")},
-        {"check": "profiling counters usable", "ok": None if counters.get("value") is None
-         else (not counters["value"] or bool((facts.get("profiling_counters") or {}).get("is_root"))),
-         "detail": counters.get("reason") or (facts.get("profiling_counters") or {}).get("advice")},
-        {"check": "no DCGM host engine holding counters", "ok": None if dcgm.get("value") is None
-         else not dcgm["value"], "detail": (facts.get("dcgm") or {}).get("advice")},
+         "detail": ", ".join(g["name"] or "?" for g in gpus)
+         or _at(facts, "gpu", "gpus", "reason")},
+        {"check": "profiling counters usable", "ok": None if admin_only is None
+         else (not admin_only or bool(_at(facts, "profiling_counters", "is_root"))),
+         "detail": _at(facts, "profiling_counters", "admin_only", "reason")
+         or _at(facts, "profiling_counters", "advice")},
+        {"check": "no DCGM host engine holding counters", "ok": None if dcgm is None
+         else not dcgm, "detail": _at(facts, "dcgm", "advice")},
         {"check": "ncu installed", "ok": tools["ncu"]["path"] is not None,
          "detail": tools["ncu"]["version"] or tools["ncu"]["missing"]},
         {"check": "nsys installed", "ok": tools["nsys"]["path"] is not None,

@@ -23,7 +23,8 @@ def resolve(rows: Iterable[tuple]) -> tuple[dict, dict]:
     settings, sources = {}, {}
     for name, *candidates in rows:
         settings[name], sources[name] = next(
-            ((value, source) for source, value in zip(SOURCES, candidates) if value is not None),
+            ((value, source) for source, value in zip(SOURCES, candidates, strict=True)
+             if value is not None),
             (None, "default"))
     return settings, sources
 

@@ -12,7 +12,9 @@ that a cause is never named before the evidence that rules the others out:
    serialisation; compute-bound when SM pipes are the limit), what to inspect next, the usual fix.
 
 Every finding cites the metric values it rests on. A step whose metrics are missing says "not
-collected" and names the `--section` that collects them; nothing is guessed. What each step
+collected" and names the `--section` that collects them; nothing is guessed. A kernel whose
+launches carry no metric values at all (the profiler collected nothing) says "no data" in every
+step instead: a missing section would not be the cause. What each step
 reads (metric names differ across ncu versions) and every number a judgement uses are data, in
 `explain_tables`; this module is the steps that read them.
 """
@@ -21,7 +23,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 
+from triage.capture.ncu import measured_metric
 from triage.compare.explain_tables import (CONCLUSION_RULES, FLOP_METRICS, LIMITERS, METRICS,
                                            NS_PER_UNIT, STALL_METRICS, STALLS, THRESHOLDS, UNITS,
                                            limit)
@@ -34,7 +38,7 @@ def cite(name: str, value: float, unit: str | None) -> dict:
     return {"name": name, "value": value, "unit": unit or ""}
 
 
-def finding(text: str, cites: list[dict | None], tag: str | None = None) -> dict:
+def finding(text: str, cites: Sequence[dict | None], tag: str | None = None) -> dict:
     """A statement and the values it rests on; the tag lets the conclusion quote it."""
     return {"text": text, "cites": [c for c in cites if c], "tag": tag}
 
@@ -63,9 +67,9 @@ class Values:
         for pattern, _section, measure in STALL_METRICS:
             found = [(m.group(1), self.cite(name)) for name in sorted(self.raw)
                      if (m := re.match(pattern, name))]
-            found = [(reason, c) for reason, c in found if c]
-            if found:
-                return found, measure
+            cited = [(reason, c) for reason, c in found if c]
+            if cited:
+                return cited, measure
         return [], None
 
 
@@ -74,7 +78,9 @@ def duration_ns(raw: dict[str, tuple]) -> float | None:
     name it gpu__time_duration, later ones gpu__time_duration.sum. None when it is not there or
     its unit is not a time unit we know (unknown, never a guess)."""
     found = Values(raw, set()).get("duration")
-    scale = NS_PER_UNIT.get(found["unit"]) if found else None
+    if found is None:
+        return None
+    scale = NS_PER_UNIT.get(found["unit"])
     return found["value"] * scale if scale else None
 
 
@@ -150,8 +156,8 @@ def step_throughput(values: Values) -> dict:
                                                unit=unit or "-"), [sm, mem, top], "sol")]
     levels = [values.get(k) for k in ("dram_pct", "l2_pct", "l1_pct")]
     if any(levels):
-        findings.append(finding("memory levels: " + _levels(zip(("DRAM", "L2", "L1"), levels)),
-                                levels))
+        findings.append(finding("memory levels: "
+                                + _levels(zip(("DRAM", "L2", "L1"), levels, strict=True)), levels))
     near = max(sm["value"], mem["value"]) >= limit("near_peak_pct")
     if near:
         findings.append(finding(f"near peak (>= {limit('near_peak_pct'):.0f}%): only less work "
@@ -165,9 +171,9 @@ def step_throughput(values: Values) -> dict:
 
 def arithmetic_intensity(values: Values) -> tuple[float, list[dict]] | None:
     """FP32+FP64 FLOP per DRAM byte, counted as ncu's roofline counts them."""
-    flops = [(values.cite(name), weight) for name, weight in FLOP_METRICS]
+    flops = [(c, weight) for name, weight in FLOP_METRICS if (c := values.cite(name))]
     hz, bps = values.get("smsp_hz"), values.get("dram_bytes_per_s")
-    if not (hz and bps and bps["value"] > 0 and all(c for c, _w in flops)):
+    if not (hz and bps and bps["value"] > 0 and len(flops) == len(FLOP_METRICS)):
         return None
     per_cycle = sum(c["value"] * w for c, w in flops)
     return per_cycle * hz["value"] / bps["value"], [c for c, _w in flops if c["value"]] + [hz, bps]
@@ -225,7 +231,8 @@ def step_memory(values: Values) -> dict:
                                 spr[1], "sectors"))
     hits = [values.get("l1_hit"), values.get("l2_hit")]
     if any(hits):
-        findings.append(finding("hit rates: " + _levels(zip(("L1", "L2"), hits)), hits))
+        findings.append(finding("hit rates: " + _levels(zip(("L1", "L2"), hits, strict=True)),
+                                hits))
     gaps = [] if any(hits) else [missing(["l1_hit", "l2_hit"], values)]
     gaps += [] if uses or spr else [missing(["ld_bytes_per_sector", "ld_sector_use_pct",
                                              "ld_sectors_per_request"], values)]
@@ -237,10 +244,10 @@ def step_memory(values: Values) -> dict:
 # -- step 3: occupancy -------------------------------------------------------------------------
 
 
-def limiters(values: Values) -> tuple[list[str], list[dict]]:
+def limiters(values: Values) -> tuple[list[str], list[dict | None]]:
     """The occupancy limiters allowing the fewest blocks per SM, and the values behind them."""
-    limits = [(label, values.get(key), values.get(why) if why else None)
-              for key, label, why in LIMITERS if values.get(key)]
+    limits = [(label, lim, values.get(why) if why else None)
+              for key, label, why in LIMITERS if (lim := values.get(key))]
     fewest = min((lim["value"] for _l, lim, _w in limits), default=None)
     chosen = [item for item in limits if item[1]["value"] == fewest]
     return [label for label, _l, _w in chosen], [c for _l, lim, w in chosen for c in (lim, w)]
@@ -253,9 +260,10 @@ def wave_findings(values: Values) -> tuple[list[dict], dict]:
         return [], {}
     w = waves["value"]
     _names, per_sm = limiters(values)
-    shape = f" ({grid['value']:.0f} blocks on {sms['value']:.0f} SMs x {per_sm[0]['value']:.0f} " \
-        "blocks per SM)" if grid and sms and per_sm else ""
-    cites = [waves, grid, sms] + per_sm[:1]
+    fewest = per_sm[0] if per_sm else None
+    shape = f" ({grid['value']:.0f} blocks on {sms['value']:.0f} SMs x {fewest['value']:.0f} " \
+        "blocks per SM)" if grid and sms and fewest else ""
+    cites = [waves, grid, sms, fewest]
     if w < limit("small_grid_waves"):
         return [finding(f"grid too small: {w:.2f} waves{shape}, so SMs sit idle", cites,
                         "waves")], {"waves": w, "small_grid": True}
@@ -359,7 +367,7 @@ def step_conclusion(steps: list[dict]) -> dict:
     rule = next((r for r in CONCLUSION_RULES if r.when(facts)), None)
     if rule is None:
         return {**step(5, "conclusion", "Conclusion", [], steps[0]["missing"], {}), "label": None}
-    by_tag = {}
+    by_tag: dict[str | None, dict] = {}
     for f in (f for s in steps for f in s["findings"]):
         by_tag.setdefault(f["tag"], f)
     evidence = [by_tag[t] for t in rule.uses if t in by_tag]
@@ -407,6 +415,18 @@ def launch_values(run: RunData) -> tuple[dict, dict, dict]:
     return raw, sections, rules
 
 
+def carries_values(raw: dict[str, tuple]) -> bool:
+    """Whether one launch's metrics hold any value the profiler measured (`capture.ncu`'s
+    measure, the one the archive's notice and the diff's no_data use)."""
+    return any(value is not None and measured_metric(name) for name, (value, _u) in raw.items())
+
+
+def without_data(steps: list[dict]) -> list[dict]:
+    """The five steps of a kernel with no data: each says so, none concludes."""
+    return [{**s, "status": "no_data", "findings": [], "missing": [], "facts": {},
+             **({"label": None} if "label" in s else {})} for s in steps]
+
+
 def mean_values(per_launch: list[dict]) -> dict:
     """name -> (mean of the numeric values over launches, unit), or the first text."""
     out: dict = {}
@@ -437,13 +457,14 @@ def explain_run(run: RunData, kernel: str | None = None) -> dict:
     for group in groups:
         values = Values(mean_values([raw.get(launch, {}) for launch in group.launches]),
                         set().union(*(sections.get(launch, set()) for launch in group.launches)))
+        no_data = not any(carries_values(raw.get(launch, {})) for launch in group.launches)
         steps = explain_values(values)
+        steps = without_data(steps) if no_data else steps
         kernels.append({"name": group.name, "short_name": group.short_name,
                         "launches": len(group.launches), "duration": values.get("duration"),
-                        "conclusion": steps[-1]["label"], "steps": steps,
-                        "ncu_rules": rules.get(group.launches[0], [])})
-    gpu = run.record.gpu
+                        "conclusion": steps[-1]["label"], "steps": steps, "no_data": no_data,
+                        "ncu_rules": [] if no_data else rules.get(group.launches[0], [])})
     return {"run": run.id, "tool_version": run.record.tool_version,
-            "gpu": gpu.name if gpu is not None else None, "kernels": kernels,
+            "gpu": run.record.gpu_name, "kernels": kernels,
             "thresholds": {k: {"value": t.value, "unit": t.unit, "why": t.why}
                            for k, t in THRESHOLDS.items()}}

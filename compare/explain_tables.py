@@ -221,7 +221,8 @@ def _latency_with(key: str, test) -> Callable[[dict], bool]:
 
 CONCLUSION_RULES: list[ConclusionRule] = [
     ConclusionRule("memory-bound", "uncoalesced access",
-                   lambda f: _bound("memory")(f) and f.get("partial_sectors"), ("sol", "sectors"),
+                   lambda f: _bound("memory")(f) and bool(f.get("partial_sectors")),
+                   ("sol", "sectors"),
                    "Source Counters: uncoalesced global accesses by source line",
                    "coalesce: consecutive threads read consecutive addresses (structure of "
                    "arrays, transpose through shared memory)"),

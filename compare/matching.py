@@ -12,10 +12,12 @@ Names are compared by `match_key`: tools differ in the spaces they put in demang
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRichComparison
 
 Launch = tuple[int, int]  # (report_index, kernel_index)
 T = TypeVar("T")
@@ -28,34 +30,12 @@ def match_key(name: str) -> str:
     return _PUNCTUATION_SPACE.sub(r"\1", name.strip())
 
 
-def distinct_names(a: str, b: str, width: int = 30) -> tuple[str, str]:
-    """Two kernel names shortened so that they still differ: the beginning, then the text from
-    just before where they differ (`f<64>(int, P*)` and `f<64>(int, P*, int*)` have the same
-    short name and the same first 60 characters; cut at the end they would read the same)."""
-    if len(a) <= width and len(b) <= width:
-        return a, b
-    start = max(len(os.path.commonprefix([a, b])) - 8, 0)  # a little context before
-    head = a[:min(start, width // 3)]
-    elided = "…" if start > len(head) else ""
-    room = max(width - len(head) - len(elided), 9)
-    return tuple(head + elided + (n[start:] if len(n) - start <= room
-                                  else n[start:start + room - 1] + "…") for n in (a, b))
-
-
-def pairing_note(name_a: str, name_b: str, short_a: str | None = None,
-                 short_b: str | None = None) -> str:
-    """The note on two kernels paired by launch order, naming each so they can be told apart."""
-    labels = (short_a, short_b) if short_a and short_b and short_a != short_b else \
-        distinct_names(name_a, name_b)
-    return f"paired by launch order: {labels[0]} -> {labels[1]}"
-
-
-def pair_leftovers(left_a: list[T], left_b: list[T], first: Callable[[T], object]
+def pair_leftovers(left_a: list[T], left_b: list[T], first: Callable[[T], SupportsRichComparison]
                    ) -> tuple[list[tuple[T, T]], list[T], list[T]]:
     """Leftovers of name matching: paired by order of first launch when both sides have the
     same number (a renamed kernel), else all unpaired. Returns (pairs, only_a, only_b)."""
     if left_a and len(left_a) == len(left_b):
-        return list(zip(sorted(left_a, key=first), sorted(left_b, key=first))), [], []
+        return list(zip(sorted(left_a, key=first), sorted(left_b, key=first), strict=True)), [], []
     return [], left_a, left_b
 
 
@@ -84,17 +64,24 @@ class Match:
         return "only_a" if self.a else "only_b"
 
     @property
+    def group(self) -> KernelGroup:
+        """A's group, else B's: a match always has one."""
+        group = self.a or self.b
+        assert group is not None
+        return group
+
+    @property
     def name(self) -> str:
-        return (self.a or self.b).name
+        return self.group.name
 
     def pairs(self) -> list[tuple[Launch, Launch]]:
         """Launches paired in order; the longer side's extra launches stay unpaired."""
         if not (self.a and self.b):
             return []
-        return list(zip(self.a.launches, self.b.launches))
+        return list(zip(self.a.launches, self.b.launches, strict=False))
 
 
-def group_kernels(rows: list[dict]) -> list[KernelGroup]:
+def group_kernels(rows: list[dict[str, Any]]) -> list[KernelGroup]:
     """Group kernel rows (report_index, kernel_index, name, short_name, duration_ns)."""
     groups: dict[str, KernelGroup] = {}
     for row in sorted(rows, key=lambda r: (r["report_index"], r["kernel_index"])):
@@ -115,4 +102,4 @@ def match_kernels(groups_a: list[KernelGroup], groups_b: list[KernelGroup]) -> l
         [g for key, g in by_key_b.items() if key not in by_key_a], lambda g: g.launches[0])
     matches += [Match(a, b, "launch_order") for a, b in pairs]
     matches += [Match(a, None, None) for a in only_a] + [Match(None, b, None) for b in only_b]
-    return sorted(matches, key=lambda m: (m.a is None, (m.a or m.b).launches[0]))
+    return sorted(matches, key=lambda m: (m.a is None, m.group.launches[0]))

@@ -6,59 +6,71 @@ from A and new in B, in equal number, pair by order of first launch (a renamed k
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from triage.compare.matching import match_key, pair_leftovers, pairing_note
-from triage.compare.ncu_diff import relative_change, total_change
+from triage.compare.drift import CAUTION, compared
+from triage.compare.matching import match_key, pair_leftovers
+from triage.compare.result import (NVTX_RANGES, DriftItem, GpuChange, GpuTime, KernelDiff,
+                                   KernelSide, NsysDiff, SummaryChange, relative_change)
 from triage.compare.rundata import RunData
 
-# table -> (key columns, value columns, the time column that ranks the changes)
+Row = dict[str, Any]
+KERNEL_VALUES = ("instances", "total_ns", "avg_ns", "median_ns", "min_ns", "max_ns", "share")
+# summary -> (table, key columns, value columns); each ranks by the change of total_ns
 SUMMARY_DIFFS = {
-    "kernels": ("kernel_summary", ("name",),
-                ("instances", "total_ns", "avg_ns", "median_ns", "min_ns", "max_ns", "share"),
-                "total_ns"),
     "nvtx": ("nvtx_summary", ("domain", "text", "kind"),
-             ("instances", "total_ns", "avg_ns", "median_ns", "share"), "total_ns"),
-    "memops": ("memop_summary", ("op", "kind"),
-               ("count", "total_ns", "avg_ns", "total_bytes", "share"), "total_ns"),
-    "api": ("api_summary", ("api", "name"), ("calls", "total_ns", "avg_ns", "median_ns", "share"),
-            "total_ns"),
+             ("instances", "total_ns", "avg_ns", "median_ns", "share")),
+    "memops": ("memop_summary", ("op", "kind"), ("count", "total_ns", "avg_ns", "total_bytes",
+                                                 "share")),
+    "api": ("api_summary", ("api", "name"), ("calls", "total_ns", "avg_ns", "median_ns", "share")),
 }
 
 
-def _rows(run: RunData, table: str) -> list[dict]:
+def table_rows(run: RunData, table: str) -> list[Row]:
+    """A stored summary table's rows; none when the run has no such table."""
     data = run.table(table)
     return data.to_pylist() if data is not None else []
 
 
-def join_summaries(rows_a: list[dict], rows_b: list[dict], keys: tuple, values: tuple,
-                   time: str, key_of: Callable[[dict], tuple] | None = None) -> list[dict]:
-    """Entries keyed like the summaries, with both sides, change and rank by |delta time|.
+def join_summaries(rows_a: list[Row], rows_b: list[Row], keys: tuple[str, ...],
+                   values: tuple[str, ...],
+                   key_of: Callable[[Row], tuple[Any, ...]] | None = None) -> list[SummaryChange]:
+    """Entries keyed like the summaries, with both sides, change and rank by |delta total_ns|.
     `key_of` makes the key rows join on (the key columns themselves by default); an entry
     shows A's key columns, else B's."""
-    key_of = key_of or (lambda r: tuple(r[k] for k in keys))
-    index_a = {key_of(r): r for r in rows_a}
-    index_b = {key_of(r): r for r in rows_b}
+    join = key_of or (lambda r: tuple(r[k] for k in keys))
+    index_a = {join(r): r for r in rows_a}
+    index_b = {join(r): r for r in rows_b}
     entries = []
     for key in list(index_a) + [k for k in index_b if k not in index_a]:
         a, b = index_a.get(key), index_b.get(key)
-        side = lambda r: {v: r[v] for v in values} if r else None  # noqa: E731
-        delta = ((b or {}).get(time) or 0) - ((a or {}).get(time) or 0)
-        entries.append({**{k: (a or b)[k] for k in keys}, "a": side(a), "b": side(b),
-                        "change": "new" if not a else "vanished" if not b else "changed",
-                        "delta_ns": delta,
-                        "delta_pct": relative_change(a[time], b[time]) if a and b else None})
-    return sorted(entries, key=lambda e: -abs(e["delta_ns"] or 0))
+        shown = a if a is not None else b
+        assert shown is not None  # every key came from one side
+        entries.append(SummaryChange(
+            {k: shown[k] for k in keys}, _values(a, values), _values(b, values),
+            "new" if not a else "vanished" if not b else "changed",
+            _total(b) - _total(a),
+            relative_change(a["total_ns"], b["total_ns"]) if a and b else None))
+    return sorted(entries, key=lambda e: -abs(e.delta_ns))
 
 
-def gpu_time(run: RunData) -> dict:
+def _values(row: Row | None, values: tuple[str, ...]) -> dict[str, Any] | None:
+    return {v: row[v] for v in values} if row else None
+
+
+def _total(row: Row | None) -> float:
+    """A summary row's total time; 0 for a row the run does not have."""
+    return row["total_ns"] or 0 if row else 0
+
+
+def gpu_time(run: RunData) -> GpuTime:
     """Kernel time, idle gaps between kernels, and the largest gap."""
     gaps = run.table("gpu_gaps", columns=["gap_ns"])
     gap_values = gaps.column("gap_ns").to_pylist() if gaps is not None else []
-    kernels = _rows(run, "kernel_summary")
-    return {"kernel_ns": sum(r["total_ns"] or 0 for r in kernels),
-            "idle_ns": sum(gap_values), "gaps": len(gap_values),
-            "max_gap_ns": max(gap_values) if gap_values else 0}
+    kernels = table_rows(run, "kernel_summary")
+    return GpuTime(sum(r["total_ns"] or 0 for r in kernels), sum(gap_values), len(gap_values),
+                   max(gap_values) if gap_values else 0)
 
 
 def first_launches(run: RunData) -> dict[str, int]:
@@ -67,65 +79,68 @@ def first_launches(run: RunData) -> dict[str, int]:
     if table is None:
         return {}
     first = table.group_by("name").aggregate([("start_ns", "min")])
-    return dict(zip(first.column("name").to_pylist(), first.column("start_ns_min").to_pylist()))
+    return dict(zip(first.column("name").to_pylist(), first.column("start_ns_min").to_pylist(),
+                    strict=True))
 
 
-def pair_renamed(entries: list[dict], run_a: RunData, run_b: RunData) -> list[dict]:
+def pair_renamed(kernels: list[KernelDiff], run_a: RunData,
+                 run_b: RunData) -> list[KernelDiff]:
     """Kernels gone from A and new in B, in equal number, paired by first launch: one
-    before/after entry each (with `name_b`), as the ncu diff pairs them."""
-    gone = [e for e in entries if e["change"] == "vanished"]
-    new = [e for e in entries if e["change"] == "new"]
+    before/after kernel each (with `name_b`), as the ncu diff pairs them."""
+    gone = [k for k in kernels if k.match == "only_a"]
+    new = [k for k in kernels if k.match == "only_b"]
     if not gone or len(gone) != len(new):
-        return entries
+        return kernels
     first = {"a": first_launches(run_a), "b": first_launches(run_b)}
-    pairs, _, _ = pair_leftovers(gone, new, lambda e: first["a" if e["a"] else "b"].get(
-        e["name"], float("inf")))
-    paired = [{"name": a["name"], "name_b": b["name"], "a": a["a"], "b": b["b"],
-               "change": "changed", "matched_by": "launch_order",
-               "delta_ns": total_change(a["a"], b["b"]),
-               "delta_pct": relative_change(a["a"]["total_ns"], b["b"]["total_ns"])}
+    pairs, _, _ = pair_leftovers(gone, new, lambda k: first["a" if k.a else "b"].get(
+        k.name, float("inf")))
+    paired = [KernelDiff(a.name, "matched", "launch_order", a.a, b.b, name_b=b.name)
               for a, b in pairs]
-    kept = [e for e in entries if e["change"] == "changed"] + paired
-    return sorted(kept, key=lambda e: -abs(e["delta_ns"] or 0))
+    kept = [k for k in kernels if k.match == "matched"] + paired
+    return sorted(kept, key=lambda k: -k.time_changed)
 
 
-def diff_nsys(run_a: RunData, run_b: RunData) -> dict:
-    out = {name: join_summaries(_rows(run_a, table), _rows(run_b, table), keys, values, time,
-                                (lambda r: (match_key(r["name"]),)) if name == "kernels" else None)
-           for name, (table, keys, values, time) in SUMMARY_DIFFS.items()}
-    out["kernels"] = pair_renamed(out["kernels"], run_a, run_b)
-    gpu_a, gpu_b = gpu_time(run_a), gpu_time(run_b)
-    out["gpu"] = {"a": gpu_a, "b": gpu_b,
-                  "idle_delta_pct": relative_change(gpu_a["idle_ns"], gpu_b["idle_ns"]),
-                  "kernel_delta_pct": relative_change(gpu_a["kernel_ns"], gpu_b["kernel_ns"])}
-    return out
+def _side(summary: Mapping[str, Any] | None) -> KernelSide | None:
+    """A kernel_summary row as one side of a kernel."""
+    if not summary:
+        return None
+    return KernelSide(summary["avg_ns"], summary["total_ns"], summary["instances"],
+                      summary["median_ns"], summary["share"])
 
 
-def kernel_entries(ranking: list[dict]) -> list[dict]:
-    """The nsys kernel ranking in the common `kernels` shape of `diff --json`."""
-    def side(summary):
-        if not summary:
-            return None
-        return {"duration_ns": summary["avg_ns"], "total_ns": summary["total_ns"],
-                "launches": summary["instances"], "median_ns": summary["median_ns"],
-                "share": summary["share"]}
-
+def summary_kernels(rows_a: Sequence[Row], rows_b: Sequence[Row]) -> list[KernelDiff]:
+    """Two kernel rankings joined by match key: matched, only_a and only_b kernels, by
+    |time changed| (the nsys path, and the nsys side of a mixed pair)."""
+    joined = join_summaries(list(rows_a), list(rows_b), ("name",), KERNEL_VALUES,
+                            lambda r: (match_key(r["name"]),))
     match = {"new": "only_b", "vanished": "only_a", "changed": "matched"}
-    entries = []
-    for e in ranking:
-        a, b = side(e["a"]), side(e["b"])
-        entry = {"name": e["name"], "match": match[e["change"]],
-                 "matched_by": e.get("matched_by", "name") if e["change"] == "changed" else None,
-                 "a": a, "b": b,
-                 "delta_pct": relative_change(a["duration_ns"], b["duration_ns"])
-                 if a and b else None,
-                 "delta_total_ns": e["delta_ns"], "delta_total_pct": e["delta_pct"],
-                 # launch counts read like the ncu diff's, so a change in them is drift
-                 "launches": {"a": a["launches"] if a else None,
-                              "b": b["launches"] if b else None},
-                 "sections": [], "rules": {"only_a": [], "only_b": [], "both": []}, "notes": []}
-        if e.get("name_b"):
-            entry["name_b"] = e["name_b"]
-            entry["notes"].append(pairing_note(e["name"], e["name_b"]))
-        entries.append(entry)
-    return entries
+    return [KernelDiff(e.key["name"], match[e.change],
+                       "name" if e.change == "changed" else None, _side(e.a), _side(e.b))
+            for e in joined]
+
+
+def nvtx_range_names(run: RunData) -> tuple[str, ...] | None:
+    """The names of the NVTX ranges a run recorded, sorted; None where it has no NVTX summary
+    (not recorded, which is not the same as no ranges)."""
+    table = run.table("nvtx_summary", columns=["text"])
+    if table is None:
+        return None
+    return tuple(sorted({str(t) for t in table.column("text").to_pylist() if t is not None}))
+
+
+def nvtx_drift(run_a: RunData, run_b: RunData) -> DriftItem:
+    """The NVTX range set of two nsys runs compared: other ranges mean other phases ran (or
+    the program's annotation changed), and range timings then compare different things."""
+    return compared(NVTX_RANGES, nvtx_range_names(run_a), nvtx_range_names(run_b), CAUTION,
+                    "different NVTX range set: the program's phases or its annotation changed")
+
+
+def diff_nsys(run_a: RunData, run_b: RunData) -> tuple[list[KernelDiff], NsysDiff]:
+    """The kernel ranking (renamed kernels paired), and the summaries only nsys has."""
+    kernels = pair_renamed(summary_kernels(table_rows(run_a, "kernel_summary"),
+                                           table_rows(run_b, "kernel_summary")), run_a, run_b)
+    joined = {name: tuple(join_summaries(table_rows(run_a, table), table_rows(run_b, table),
+                                         keys, values))
+              for name, (table, keys, values) in SUMMARY_DIFFS.items()}
+    return kernels, NsysDiff(joined["nvtx"], joined["memops"], joined["api"],
+                             GpuChange(gpu_time(run_a), gpu_time(run_b)))

@@ -33,13 +33,14 @@ class RunData:
     def has(self, name: str) -> bool:
         return name in self.record.tables
 
-    def parquet(self, name: str) -> pq.ParquetFile | None:
+    def parquet(self, name: str, dictionary: tuple[str, ...] = ()) -> pq.ParquetFile | None:
+        """The stored table's file; `dictionary` columns read dictionary-encoded."""
         ref = self.record.tables.get(name)
         if ref is None:
             return None
         path = self.store.object_path(ref.sha256)
         try:
-            return pq.ParquetFile(path)
+            return pq.ParquetFile(path, read_dictionary=list(dictionary) or None)
         except (OSError, pa.ArrowInvalid) as exc:
             raise self._damaged(name, exc) from None
 
@@ -47,9 +48,10 @@ class RunData:
         return CorruptObject(f"run {self.id[:12]}: its {name} table is missing or damaged "
                              f"({str(exc).splitlines()[0][:80]}); `triage verify` checks the store")
 
-    def table(self, name: str, columns: list[str] | None = None) -> pa.Table | None:
+    def table(self, name: str, columns: list[str] | None = None,
+              dictionary: tuple[str, ...] = ()) -> pa.Table | None:
         """A stored table, or None if the run has none."""
-        source = self.parquet(name)
+        source = self.parquet(name, dictionary)
         if source is None:
             return None
         try:

@@ -23,7 +23,9 @@ from itertools import accumulate
 from triage.compare.rundata import RunData
 from triage.errors import UsageError
 
-SETTINGS = {
+# top's own numbers (rows listed, warm-up, what counts as typical), echoed under "settings"
+# in --json; not to be confused with the profiler settings a manifest records.
+PARAMETERS = {
     "shown": 10,            # kernels, NVTX ranges listed
     "gaps_shown": 5,        # largest idle gaps listed
     "copies_shown": 5,      # largest serialised copies listed
@@ -45,7 +47,7 @@ NO_PROGRAM = "<your program>"
 class Busy:
     """Merged [start, end) intervals with prefix sums of their lengths."""
 
-    def __init__(self, intervals):
+    def __init__(self, intervals) -> None:
         merged: list[list[int]] = []
         for start, end in sorted(intervals):
             if merged and start <= merged[-1][1]:
@@ -61,7 +63,7 @@ class Busy:
         return self.prefix[-1]
 
     def intervals(self) -> list[tuple[int, int]]:
-        return list(zip(self.starts, self.ends))
+        return list(zip(self.starts, self.ends, strict=True))
 
     def covered(self, a: int, b: int) -> int:
         """Busy time inside [a, b]."""
@@ -105,11 +107,11 @@ def ranking(summary: list[dict], shown: int) -> dict:
                      "cumulative": _share(running, total)})
     rest = rows[shown:]
     head = next((i + 1 for i, r in enumerate(rows)
-                 if (r["cumulative"] or 0) * 100 >= SETTINGS["tail_pct"]), len(rows))
+                 if (r["cumulative"] or 0) * 100 >= PARAMETERS["tail_pct"]), len(rows))
     return {"total_ns": total, "kernels": len(rows), "top": rows[:shown],
             "rest": {"kernels": len(rest), "total_ns": sum(r["total_ns"] or 0 for r in rest),
                      "share": _share(sum(r["total_ns"] or 0 for r in rest), total)},
-            "kernels_for_tail_pct": head, "tail_pct": SETTINGS["tail_pct"]}
+            "kernels_for_tail_pct": head, "tail_pct": PARAMETERS["tail_pct"]}
 
 
 # -- GPU busy / idle ---------------------------------------------------------------------------
@@ -125,14 +127,14 @@ GAP_CAUSES = ((r"Synchronize|StreamWait|EventQuery|StreamQuery", "synchronisatio
 
 def _covering(rows: list[dict], key: str, start: int, end: int) -> tuple[str | None, int, int]:
     """(the value of `key` covering most of [start, end], its time there, all rows' union)."""
-    cover: dict[str, int] = {}
+    cover: dict[str | None, int] = {}
     inside = [(max(r["start_ns"], start), min(r["end_ns"], end)) for r in rows
               if r["start_ns"] < end and r["end_ns"] > start]
     for r in rows:
         overlap = min(r["end_ns"], end) - max(r["start_ns"], start)
         if overlap > 0:
             cover[r[key]] = cover.get(r[key], 0) + overlap
-    top = max(cover, key=cover.get) if cover else None
+    top = max(cover, key=cover.__getitem__) if cover else None
     return top, cover.get(top, 0), Busy(inside).total
 
 
@@ -162,8 +164,9 @@ def gpu_time(run: RunData, busy: dict[int, Busy], copies: dict[int, Busy],
     gaps = _rows(run, "gpu_gaps") or [
         {"device_id": d, "start_ns": e, "end_ns": s, "gap_ns": s - e,
          "before_kernel": None, "after_kernel": None}
-        for d, b in busy.items() for (_s0, e), (s, _e1) in zip(b.intervals(), b.intervals()[1:])]
-    largest = sorted(gaps, key=lambda g: -g["gap_ns"])[:SETTINGS["gaps_shown"]]
+        for d, b in busy.items()
+        for (_s0, e), (s, _e1) in zip(b.intervals(), b.intervals()[1:], strict=False)]
+    largest = sorted(gaps, key=lambda g: -g["gap_ns"])[:PARAMETERS["gaps_shown"]]
     api = [c for c in _rows(run, "api_calls", ["name", "start_ns", "end_ns"])
            if any(c["start_ns"] < g["end_ns"] and c["end_ns"] > g["start_ns"] for g in largest)]
     return {"devices": devices, "gaps": len(gaps), "gap_ns": sum(g["gap_ns"] for g in gaps),
@@ -196,7 +199,7 @@ def serialised_copies(memops: list[dict], busy: dict[int, Busy]) -> dict:
             entry["serialised_ns"] += op["end_ns"] - op["start_ns"]
             entry["serialised_bytes"] += op["bytes"] or 0
             alone.append(op)
-    largest = sorted(alone, key=lambda o: o["start_ns"] - o["end_ns"])[:SETTINGS["copies_shown"]]
+    largest = sorted(alone, key=lambda o: o["start_ns"] - o["end_ns"])[:PARAMETERS["copies_shown"]]
     return {"kinds": sorted(by_kind.values(), key=lambda e: -e["exposed_ns"]),
             "largest": [{k: o[k] for k in ("kind", "bytes", "start_ns", "end_ns", "device_id",
                                            "stream_id")} for o in largest]}
@@ -230,7 +233,7 @@ def nvtx_gpu_time(ranges: list[dict], busy: dict[int, Busy]) -> list[dict]:
         entry["gpu_ns"] += sum(b.covered(r["start_ns"], r["end_ns"]) for b in busy.values())
     for entry in out.values():
         entry["gpu_share"] = _share(entry["gpu_ns"], entry["range_ns"])
-    return sorted(out.values(), key=lambda e: (-e["gpu_ns"], -e["range_ns"]))[:SETTINGS["shown"]]
+    return sorted(out.values(), key=lambda e: (-e["gpu_ns"], -e["range_ns"]))[:PARAMETERS["shown"]]
 
 
 # -- the ncu commands --------------------------------------------------------------------------
@@ -249,11 +252,11 @@ def function_name(name: str, short_name: str | None = None) -> str:
 def pick_launch(durations: list[float]) -> int:
     """Index of a typical launch after the warm-up: the first within typical_pct of the median,
     else the one closest to it."""
-    first = min(SETTINGS["warmup_launches"], len(durations) - 1)
+    first = min(PARAMETERS["warmup_launches"], len(durations) - 1)
     median = statistics.median(durations[first:])
     later = range(first, len(durations))
     typical = [i for i in later
-               if abs(durations[i] - median) <= median * SETTINGS["typical_pct"] / 100]
+               if abs(durations[i] - median) <= median * PARAMETERS["typical_pct"] / 100]
     return typical[0] if typical else min(later, key=lambda i: abs(durations[i] - median))
 
 
@@ -355,12 +358,12 @@ def top_run(run: RunData, k: int = 3) -> dict:
     argv = run.record.application_argv
     out = {"run": run.id, "tool_version": run.record.tool_version,
            "application": list(argv) if argv is not None else None,
-           "settings": dict(SETTINGS), "kernel_activity": bool(kernels)}
+           "settings": dict(PARAMETERS), "kernel_activity": bool(kernels)}
     if not kernels:
         return out | {"message": "no kernel activity recorded", "ranking": None,
                       "memops": _rows(run, "memop_summary"), "next": []}
     busy, copies = _by_device(kernels), _by_device(memops)
-    ranked = ranking(_rows(run, "kernel_summary"), max(k, SETTINGS["shown"]))
+    ranked = ranking(_rows(run, "kernel_summary"), max(k, PARAMETERS["shown"]))
     nvtx = _rows(run, "nvtx_ranges", ["text", "domain", "kind", "start_ns", "end_ns",
                                       "thread_id", "depth"])
     launcher = Launcher(_rows(run, "api_calls", ["correlation_id", "start_ns", "thread_id"])

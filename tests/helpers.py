@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,3 +44,16 @@ def typed(record: dict):
     from triage.archive.model import RunRecord
 
     return RunRecord.from_manifest(record["id"], record)
+
+
+def strings_in(value) -> Iterator[str]:
+    """Every string in a JSON-like value, keys included: where a planted secret could hide."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield str(k)
+            yield from strings_in(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from strings_in(v)

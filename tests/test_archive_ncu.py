@@ -97,7 +97,8 @@ def test_tables_hold_every_metric_section_and_rule(triage, corpus):
     run = triage.json("archive", path)[0]
     action = ncu_report.load_report(str(path)).range_by_idx(0).action_by_idx(0)
     counts = triage.json("query", "select (select count(*) from metrics where kernel_index = 0) m,"
-                         " (select count(distinct section_id) from sections where kernel_index=0) s,"
+                         " (select count(distinct section_id) from sections"
+                         "  where kernel_index = 0) s,"
                          " (select count(*) from rules where kernel_index = 0) r")[0]
     assert counts == {"m": len(action.metric_names()), "s": len(action.sections()),
                       "r": len(action.rule_results_as_dicts())}
@@ -129,3 +130,37 @@ def test_a_file_name_with_control_characters_stays_on_one_line(triage, tmp_path)
 def test_csv_writes_lists_as_json(triage):
     triage("archive", corpus_file(GEMM_NAIVE), "--label", "naive")
     assert triage("query", "select labels from runs", "--csv").stdout == 'labels\n"[""naive""]"\n'
+
+
+def test_a_column_added_to_a_table_shifts_no_data(monkeypatch):
+    """Readers name their columns: a column declared in the middle of a table (as a later
+    tables.json might) is null for a reader that does not fill it, and every other column
+    keeps its values."""
+    import copy
+
+    import pyarrow as pa
+
+    from triage.capture import ncu_results
+    from triage.capture.formats import prepare_report
+    from triage.schemas import tables as schema
+
+    monkeypatch.setattr(ncu_results, "IN_PROCESS_RESULTS", 10**9)
+
+    def kernels() -> pa.Table:
+        report = prepare_report(corpus_file("spymaster2h__spyinfer__report.ncu-rep"))
+        try:
+            return pa.concat_tables([t for name, t in report.batches(0) if name == "kernels"])
+        finally:
+            report.close()
+
+    before = kernels()
+    specs = copy.deepcopy(schema.table_specs())
+    specs["tables"]["kernels"]["columns"].insert(2, ["added", "string", "a later column"])
+    monkeypatch.setattr(schema, "table_specs", lambda: specs)
+    schema.arrow_schema.cache_clear()
+    try:
+        after = kernels()
+    finally:
+        schema.arrow_schema.cache_clear()
+    assert after.column_names[2] == "added" and after["added"].null_count == after.num_rows
+    assert after.drop_columns(["added"]).equals(before)

@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 import os
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 from helpers import corpus_file
 from triage.archive import bundle
+from triage.archive.store import canonical_json
 
 SMALL = "LakshyaSingh354__CudaCode__report.ncu-rep"
 OTHER = "Lashi0812__CudaProgramming__simpleSOA.ncu-rep"
@@ -183,6 +185,84 @@ def drop_object(items):
     return items[:index] + items[index + 1:]
 
 
+def rewrite_run(items, manifest=None, notes=None):
+    """A hostile bundle made from a real export: the second run's manifest and/or annotations
+    replaced by code (`manifest`/`notes` map the parsed document, or return raw bytes). A run id
+    is the sha256 of its manifest, so the manifest is renamed to its new hash and bundle.json,
+    the annotations and the labels follow it: only the schema can refuse what results."""
+    doc = json.loads(items[0][1])
+    old = doc["runs"][-1]
+    data = {m.name: d for m, d in items}
+    body = data[f"runs/{old}.json"]
+    if manifest is not None:
+        body = manifest(json.loads(body))
+        body = body if isinstance(body, bytes) else canonical_json(body)
+    new = hashlib.sha256(body).hexdigest()
+    note = data[f"annotations/{old}.json"]
+    if notes is not None:
+        note = notes(json.loads(note))
+        note = note if isinstance(note, bytes) else canonical_json(note)
+    doc["runs"][-1] = new
+    doc["labels"] = {k: (new if v == old else v) for k, v in doc.get("labels", {}).items()}
+    renamed = {f"runs/{old}.json": (f"runs/{new}.json", body),
+               f"annotations/{old}.json": (f"annotations/{new}.json", note),
+               "bundle.json": ("bundle.json", canonical_json(doc))}
+    return [regular(*renamed[m.name]) if m.name in renamed else (m, d) for m, d in items]
+
+
+def with_field(path: str, value):
+    """A manifest change: set one (dotted; [0] for a list's first item) field."""
+    def change(manifest: dict) -> dict:
+        *parents, last = path.split(".")
+        node = manifest
+        for part in parents:
+            node = node[0] if part == "[0]" else node[part]
+        node[int(last[1:-1]) if last.startswith("[") else last] = value
+        return manifest
+    return change
+
+
+def table_is_the_report(manifest: dict) -> dict:
+    """kernel_summary pointed at the run's report: hash-valid, in the bundle, not a table."""
+    manifest["tables"]["kernel_summary"]["sha256"] = manifest["reports"][0]["sha256"]
+    return manifest
+
+
+def duplicate_object(items):
+    """An object member again, with other bytes: import used to keep the first silently."""
+    index = next(i for i, (m, _d) in enumerate(items) if m.name.startswith("objects/"))
+    info, data = items[index]
+    return items[:index + 1] + [regular(info.name, data[:-1] + b"\0")] + items[index + 1:]
+
+
+HOSTILE = {  # hash-valid bundles that used to break import and then every reader of the store
+    "notes-string": (lambda i: rewrite_run(i, notes=lambda _n: {"notes": "x"}),
+                     "does not match its schema"),
+    "notes-number": (lambda i: rewrite_run(i, notes=lambda _n: {"notes": [1]}),
+                     "does not match its schema"),
+    "archived-number": (lambda i: rewrite_run(i, notes=lambda _n: {"archived": 5}),
+                        "(archived: expected string, got integer)"),
+    "notes-deep": (lambda i: rewrite_run(i, notes=lambda _n: b"[" * 200_000),
+                   "nested more than 64 levels deep"),
+    "environment-string": (lambda i: rewrite_run(i, with_field("environment", "x")),
+                           "(environment: expected object, got string)"),
+    "kernels-string": (lambda i: rewrite_run(i, with_field("kernels", "many")),
+                       "(kernels: expected integer, got string)"),
+    "kernels-huge": (lambda i: rewrite_run(i, with_field("kernels", 1 << 70)),
+                     "(kernels: expected integer, got an integer beyond 64 bits)"),
+    "report-name-number": (lambda i: rewrite_run(i, with_field("reports.[0].name", 5)),
+                           "(reports[0].name: expected string, got integer)"),
+    "version-string": (lambda i: rewrite_run(i, with_field("schema_version", "1")),
+                       "(schema_version: must be 1)"),
+    "kernels-nan": (lambda i: rewrite_run(i, lambda m: canonical_json(m).replace(
+        b'"kernels":%d' % m["kernels"], b'"kernels":NaN')), "NaN is not a JSON number"),
+    "manifest-deep": (lambda i: rewrite_run(i, lambda _m: b"[" * 200_000),
+                      "nested more than 64 levels deep"),
+    "table-is-a-report": (lambda i: rewrite_run(i, table_is_the_report),
+                          "table kernel_summary of run"),
+    "duplicate-object": (duplicate_object, "appears twice"),
+}
+
 OBJ = "objects/ab/" + "c" * 62
 TAMPERED = {
     "dotdot": (lambda items: items[:1] + [regular("objects/../../escaped", b"x")] + items[1:],
@@ -208,6 +288,7 @@ TAMPERED = {
     "manifest-hash": (flip_manifest, "does not match its id"),
     "missing-object": (drop_object, "the bundle lacks the"),
     "missing-manifest": (lambda items: items[:-1], "lists 2 runs but the bundle holds 1"),
+    **HOSTILE,
 }
 
 
@@ -240,3 +321,160 @@ def test_import_refuses_what_is_not_a_bundle(triage, exported, tmp_path, monkeyp
     assert listing(store) == before
     assert triage("import", tmp_path, expect=1).stderr.endswith("not a regular file; pass a "
                                                                  "bundle from `triage export`\n")
+
+
+# -- a store is never bricked, never deleted ---------------------------------------------------
+
+
+def test_readers_survive_bad_records_in_the_store(triage, exported):
+    """A store that an older import left with hash-valid but odd manifests and bad notes (as
+    issue 15 found them): the other runs still list, show and query; verify names each."""
+    store = exported["source"]
+    first, second = exported["ids"]
+    odd = json.loads((store / "runs" / f"{second}.json").read_bytes())
+    odd["kernels"] = "many"
+    odd["reports"][0]["sha256"] = 5  # verify must not try to open object "5"
+    data = canonical_json(odd)
+    odd_id = hashlib.sha256(data).hexdigest()
+    (store / "runs" / f"{odd_id}.json").write_bytes(data)
+    deep = b"[" * 200_000
+    deep_id = hashlib.sha256(deep).hexdigest()
+    (store / "runs" / f"{deep_id}.json").write_bytes(deep)
+    notes = store / "annotations" / f"{second}.json"
+    os.chmod(notes, 0o644)
+    notes.write_bytes(b'{"notes":"x"}')
+    assert [r["id"] for r in triage.json("ls")] == [first, second]
+    assert triage.json("show", second)["notes"] == []
+    assert triage.json("query", "select count(*) n from kernels")[0]["n"] > 0
+    refused = triage("show", odd_id, expect=1).stderr
+    assert "is not a valid manifest (kernels: expected integer, got string)" in refused
+    assert refused.count("\n") == 1
+    report = triage("verify", "--json", expect=1)
+    errors = {e["path"]: e["detail"] for e in json.loads(report.stdout)["errors"]}
+    assert set(errors) == {f"runs/{odd_id}.json", f"runs/{deep_id}.json",
+                           f"annotations/{second}.json"}
+    assert "kernels: expected integer" in errors[f"runs/{odd_id}.json"]
+
+
+def refused_bundle(exported, tmp_path: Path) -> Path:
+    return write_tar(tmp_path / "refused.tar", drop_object(members(exported["path"])))
+
+
+def test_a_refused_import_never_deletes_a_run_archived_meanwhile(triage, exported, tmp_path,
+                                                                 monkeypatch):
+    """The store path did not exist; while the import checks its bundle, another process
+    archives a report there. Refusing the bundle must leave that run alone (it used to rmtree
+    the whole store, 4 times in 4)."""
+    store = use_store(monkeypatch, tmp_path / "new-store")
+    check_complete = bundle._check_complete
+
+    def archive_meanwhile(*args):
+        subprocess.run([sys.executable, "-m", "triage", "archive", str(corpus_file(OTHER))],
+                       env={**os.environ, "TRIAGE_STORE": str(store)}, check=True,
+                       capture_output=True)
+        return check_complete(*args)
+
+    monkeypatch.setattr(bundle, "_check_complete", archive_meanwhile)
+    assert "the bundle lacks the" in triage("import", refused_bundle(exported, tmp_path),
+                                            expect=1).stderr
+    assert [r["id"] for r in triage.json("ls")] == [exported["ids"][1]]
+    assert triage.json("verify")["ok"] is True
+
+
+def test_a_refused_import_keeps_the_users_empty_store_folder(triage, exported, tmp_path,
+                                                             monkeypatch):
+    folder = use_store(monkeypatch, tmp_path / "my-store")
+    folder.mkdir()
+    triage("import", refused_bundle(exported, tmp_path), expect=1)
+    assert folder.is_dir() and not list((folder / "objects").rglob("*"))
+    assert triage.json("ls") == []
+
+
+def test_a_label_clash_is_refused_before_anything_is_written(triage, exported, tmp_path,
+                                                             monkeypatch):
+    store = use_store(monkeypatch, tmp_path / "colleague")
+    triage("archive", corpus_file("Lashi0812__CudaProgramming__simpleAOS.ncu-rep"),
+           "--label", "baseline/old")
+    before = listing(store)
+    result = triage("import", exported["path"], "--labels", expect=2)
+    assert result.stderr.endswith("label 'baseline' clashes with label 'baseline/old' (one "
+                                  "would be a folder of the other); import without --labels\n")
+    assert listing(store) == before
+
+
+def test_labels_that_clash_inside_one_bundle_are_refused_whole(triage, exported, tmp_path,
+                                                               monkeypatch):
+    items = members(exported["path"])
+    doc = json.loads(items[0][1])
+    doc["labels"] = {"team": exported["ids"][0], "team/a": exported["ids"][1]}
+    bad = write_tar(tmp_path / "clash.tar", [regular("bundle.json", canonical_json(doc)),
+                                             *items[1:]])
+    store = use_store(monkeypatch, tmp_path / "colleague")
+    triage("archive", corpus_file("Lashi0812__CudaProgramming__simpleAOS.ncu-rep"))
+    before = listing(store)
+    assert "label 'team' clashes with label 'team/a'" in triage("import", bad, "--labels",
+                                                                expect=2).stderr
+    assert listing(store) == before
+
+
+def test_a_clash_never_names_a_temp_file_as_a_label(triage, store_dir):
+    run_id = triage.json("archive", corpus_file(SMALL))[0]["id"]
+    being_written = store_dir / "labels" / "team" / ".tmp-abc123"  # `label RUN team/x` midway
+    being_written.parent.mkdir(parents=True)
+    being_written.write_text(run_id + "\n")
+    result = triage("label", run_id, "team", expect=2)
+    assert "clashes with label 'team' " in result.stderr and ".tmp-" not in result.stderr
+
+
+def test_a_decompression_bomb_is_refused_before_it_is_written(triage, exported, tmp_path,
+                                                              monkeypatch):
+    """A real export plus one 100 MiB object of zeros, gzipped to about 100 kB: more than a
+    bundle may expand to (100 times its size, at least 64 MiB). It used to be written whole."""
+    size = 100 << 20
+    digest = hashlib.sha256(bytes(size)).hexdigest()
+    items = members(exported["path"])
+    bomb = tmp_path / "bomb.tar.gz"
+    with tarfile.open(bomb, "w:gz", format=tarfile.PAX_FORMAT, compresslevel=1) as tar:
+        for info, data in items[:1]:
+            tar.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo(f"objects/{digest[:2]}/{digest[2:]}")
+        info.size = size
+        tar.addfile(info, io.BytesIO(bytes(size)))
+        for info, data in items[1:]:
+            tar.addfile(info, io.BytesIO(data))
+    assert bomb.stat().st_size < 1 << 20
+    store = use_store(monkeypatch, tmp_path / "colleague")
+    triage("archive", corpus_file("Lashi0812__CudaProgramming__simpleAOS.ncu-rep"))
+    before = listing(store)
+    written = []
+    monkeypatch.setattr(bundle, "_stage_object", lambda *a: written.append(a) or 1 / 0)
+    result = triage("import", bomb, expect=1)
+    assert f"expands past {bundle.EXPANSION_FLOOR:,} bytes at member objects/" in result.stderr
+    assert written == [] and listing(store) == before
+
+
+def test_a_member_longer_than_declared_is_refused():
+    capped = bundle._Capped(io.BytesIO(b"x" * 10), Path("b.tar"), "runs/x.json", 4)
+    with pytest.raises(bundle.TriageError, match="holds more bytes than its header declares"):
+        capped.read()
+
+
+def test_runs_added_counts_only_what_this_import_added(triage, exported, tmp_path, monkeypatch):
+    """Another import of the same bundle finishes while this one publishes its objects: each
+    run is added once, by the other one."""
+    store = use_store(monkeypatch, tmp_path / "colleague")
+    adopt_temp, others = bundle.Store.adopt_temp, []
+
+    def import_meanwhile(self, temp):
+        if not others:
+            others.append(subprocess.run(
+                [sys.executable, "-m", "triage", "import", str(exported["path"]), "--json"],
+                env={**os.environ, "TRIAGE_STORE": str(store)}, check=True,
+                capture_output=True, text=True))
+        return adopt_temp(self, temp)
+
+    monkeypatch.setattr(bundle.Store, "adopt_temp", import_meanwhile)
+    result = triage.json("import", exported["path"])
+    assert json.loads(others[0].stdout)["runs_added"] == exported["ids"]
+    assert result["runs_added"] == [] and result["runs_present"] == exported["ids"]
+    assert triage.json("verify")["ok"] is True

@@ -115,6 +115,17 @@ def test_rank_reports_are_found_and_tagged(tmp_path):
         ("prof.0.ncu-rep", 0), ("prof.1.ncu-rep", 1), ("prof.3.ncu-rep", 3)]
 
 
+def test_rank_in_a_report_name_is_read_like_rank_of(tmp_path):
+    """Under `srun torchrun` a name can hold the task (SLURM_PROCID) and the worker (RANK): the
+    report is the worker's, as `machine.rank_of` says of the process itself."""
+    (tmp_path / "prof.1.6.ncu-rep").write_bytes(b"x")
+    (tmp_path / "local.2.ncu-rep").write_bytes(b"x")
+    both = parse_command(["ncu", "-o", "prof.%q{SLURM_PROCID}.%q{RANK}", "./app"])
+    local = parse_command(["ncu", "-o", "local.%q{LOCAL_RANK}", "./app"])
+    assert [f.rank for f in expected_reports(both, tmp_path, since=0)] == [6]
+    assert [f.rank for f in expected_reports(local, tmp_path, since=0)] == [2]
+
+
 def test_env_with_and_without_tools(triage, monkeypatch, tmp_path):
     report = triage.json("env")
     assert {"machine", "tools", "checklist"} <= set(report)

@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from helpers import corpus_file, typed
-from triage.compare.drift import DRIFT_RULES, grade, verdict
+from triage.compare.drift import DRIFT_RULES, SEVERITY_ORDER, grade, verdict
 
 GEMM = ("LakshyaSingh354__CudaCode__gemm_naive.ncu-rep",
         "LakshyaSingh354__CudaCode__gemm_global_mem_coalesce.ncu-rep")
@@ -29,14 +29,20 @@ def drift_fields(diff: dict, severity: str) -> set[str]:
     return {d["field"] for d in diff["drift"] if d["severity"] == severity}
 
 
-def test_gemm_pair_is_comparable_and_faster(triage):
+def test_gemm_pair_is_another_program_and_faster(triage):
+    """build/naive.out then build/global_coal.out: the workload changed, so only with care."""
     a, b = archived(triage, *GEMM)
     diff = triage.json("diff", a, b)
     assert diff["a"] == a and diff["b"] == b
-    assert diff["verdict"] == "comparable"
-    assert not drift_fields(diff, "invalidates") and not drift_fields(diff, "caution")
+    assert diff["verdict"] == "caution"
+    assert not drift_fields(diff, "invalidates")
+    assert drift_fields(diff, "caution") == {"workload.program"}
     kernel = diff["kernels"][0]
     assert kernel["match"] == "matched" and kernel["matched_by"] == "launch_order"
+    # codes in --json (whole names beside them); the views word the note
+    assert kernel["notes"] == ["kernels.renamed"] and kernel["name_b"].startswith("sgemm_global")
+    assert "note: paired by launch order: naive_gemm -> sgemm_global_mem_coalesce" in \
+        triage("diff", a, b).stdout
     assert kernel["b"]["duration_ns"] < kernel["a"]["duration_ns"]
     assert kernel["delta_pct"] < 0
     sol = next(s for s in kernel["sections"] if s["section"] == "SpeedOfLight")
@@ -113,7 +119,7 @@ def test_filters_and_text_output(triage):
     statuses = {m["status"] for s in everything["kernels"][0]["sections"] for m in s["metrics"]}
     assert "unchanged" in statuses
     text = triage("diff", a, b).stdout
-    assert text.splitlines()[2] == "VERDICT: comparable"
+    assert text.splitlines()[2].startswith("VERDICT: CAUTION")
     assert max(len(line) for line in text.splitlines()) <= 100
     assert "no kernel" in triage("diff", a, b, "--kernel", "no_such_kernel", expect=1).stderr
 
@@ -128,8 +134,10 @@ def _record(triage) -> dict:
     return triage.json("show", archived(triage, GEMM[0])[0])
 
 
-NCU_RULES = [r for r in DRIFT_RULES  # the nsys-only fields: tests/test_diff_nsys.py
-             if r.field not in ("settings.trace", "environment.working_directory")]
+NCU_RULES = [r for r in DRIFT_RULES  # the nsys-only fields: tests/test_diff_nsys.py; git facts
+             # come from captures: tests/test_workload_drift.py
+             if r.field not in ("settings.trace", "environment.working_directory", "git.commit",
+                                "git.dirty")]
 
 
 @pytest.mark.parametrize("rule", NCU_RULES, ids=lambda r: r.field)
@@ -140,13 +148,14 @@ def test_grading_table_on_every_field(triage, rule):
     value = rule.read(typed(record_a))
     changed = _change_field(record_b, rule.field, value)
     assert changed, f"{rule.field}: not set in the gemm report"
-    item = next(i for i in grade(typed(record_a), typed(record_b)) if i["field"] == rule.field)
-    assert item["state"] == "different" and item["severity"] == rule.severity
+    item = next(i for i in grade(typed(record_a), typed(record_b)) if i.field == rule.field)
+    assert item.state == "different" and item.severity == rule.severity
+    assert item.code == rule.field
     assert verdict([item]) == {"invalidates": "invalid", "caution": "caution"}.get(
         rule.severity, "comparable")
     unknown = copy.deepcopy(record_a)
     _change_field(unknown, rule.field, value, to_none=True)
-    states = {i["field"]: i["state"] for i in grade(typed(record_a), typed(unknown))}
+    states = {i.field: i.state for i in grade(typed(record_a), typed(unknown))}
     assert states.get(rule.field, "unknown") == "unknown"
 
 
@@ -155,7 +164,9 @@ def _change_field(record: dict, field: str, value, to_none: bool = False) -> boo
     env = record.setdefault("environment", {})
     gpu = env["gpus"][0]
     new = None if to_none else f"{value}-changed" if isinstance(value, str) else \
+        value + ("changed",) if isinstance(value, tuple) else \
         (not value if isinstance(value, bool) else (value or 0) + 1)
+    application = record.get("application") or {}
     setters = {
         "gpu.name": lambda: gpu.__setitem__("name", new),
         "gpu.sm_count": lambda: gpu.__setitem__("sm_count", new),
@@ -174,6 +185,11 @@ def _change_field(record: dict, field: str, value, to_none: bool = False) -> boo
         "host.name": lambda: env["host"].__setitem__("name", new),
         "environment.working_directory": lambda: env.__setitem__("working_directory", new),
         "command": lambda: record.__setitem__("command", new),
+        # the application as the report recorded it; unknown when no command says it either
+        "workload.program": lambda: record.update(application=None, command=None) if to_none
+        else application["argv"].__setitem__(0, new),
+        "workload.arguments": lambda: record.update(application=None, command=None) if to_none
+        else application.__setitem__("argv", application["argv"][:1] + list(new)),
     }
     if field.startswith("settings."):
         key = field.split(".", 1)[1]
@@ -227,7 +243,9 @@ def test_kernel_filter_does_not_change_the_verdict(triage):
     triage("diff", a, b, "--strict=caution", expect=3)
     diff = triage.json("diff", a, b, "--kernel", "Reduce2")
     assert [k["name"] for k in diff["kernels"]] == ["simpleReduce2(float *, float *, int)"]
-    assert diff["verdict"] == "caution" and drift_fields(diff, "caution") == {"kernels.set"}
+    # report3 ran `a.out 1000000000`, report2 `a.out`: another workload size
+    assert diff["verdict"] == "caution"
+    assert drift_fields(diff, "caution") == {"kernels.set", "workload.arguments"}
     triage("diff", a, b, "--kernel", "Reduce2", "--strict=caution", expect=3)
 
 
@@ -245,6 +263,7 @@ def test_a_run_against_itself_says_so(triage):
     (a,) = archived(triage, GEMM[0])
     diff = triage.json("diff", a, a[:12])
     assert diff["verdict"] == "comparable"
+    # not even what neither run recorded: a run is the same as itself
     assert [(i["field"], i["severity"]) for i in diff["drift"]] == [("run", "info")]
     assert "A and B are the same run" in triage("diff", a, a).stdout
 
@@ -267,5 +286,26 @@ def test_ncu_names_that_differ_only_in_spacing_match_by_name(triage, store_dir, 
 
     monkeypatch.setattr(ncu_diff, "kernel_rows", old_spacing)
     kernels, _drift = ncu_diff.diff_ncu(a, b, ncu_diff.DiffOptions())
-    assert [(k["matched_by"], k.get("name_b"), k["notes"]) for k in kernels] == [
-        ("name", None, [])]
+    assert [(k.matched_by, k.name_b, k.notes) for k in kernels] == [("name", None, ())]
+
+
+def test_every_view_lists_drift_in_one_order(triage):
+    """One severity order (compare/drift.py): the terminal listed info before unknown while the
+    report listed unknown first; an unknown clock matters more than another host name."""
+    a, b = archived(triage, "shortstheory__cuda-experiments__reduce_report2.ncu-rep", GEMM[0])
+    labels = {"INVALIDATES", "caution", "section", "unknown", "info"}
+    text = triage("diff", a, b).stdout.split("\nkernels")[0]
+    # fields unknown in both runs are one row: named by their first field here
+    text_fields = [line.split(": ")[1].split(",")[0] if "not recorded in either run:" in line
+                   else line.split()[1] for line in text.splitlines()
+                   if line.startswith("  ") and line.split()[0] in labels]
+    markdown = triage("diff", a, b, "--format", "md").stdout
+    md_fields = [cells[2].strip().strip("`").split(",")[0] for cells in
+                 (line.split("|") for line in markdown.splitlines())
+                 if len(cells) > 3 and cells[2].strip().startswith("`")
+                 and cells[1].strip() in labels | {"🛑 **INVALIDATES**", "⚠️ caution"}]
+    assert text_fields == md_fields and len(text_fields) >= 4
+    severity = {i["field"]: i["severity"] for i in triage.json("diff", a, b)["drift"]}
+    order = [severity[f] for f in text_fields]
+    assert order.index("unknown") < order.index("info")
+    assert order == sorted(order, key=list(SEVERITY_ORDER).index)

@@ -26,15 +26,19 @@ def test_yandong_pair_ranks_kernels_by_time_changed(triage):
     assert diff["verdict"] == "caution"
     # 124 -> 70 launches of gemv2T...: the same caution an ncu pair gets; the renamed
     # UpdateParameter<64> is named as info
-    assert [(d["field"], d["severity"]) for d in diff["drift"]] == [
+    found = [d for d in diff["drift"] if d["state"] != "unrecorded"]
+    assert [(d["field"], d["severity"]) for d in found] == [
         ("kernels.launches", "caution"), ("kernels.renamed", "info")]
-    assert "gemv2T_kernel_val" in diff["drift"][0]["why"]
-    assert "cudaprocess::UpdateParam…" in diff["drift"][1]["why"]
-    ranking = diff["nsys"]["kernels"]
-    deltas = [abs(e["delta_ns"]) for e in ranking]
-    assert deltas == sorted(deltas, reverse=True)
+    assert "gemv2T_kernel_val" in found[0]["why"]
+    renamed = found[1]  # whole names in --json; the text view clips them
+    assert renamed["kernels"]["a"][0].startswith("void cudaprocess::UpdateParameter<64>(")
+    assert renamed["kernels"]["a"][0] in renamed["why"] and "…" not in renamed["why"]
+    assert "cudaprocess::UpdateParam…" in " ".join(triage("diff", a, b).stdout.split())
+    ranking = diff["kernels"]  # the one ranking (format 1 repeated it as nsys.kernels)
+    deltas = [abs(e["delta_total_ns"]) for e in ranking]
+    assert deltas == sorted(deltas, reverse=True) and "kernels" not in diff["nsys"]
     assert ranking[0]["name"].startswith("void cudaprocess::UpdateVecParamBasedClusterData<64>")
-    assert {e["change"] for e in ranking} == {"changed"}
+    assert {e["match"] for e in ranking} == {"matched"}
     assert {(e["op"], e["kind"]) for e in diff["nsys"]["memops"]} >= {("memcpy", "HtoD"),
                                                                       ("memcpy", "DtoH")}
     assert diff["nsys"]["gpu"]["a"]["idle_ns"] > 0 and diff["nsys"]["api"]
@@ -52,7 +56,8 @@ def test_yandong_renamed_kernel_pairs_by_launch_order(triage):
     kernel = next(k for k in diff["kernels"] if "UpdateParameter<64>" in k["name"])
     assert kernel["match"] == "matched" and kernel["matched_by"] == "launch_order"
     assert kernel["name"].endswith("<192>*)") and kernel["name_b"].endswith("<192>*, int*, float*)")
-    assert kernel["launches"] == {"a": 60, "b": 33}
+    assert kernel["launches"] == {"a": 60, "b": 33, "paired": None}
+    assert (kernel["a"]["launches"], kernel["b"]["launches"]) == (60, 33)
     assert not [k for k in diff["kernels"] if k["match"] != "matched"]
     text = triage("diff", a, b).stdout
     assert "paired by launch order: void cudap…ta<192>*) -> void cudap…ta<192>*, int*" in text
@@ -98,7 +103,10 @@ def test_test_cuda_exports_are_comparable(triage):
     a, b = archived(triage, "0x822a5b87__test-cuda__report1.sqlite",
                     "0x822a5b87__test-cuda__report2.sqlite")
     diff = triage.json("diff", a, b)
-    assert diff["verdict"] == "comparable" and diff["drift"] == []
+    # exports carry no command or git state: listed as not recorded, never as the same
+    assert diff["verdict"] == "comparable"
+    assert {(d["state"], d["severity"]) for d in diff["drift"]} == {("unrecorded", "unknown")}
+    assert {"command", "git.commit"} <= {d["field"] for d in diff["drift"]}
     kernel = diff["kernels"][0]
     assert kernel["name"].startswith("add_parallel") and kernel["a"]["launches"] == 4
 
@@ -139,8 +147,8 @@ def test_grading_of_nsys_fields_on_real_records(triage, rule):
         record_b["settings"]["trace"] = "cuda"
     else:
         record_b["environment"]["working_directory"] = "/elsewhere"
-    item = next(i for i in grade(typed(record_a), typed(record_b)) if i["field"] == rule.field)
-    assert item["severity"] == rule.severity and item["a"] != item["b"]
+    item = next(i for i in grade(typed(record_a), typed(record_b)) if i.field == rule.field)
+    assert item.severity == rule.severity and item.a != item.b
 
 
 def test_kernel_filter_narrows_nsys_and_mixed_diffs_not_their_verdict(triage):

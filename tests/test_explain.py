@@ -28,7 +28,7 @@ def ncu_store(tmp_path_factory, corpus):
     path = tmp_path_factory.mktemp("explain") / "store"
     files = [str(corpus / row["file"]) for row in NCU_ROWS]
     results = archive_files(path, files)
-    return path, {f.rsplit("/", 1)[-1]: r.id for f, r in zip(files, results)}
+    return path, {f.rsplit("/", 1)[-1]: r.id for f, r in zip(files, results, strict=True)}
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +70,8 @@ def test_every_report_walks_the_five_steps(triage, ncu_store, row):
             if step["status"] == "concluded":
                 for finding in step["findings"]:
                     check_cites(finding, metrics)
+            elif kernel["no_data"]:  # the profiler collected nothing: no section is to blame
+                assert step["status"] == "no_data" and not step["missing"], step
             else:
                 assert step["status"] == "not_collected" and step["missing"], step
                 assert all("section" in m["why"] and m["section"] for m in step["missing"])
@@ -77,7 +79,8 @@ def test_every_report_walks_the_five_steps(triage, ncu_store, row):
         assert kernel["conclusion"] in explain_tables.LABELS + (None,)
         # a conclusion exists exactly when step 1 (the throughputs) was collected
         assert (kernel["conclusion"] is None) == (kernel["steps"][0]["status"] != "concluded")
-        assert conclusion["status"] == ("concluded" if kernel["conclusion"] else "not_collected")
+        assert conclusion["status"] == ("concluded" if kernel["conclusion"] else
+                                        "no_data" if kernel["no_data"] else "not_collected")
     text = triage("explain", runs[name], "--store", path).stdout
     assert "1. Compute vs memory throughput" in text and "5. Conclusion" in text
 
@@ -182,12 +185,13 @@ def test_diff_carries_the_conclusions_of_explain(ncu_store):
     store = Store.open(path)
     a = runs["armleth__cuda-mlp-inference__mlp_v1.ncu-rep"]
     b = runs["armleth__cuda-mlp-inference__mlp_v4_8_per_thread.ncu-rep"]
-    result = diff_runs(store, a, b)
+    diff = diff_runs(store, a, b)
+    result = diff.to_json()
     assert result["kernels"][0]["conclusion"]["a"] == explain.explain_run(
         RunData(store, a))["kernels"][0]["conclusion"]
     matched = [k for k in result["kernels"] if k["match"] == "matched"]
     assert matched and matched[0]["conclusion"] == {"a": "memory-bound", "b": "latency-bound"}
     from triage.diffview import render_diff
 
-    assert "conclusion: memory-bound -> latency-bound" in render_diff(result)
-    json.dumps(result)  # still plain data
+    assert "conclusion: memory-bound -> latency-bound" in render_diff(diff)
+    json.dumps(result)  # plain data

@@ -11,13 +11,14 @@ default 300) and derandomized, so CI runs the same examples every time.
 from __future__ import annotations
 
 import os
+import random
 import signal
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import corpus_file
+from helpers import CORPUS, corpus_file
 from triage.capture.ncu_file import MAGIC as NCU_MAGIC
 from triage.capture.ncu_file import read_ncu_file
 from triage.errors import TriageError
@@ -117,3 +118,45 @@ def test_nsys_trailer_reader_never_crashes(tmp_path, data):
 
 def test_nsys_seed_reads():
     assert nsys_reader()(corpus_file(NSYS_SEED)).sections
+
+
+# -- flipped bits in real .sqlite exports, archived whole (issue 15, item 8) -------------------
+
+SQLITE_FLIPS = 12  # per corpus export: 8 in b-tree page headers, 4 anywhere (seeded)
+SQLITE_PAGE = 4096  # every corpus export's page size
+
+
+def sqlite_flips(data: bytes, name: str) -> list[tuple[int, int]]:
+    """(byte, bit) flips of one export, the same on every run: most where SQLite finds damage
+    only once it reads that page (a page header deep in a table), the rest anywhere."""
+    rng = random.Random(name)
+    pages = len(data) // SQLITE_PAGE
+    headers = [(rng.randrange(1, pages) * SQLITE_PAGE + rng.randrange(8), rng.randrange(8))
+               for _ in range(SQLITE_FLIPS * 2 // 3)]
+    anywhere = [(rng.randrange(len(data)), rng.randrange(8))
+                for _ in range(SQLITE_FLIPS - len(headers))]
+    return headers + anywhere
+
+
+def test_flipped_bits_in_every_corpus_sqlite_export_are_one_line_and_leave_no_store(tmp_path):
+    """Each flip is archived into a new store path: it archives, or fails with triage's own
+    one-line error and no store left behind (a mid-read failure used to leave an empty one)."""
+    from triage.archive.ingest import archive_files
+
+    exports = sorted(p for p in CORPUS.rglob("*.sqlite"))
+    refused = 0
+    for export in exports:
+        data = export.read_bytes()
+        for index, (byte, bit) in enumerate(sqlite_flips(data, export.name)):
+            damaged = bytearray(data)
+            damaged[byte] ^= 1 << bit
+            path = tmp_path / f"{export.stem}-{index}.sqlite"
+            path.write_bytes(damaged)
+            store = tmp_path / f"store-{export.stem}-{index}"
+            try:
+                archive_files(store, [str(path)])
+            except TriageError as exc:
+                refused += 1
+                assert "\n" not in str(exc) and not store.exists(), (export.name, byte, bit)
+            path.unlink()
+    assert len(exports) >= 7 and refused > 0

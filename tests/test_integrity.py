@@ -213,3 +213,108 @@ def test_gc_puts_back_an_object_a_new_manifest_references(triage, monkeypatch):
                                           ("1h", 3600), ("2d", 172800), ("1.5h", 5400)])
 def test_parse_duration(text, seconds):
     assert integrity.parse_duration(text) == seconds
+
+
+ANNOTATION_FLIPS = 15
+
+
+def test_every_flip_in_annotations_is_detected(triage):
+    """Annotations change (notes are added), so no run id hashes them: each write seals them
+    with the hash of the rest. 15 seeded single-byte flips of a run's annotations with a note,
+    then one in every byte: verify must name the file every time (e554ee4 named 4 of 15)."""
+    store, run_id, _manifest = archived(triage)
+    triage("archive", corpus_file(SMALL), "--note", "baseline, before the fix")
+    path = store.annotations / f"{run_id}.json"
+    original = path.read_bytes()
+    rng = random.Random(15)
+    positions = rng.sample(range(len(original)), ANNOTATION_FLIPS) + list(range(len(original)))
+    named = []
+    for pos in positions:
+        damaged = bytearray(original)
+        damaged[pos] ^= 1 << rng.randrange(8)
+        path.write_bytes(bytes(damaged))
+        found = [(f.kind, f.path) for f in integrity.verify(store).errors]
+        named.append(found == [("corrupt", f"annotations/{run_id}.json")])
+    path.write_bytes(original)
+    assert integrity.verify(store).ok
+    assert all(named), [p for p, ok in zip(positions, named, strict=True) if not ok]
+    print(f"\nannotation flips named: {sum(named[:ANNOTATION_FLIPS])}/{ANNOTATION_FLIPS} "
+          f"sampled, {sum(named[ANNOTATION_FLIPS:])}/{len(original)} one in every byte")
+
+
+def test_annotations_of_an_older_triage_verify_and_are_sealed_when_next_written(triage):
+    """Without a seal only the schema, the field names and the canonical form can be checked:
+    a flip inside a value of such annotations cannot be told from an edit."""
+    store, run_id, _manifest = archived(triage)
+    path = store.annotations / f"{run_id}.json"
+    doc = json.loads(path.read_bytes())
+    unsealed = {k: v for k, v in doc.items() if k != "sha256"}
+    path.write_bytes(json.dumps(unsealed, sort_keys=True, separators=(",", ":")).encode())
+    assert triage.json("verify")["ok"]
+    triage("archive", corpus_file(SMALL), "--note", "seals them")
+    assert "sha256" in json.loads(path.read_bytes()) and triage.json("verify")["ok"]
+    assert [n["text"] for n in triage.json("show", run_id)["notes"]] == ["seals them"]
+
+
+def test_every_flip_in_the_store_marker_is_refused_or_named(triage):
+    """The marker is one fixed document. A flip either makes the store unopenable (one line,
+    exit 1) or is one `Store.open` accepts (a key name, so the version reads as 0): verify names
+    those."""
+    store, _run_id, _manifest = archived(triage)
+    marker = store.root / "triage-store.json"
+    original = marker.read_bytes()
+    rng = random.Random(9)
+    named = 0
+    for pos in range(len(original)):
+        damaged = bytearray(original)
+        damaged[pos] ^= 1 << rng.randrange(8)
+        marker.write_bytes(bytes(damaged))
+        result = triage("verify", "--json", expect=1)
+        assert result.stderr.count("\n") == 1 and "Traceback" not in result.output, pos
+        if result.stdout:
+            errors = json.loads(result.stdout)["errors"]
+            assert [(f["kind"], f["path"]) for f in errors] == [("corrupt", "triage-store.json")]
+            named += 1
+    marker.write_bytes(original)
+    assert triage.json("verify")["ok"]
+    print(f"\nstore marker flips: {len(original)}/{len(original)} refused or named "
+          f"({named} opened and named by verify)")
+
+
+# -- repair by archiving again (issue 15, item 9) ------------------------------------------------
+
+
+def test_archiving_again_rewrites_a_lost_table_and_repair_mends_a_flipped_bit(triage):
+    """verify's advice works: a run whose table is gone is repaired by archiving its report
+    again (a stat per object finds it); a same-size flipped bit needs `archive --repair`."""
+    store, run_id, manifest = archived(triage)
+    metrics = store.object_path(manifest["tables"]["metrics"]["sha256"])
+    metrics.unlink()
+    result = triage("verify", expect=1)
+    assert "archive --repair" in result.stderr
+    again = triage.json("archive", corpus_file(SMALL))[0]
+    assert (again["id"], again["new"], again["repaired"]) == (run_id, False, True)
+    assert triage.json("verify")["ok"] is True
+    blob = store.object_path(manifest["reports"][0]["sha256"])
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    os.chmod(blob, 0o644)
+    blob.write_bytes(bytes(data))
+    assert triage.json("archive", corpus_file(SMALL))[0]["repaired"] is False
+    assert json.loads(triage("verify", "--json", expect=1).stdout)["ok"] is False
+    line = triage("archive", "--repair", corpus_file(SMALL)).stdout
+    assert line.rstrip().endswith("(repaired)") and line.startswith(run_id[:12])
+    assert triage.json("verify")["ok"] is True
+    assert store.run_ids() == [run_id]
+
+
+def test_archiving_an_sqlite_export_again_rewrites_its_missing_objects(triage):
+    sqlite = corpus_file("mabdullahsoyturk__cardiac-simulation__report1.sqlite")
+    first = triage.json("archive", sqlite)[0]
+    store = Store.open(os.environ["TRIAGE_STORE"])
+    manifest = store.read_manifest(first["id"])
+    for ref in [*manifest["tables"].values(), *manifest["reports"]]:
+        store.object_path(ref["sha256"]).unlink()
+    again = triage.json("archive", sqlite)[0]
+    assert (again["id"], again["repaired"]) == (first["id"], True)
+    assert triage.json("verify")["ok"] is True

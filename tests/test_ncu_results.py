@@ -8,6 +8,7 @@ test would otherwise take depends on how many results the test process read befo
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
@@ -21,11 +22,11 @@ STRRULES = "strrules105__PhysiCell__profile.nsight-cuprof-report"  # 30 results,
 
 @pytest.fixture
 def forks(monkeypatch) -> list:
-    """Counts the forks made by this process."""
+    """The forks made by this process: how many threads it ran at each."""
     made, real = [], os.fork
 
     def counting_fork():
-        made.append(1)
+        made.append(threading.active_count())
         return real()
 
     monkeypatch.setattr(os, "fork", counting_fork)
@@ -56,7 +57,9 @@ def test_workers_write_the_same_run_as_reading_in_process(tmp_path, monkeypatch,
     assert forks == []
     in_workers(monkeypatch)
     shared = archive_files(tmp_path / "workers", reports)
-    assert len(forks) == -(-105 // 16) + -(-30 // 16)
+    # One relay per report, forked before the archive's threads (blob copier, encoders)
+    # start; the relays fork the workers.
+    assert forks == [1, 1]
     assert [r.id for r in shared] == [r.id for r in alone]
     assert tables_of(shared) == tables_of(alone)
     assert shared[0].manifest["kernels"] == 105
@@ -93,8 +96,7 @@ def test_a_worker_that_fails_is_a_one_line_error_and_leaves_the_store_as_it_was(
     result = triage("archive", path, expect=1)
     assert result.output == (f"triage: error: {path}: {message}; upgrade ncu-report "
                              "(pip install -U ncu-report)\n")
-    left = sorted(str(p.relative_to(store_dir)) for p in store_dir.rglob("*") if p.is_file())
-    assert left == ["triage-store.json"]
+    assert not store_dir.exists()  # there was none; the one made for this run is removed
 
 
 def test_the_parent_decodes_one_result_per_process_not_per_report(tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from helpers import REPO
+from helpers import REPO, strings_in
 from nvtx_capture import capture, export_sqlite, nsys_version
 from triage.capture.nsys import PreparedNsys
 
@@ -81,7 +81,8 @@ def test_nvtx_ranges_nest_with_domains_and_without_marks(triage, steps_capture):
     for text, depth in (("step", 0), ("forward", 1), ("backward", 1)):
         assert (by_text[text]["domain"], by_text[text]["kind"]) == (None, "push_pop")
         assert (by_text[text]["depth"], by_text[text]["n"]) == (depth, 6)
-    assert by_text["forward"]["shortest"] >= 200_000 and by_text["backward"]["shortest"] >= 1_000_000
+    assert by_text["forward"]["shortest"] >= 200_000
+    assert by_text["backward"]["shortest"] >= 1_000_000
     orphans = query(triage, "select count(*) n from nvtx_ranges c where depth = 1 and not exists "
                     "(select 1 from nvtx_ranges p where p.text = 'step' and p.start_ns <= "
                     "c.start_ns and p.end_ns >= c.end_ns)")
@@ -116,16 +117,26 @@ def test_sqlite_export_gives_the_same_tables(triage, steps_capture, nsys_exe, tm
         assert rows[0] == rows[1] and rows[0], table
 
 
-def test_export_goes_to_a_temp_dir_that_close_removes(steps_capture, nsys_exe):
+def test_export_goes_where_staging_says_and_close_removes_it(steps_capture, nsys_exe, tmp_path):
+    """The archive stages exports in its store (a temp file gc removes if the archive is
+    killed); the reader writes only where it is told, and removes what it wrote."""
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    made: list[Path] = []
+
+    def new_file(suffix: str) -> Path:
+        made.append(staging / f"export-{len(made)}{suffix}")
+        made[-1].touch()
+        return made[-1]
+
     before = sorted(os.listdir(steps_capture.parent))
-    prepared = PreparedNsys.open(steps_capture, "nsys-rep", nsys=nsys_exe)
+    prepared = PreparedNsys.open(steps_capture, "nsys-rep", nsys=nsys_exe, staging=new_file)
     try:
-        tempdir = Path(prepared.tempdir)
-        assert tempdir.is_dir() and tempdir.parent != steps_capture.parent
-        assert [p.name for p in tempdir.iterdir()] == ["export.arrow"]
+        assert [p.name for p in staging.iterdir()] == ["export-0-export.arrow"]
+        assert made[0].stat().st_size > 0
     finally:
         prepared.close()
-    assert not tempdir.exists()
+    assert list(staging.iterdir()) == []
     assert sorted(os.listdir(steps_capture.parent)) == before
 
 
@@ -163,18 +174,6 @@ def test_archiving_a_report_again_needs_no_export(triage, steps_capture, tmp_pat
 # -- secrets and odd bytes -----------------------------------------------------------------------
 
 
-def _strings(value):
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield str(k)
-            yield from _strings(v)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _strings(v)
-
-
 def test_secrets_are_redacted_everywhere_but_the_raw_report(triage, steps_capture, store_dir):
     raw = steps_capture.read_bytes()
     shown = archive_one(triage, steps_capture)
@@ -186,7 +185,7 @@ def test_secrets_are_redacted_everywhere_but_the_raw_report(triage, steps_captur
         if path.name == blob[2:] and path.parent.name == blob[:2]:
             assert path.read_bytes() == raw  # the user's own file, stored unchanged
         elif path.read_bytes()[:4] == b"PAR1":
-            strings = _strings(pq.read_table(path).to_pylist())
+            strings = strings_in(pq.read_table(path).to_pylist())
             assert not any(SECRET in s for s in strings), path
             checked += 1
         else:

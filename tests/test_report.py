@@ -1,14 +1,13 @@
 """`triage report`: HTML and Markdown reviews of real corpus families, hostile names, size limits.
 
-Reports are rendered from real `diff_runs` documents of archived corpus reports. Hostile names are
-made by renaming things in such a document, never by writing a diff by hand. The Chromium checks
+Reports are rendered from real `diff_runs` results of archived corpus reports. Hostile names are
+made by renaming things in such a result, never by writing a diff by hand. The Chromium checks
 open the HTML the way a reviewer would, offline, and skip when Chromium is missing unless
 TRIAGE_REQUIRE_TOOLS=1 (CI).
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import re
@@ -16,6 +15,7 @@ import shutil
 import struct
 import subprocess
 import zlib
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -25,10 +25,12 @@ from helpers import corpus_file, corpus_manifest
 from triage.archive.ingest import archive_files
 from triage.archive.store import Store
 from triage.compare.diff import diff_runs
-from triage.compare.ncu_diff import DiffOptions, total_change
+from triage.compare.drift import worst_verdict
 from triage.compare.nsys_diff import SUMMARY_DIFFS, join_summaries
+from triage.compare.result import DiffOptions, DiffResult, DriftItem, total_change
 from triage.report import GITHUB_COMMENT_LIMIT, cut_markdown, render_html, render_markdown
 from triage.svgcharts import bar_chart
+from triage.textview import to_json
 
 FAMILIES = {
     "lakshya-gemm": ["LakshyaSingh354__CudaCode__gemm_naive.ncu-rep",
@@ -70,7 +72,7 @@ def run_ids(store_path: Path, files: list[str]) -> list[str]:
     return [r.id for r in archive_files(store_path, [str(corpus_file(f)) for f in files])]
 
 
-def family_diff(store_path: Path, family: str, show_all: bool = True) -> dict:
+def family_diff(store_path: Path, family: str, show_all: bool = True) -> DiffResult:
     a, b = run_ids(store_path, FAMILIES[family])[:2]
     return diff_runs(Store.open(store_path), a, b, DiffOptions(show_all=show_all))
 
@@ -157,10 +159,12 @@ def test_gemm_html_report(triage, store, tmp_path):
     assert parsed.title == ("triage review: LakshyaSingh354__CudaCode__gemm_naive.ncu-rep vs "
                             "LakshyaSingh354__CudaCode__gemm_global_mem_coalesce.ncu-rep")
     assert parsed.tags["svg"] == 4  # durations, SOL plot, SOL/occupancy bars, warp stalls
-    order = [html.index(s) for s in ("✓ Comparable", "Capture drift", "Kernels by time changed",
+    # build/naive.out then build/global_coal.out: another program, so with care
+    order = [html.index(s) for s in ("⚠ Comparable with care", "Capture drift",
+                                     "Kernels by time changed",
                                      "Kernel details", "Provenance", "Attribution, not acceptance")]
     assert order == sorted(order)
-    assert 'class="sev-info"' in html and "different profiler command line" in html
+    assert 'class="sev-info"' in html and "different profiler options" in html
     assert "naive_gemm(const float *, const float *, float *, int, int, int, float, float)" in html
     assert "sgemm_global_mem_coalesce(const float *" in html
     assert "4.79 ms" in html and "4.65 ms" in html and "-3.0%" in html
@@ -190,11 +194,13 @@ def test_gemm_provenance_is_complete(triage, store, tmp_path):
 
 
 def test_html_is_the_diff_json_rendered(triage, store, tmp_path):
-    """The report adds no data: rendering `diff --json --all` gives the same page."""
+    """The report adds no data: it renders the result whose to_json() `diff --json` prints."""
     a, b = run_ids(store, FAMILIES["lakshya-gemm"])
     html = report(triage, store, tmp_path / "review.html", a, b)
     document = json.loads(triage("diff", a, b, "--json", "--all", "--store", store).stdout)
-    assert render_html([document], show_unchanged=False) == html
+    result = diff_runs(Store.open(store), a, b, DiffOptions(show_all=True))
+    assert json.loads(to_json(result.to_json())) == document
+    assert render_html([result], show_unchanged=False) == html
 
 
 def test_all_lists_unchanged_metrics_and_charts_need_no_all(triage, store, tmp_path):
@@ -242,9 +248,12 @@ def test_drift_pair_shows_every_drift_item(triage, store, tmp_path):
     html = report(triage, store, tmp_path / "review.html", a, b)
     diff = json.loads(triage("diff", a, b, "--json", "--store", store).stdout)
     assert diff["verdict"] == "caution" and diff["drift"]
+    unrecorded = [i["field"] for i in diff["drift"] if i["state"] == "unrecorded"]
     for item in diff["drift"]:
         assert f'<tr class="sev-{item["severity"]}"><td class="sev">' in html
-        assert f'<td class="mono">{item["field"]}</td>' in html
+        if item["state"] != "unrecorded":
+            assert f'<td class="mono">{item["field"]}</td>' in html
+    assert f'<td class="mono">{", ".join(unrecorded)}</td>' in html  # one row for them all
     assert "<td class=\"val\">470</td>" in html and "<td class=\"val\">515</td>" in html
     assert "⚠ Comparable with care" in html
     assert "-83.1%" in html  # the nodeCalc kernel is much faster in B
@@ -264,6 +273,18 @@ def test_invalid_pair_cannot_be_missed(triage, store, tmp_path):
     assert markdown.index("> [!CAUTION]") < markdown.index("| severity |") < markdown.index(
         "**Kernels by time changed**")
     assert "🛑 **INVALIDATES** | `gpu.name`" in markdown
+
+
+def test_series_gate_is_the_worst_step(triage, store, tmp_path):
+    """The multi-diff gate uses drift's one verdict order: one invalid step fails the series."""
+    gemm = run_ids(store, FAMILIES["lakshya-gemm"])
+    mlp = run_ids(store, FAMILIES["armleth-mlp"])
+    report(triage, store, tmp_path / "mlp.md", *mlp, "--strict=caution")
+    markdown = report(triage, store, tmp_path / "mixed.md", *gemm, mlp[0], "--strict", expect=3)
+    assert markdown.startswith("## 🛑 Performance review")
+    assert worst_verdict([]) == "comparable"
+    assert worst_verdict(["caution", "comparable"]) == "caution"
+    assert worst_verdict(iter(["comparable", "invalid", "caution"])) == "invalid"
 
 
 def test_nsys_pair_report(triage, nsys_store, tmp_path):
@@ -292,7 +313,8 @@ def test_markdown_for_a_pr_comment(triage, store, tmp_path):
     assert len(markdown) < GITHUB_COMMENT_LIMIT
     first_fold = markdown.index("<details>")
     headline = "| 1 | `naive_gemm` → `sgemm_global_mem_coalesce` | 2 → 2 | 4.79 ms | 4.65 ms |"
-    for text in ("**✅ Comparable.**", "| info | `command` |", "**Kernels by time changed**",
+    for text in ("**Comparable with care.**", "| info | `command` |",
+                 "**Kernels by time changed**",
                  headline):
         assert markdown.index(text) < first_fold, text
     assert markdown.count("<details>") == markdown.count("</details>") == 2
@@ -315,17 +337,12 @@ def test_format_from_suffix_and_flag(triage, store, tmp_path):
     assert stdout.startswith("<!DOCTYPE html>")
 
 
-def big_diff(diff: dict, kernels: int) -> dict:
+def big_diff(diff: DiffResult, kernels: int) -> DiffResult:
     """A real diff with its kernel repeated under many long, distinct names."""
-    template = diff["kernels"][0]
-    diff = copy.deepcopy(diff)
-    diff["kernels"] = []
-    for i in range(kernels):
-        kernel = copy.deepcopy(template)
-        kernel["name"] = f"void cutlass::Kernel<cutlass::gemm::GemmShape<{i}, 128, 32>>(Params)"
-        kernel.pop("name_b", None)
-        diff["kernels"].append(kernel)
-    return diff
+    template = diff.kernels[0]
+    return replace(diff, kernels=tuple(
+        replace(template, name=f"void cutlass::Kernel<cutlass::gemm::GemmShape<{i}, 128, 32>>"
+                "(Params)", name_b=None, matched_by="name") for i in range(kernels)))
 
 
 def test_markdown_fits_a_comment_when_the_diff_is_huge(store):
@@ -334,7 +351,8 @@ def test_markdown_fits_a_comment_when_the_diff_is_huge(store):
     markdown = render_markdown([huge])
     assert len(markdown) <= GITHUB_COMMENT_LIMIT
     assert "more kernels left out to fit a PR comment" in markdown
-    assert markdown.index("**✅ Comparable.**") < markdown.index("**Kernels by time changed**")
+    assert markdown.index("**Comparable with care.**") < markdown.index(
+        "**Kernels by time changed**")
     assert markdown.count("<details>") == markdown.count("</details>")
     assert_tables_intact(markdown)
 
@@ -350,11 +368,12 @@ def test_markdown_last_resort_cut_keeps_it_well_formed(store):
 
 def test_unknown_duration_is_never_zero(store):
     """A side whose duration is unknown makes the time changed unknown in both formats."""
-    diff = copy.deepcopy(family_diff(store, "lakshya-gemm", show_all=False))
-    kernel = diff["kernels"][0]
-    kernel["b"].update(duration_ns=None, total_ns=None)
-    kernel["delta_total_ns"] = total_change(kernel["a"], kernel["b"])
-    assert kernel["delta_total_ns"] is None and total_change(None, kernel["a"]) > 0
+    diff = family_diff(store, "lakshya-gemm", show_all=False)
+    kernel = diff.kernels[0]
+    assert kernel.a and kernel.b
+    kernel = replace(kernel, b=replace(kernel.b, duration_ns=None, total_ns=None))
+    diff = replace(diff, kernels=(kernel,) + diff.kernels[1:])
+    assert kernel.delta_total_ns is None and total_change(None, kernel.a) > 0
     row = next(r for r in table_rows(render_markdown([diff]))
                if len(r) == 8 and r[0].strip() == "1")
     assert row[6].strip() == "unknown"
@@ -369,42 +388,41 @@ LONG_TEMPLATE = ("void cutlass::Kernel<" + ", ".join(
     f"cutlass::gemm::GemmShape<{i}, 128, 32>" for i in range(120)) + ">(Params)")
 
 
-def hostile(diff: dict) -> dict:
+def hostile(diff: DiffResult) -> DiffResult:
     """A real diff whose user data (names, messages, commands, labels) is made hostile."""
-    diff = copy.deepcopy(diff)
-    kernel = diff["kernels"][0]
-    kernel["name"] = f"{HOSTILE_SCRIPT}void gemm<float, 128>(const float*, float*)"
-    kernel["name_b"] = "</td></tr></table><img src=x onerror=\"document.title='img'\">|a|b`tick`"
-    long_kernel = copy.deepcopy(kernel)
-    long_kernel["name"], long_kernel["name_b"] = LONG_TEMPLATE, LONG_TEMPLATE + "|`x`"
-    diff["kernels"].append(long_kernel)
-    section = kernel["sections"][0]
-    section["name"] = "</summary><script>alert(1)</script>"
-    section["metrics"][0]["name"] = "<b>bold</b>|metric`x`*emph*"
-    rules = kernel["rules"]["both"]
-    rules[0]["message"] = "<script>alert(1)</script> see @section:X:Warp <State>@ | `rm -rf`"
-    diff["drift"].append({"field": "command", "a": "ncu '<script>' | tee `id`", "b": "x|y",
-                          "state": "different", "severity": "invalidates",
-                          "why": f"why {HOSTILE_SCRIPT} | pipe"})
-    diff["verdict"] = "invalid"
-    run = diff["runs"]["a"]
-    run["labels"] = [HOSTILE_SCRIPT]
-    run["command"] = "ncu --kernel-name 'regex:<img src=x onerror=alert(1)>' ./app | tee `whoami`"
-    return diff
+    kernel = diff.kernels[0]
+    section = kernel.sections[0]
+    metric = replace(section.metrics[0], name="<b>bold</b>|metric`x`*emph*")
+    section = replace(section, name="</summary><script>alert(1)</script>",
+                      metrics=(metric,) + section.metrics[1:])
+    rule = replace(kernel.rules.both[0],
+                   message="<script>alert(1)</script> see @section:X:Warp <State>@ | `rm -rf`")
+    kernel = replace(
+        kernel, name=f"{HOSTILE_SCRIPT}void gemm<float, 128>(const float*, float*)",
+        name_b="</td></tr></table><img src=x onerror=\"document.title='img'\">|a|b`tick`",
+        sections=(section,) + kernel.sections[1:],
+        rules=replace(kernel.rules, both=(rule,) + kernel.rules.both[1:]))
+    long_kernel = replace(kernel, name=LONG_TEMPLATE, name_b=LONG_TEMPLATE + "|`x`")
+    command = DriftItem("command", "command", "ncu '<script>' | tee `id`", "x|y", "different",
+                        "invalidates", f"why {HOSTILE_SCRIPT} | pipe")
+    hostile_command = "ncu --kernel-name 'regex:<img src=x onerror=alert(1)>' ./app | tee `whoami`"
+    run_a = replace(diff.run_a, labels=(HOSTILE_SCRIPT,), command=hostile_command)
+    return replace(diff, kernels=(kernel,) + diff.kernels[1:] + (long_kernel,),
+                   drift=diff.drift + (command,), verdict="invalid", run_a=run_a)
 
 
-def hostile_nsys(diff: dict) -> dict:
+def hostile_nsys(diff: DiffResult) -> DiffResult:
     """A real nsys diff with NVTX ranges (joined by the diff's own code) with hostile texts."""
-    diff = copy.deepcopy(diff)
-    _table, keys, values, time = SUMMARY_DIFFS["nvtx"]
+    assert diff.nsys
+    _table, keys, values = SUMMARY_DIFFS["nvtx"]
     row = {"domain": "<i>dom</i>", "kind": "push/pop", "instances": 3, "total_ns": 900,
            "avg_ns": 300, "median_ns": 300, "share": 1.0}
     rows_a = [{**row, "text": f"{HOSTILE_SCRIPT}|step`1`"}]
     rows_b = [{**row, "text": f"{HOSTILE_SCRIPT}|step`1`", "total_ns": 600},
               {**row, "text": "</td><img src=x onerror=alert(1)>"}]
-    diff["nsys"]["nvtx"] = join_summaries(rows_a, rows_b, keys, values, time)
-    diff["runs"]["b"]["labels"] = ["</title><script>document.title='pwned'</script>"]
-    return diff
+    nsys = replace(diff.nsys, nvtx=tuple(join_summaries(rows_a, rows_b, keys, values)))
+    run_b = replace(diff.run_b, labels=("</title><script>document.title='pwned'</script>",))
+    return replace(diff, nsys=nsys, run_b=run_b)
 
 
 def test_hostile_names_are_escaped_in_html(store):

@@ -58,7 +58,8 @@ def test_table_bytes_do_not_depend_on_how_rows_were_batched(tmp_path):
     rows = [(0, i, f"metric__{i % 7}.sum", "byte", float(i), None)
             for i in range(2 * BATCH_ROWS + 123)]
     schema = arrow_schema("metrics")
-    as_arrow = pa.Table.from_pylist([dict(zip(schema.names, r)) for r in rows], schema=schema)
+    as_arrow = pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows],
+                                    schema=schema)
 
     def write(name, feed) -> bytes:
         writer = TableWriter("metrics", tmp_path / name)
@@ -66,12 +67,16 @@ def test_table_bytes_do_not_depend_on_how_rows_were_batched(tmp_path):
         assert writer.close() == len(rows)
         return (tmp_path / name).read_bytes()
 
-    one_by_one = write("a", lambda w: [w.append(r) for r in rows])
-    in_odd_slices = write("b", lambda w: [w.extend(rows[i:i + 977])
+    one_by_one = write("a", lambda w: [w.write_arrow(as_arrow.slice(i, 1))
+                                        for i in range(0, 3000)] and
+                       w.write_arrow(as_arrow.slice(3000)))
+    in_odd_slices = write("b", lambda w: [w.write_arrow(as_arrow.slice(i, 977))
                                            for i in range(0, len(rows), 977)])
     as_arrow_batches = write("c", lambda w: [w.write_arrow(as_arrow.slice(i, 5000))
                                               for i in range(0, len(rows), 5000)])
-    mixed = write("d", lambda w: (w.extend(rows[:70000]), w.write_arrow(as_arrow.slice(70000))))
+    reordered = as_arrow.select(list(reversed(schema.names)))  # columns go by name
+    mixed = write("d", lambda w: (w.write_arrow(reordered.slice(0, 70000)),
+                                  w.write_arrow(as_arrow.slice(70000))))
     assert one_by_one == in_odd_slices == as_arrow_batches == mixed
     groups = pq.ParquetFile(tmp_path / "a").metadata
     assert [groups.row_group(i).num_rows for i in range(groups.num_row_groups)] == \
@@ -80,10 +85,24 @@ def test_table_bytes_do_not_depend_on_how_rows_were_batched(tmp_path):
 
 def test_rows_after_close_are_refused_not_dropped(tmp_path):
     from triage.archive.tables import TableWriter
+    from triage.schemas.tables import rows_table
 
+    columns = ("report_index", "kernel_index", "name", "value")
     writer = TableWriter("metrics", tmp_path / "m.parquet")
-    writer.append((0, 0, "a__b.sum", None, 1.0, None))
+    writer.write_arrow(rows_table("metrics", columns, [(0, 0, "a__b.sum", 1.0)]))
     assert writer.close() == 1
     with pytest.raises(RuntimeError, match="closed"):
-        writer.append((0, 1, "a__b.sum", None, 2.0, None))
+        writer.write_arrow(rows_table("metrics", columns, [(0, 1, "a__b.sum", 2.0)]))
     assert pq.read_metadata(tmp_path / "m.parquet").num_rows == 1
+
+
+def test_a_column_the_schema_does_not_declare_is_refused_not_shifted(tmp_path):
+    """Readers name their columns: a misspelt or undeclared one is a bug, said at once."""
+    from triage.archive.tables import TableWriter
+    from triage.schemas.tables import rows_table
+
+    with pytest.raises(ValueError, match="table metrics has no column valeu"):
+        rows_table("metrics", ("report_index", "valeu"), [(0, 1.0)])
+    table = rows_table("metrics", ("report_index", "value"), [(0, 1.0)])
+    with pytest.raises(ValueError, match="table kernels has no column unit, value, text"):
+        TableWriter("kernels", tmp_path / "k.parquet").write_arrow(table)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import stat
 from pathlib import Path
 
 import pytest
 
 from helpers import corpus_file
+from triage.archive import catalog
 from triage.archive.store import Store
 
 SMALL = "LakshyaSingh354__CudaCode__report.ncu-rep"
@@ -61,6 +63,23 @@ def test_a_damaged_segment_is_indexed_again_only_once(triage, monkeypatch):
     monkeypatch.setattr(Store, "read_manifest",
                         lambda self, run_id: opened.append(run_id) or original(self, run_id))
     assert len(triage.json("ls")) == 1 and opened == []
+
+
+def test_a_reader_that_keeps_losing_races_with_merges_still_lists_every_run(triage, monkeypatch):
+    """Eight writers merging on a loaded machine can move every segment away between listing
+    and reading, again and again (CI saw it): the listing falls back to the manifests."""
+    first, second = archive(triage, SMALL), archive(triage, OTHER)
+    original = catalog._read_segment
+    races = iter(range(3 * catalog.READ_ATTEMPTS))
+
+    def merged_away(path, schema):
+        if next(races, None) is None:
+            return original(path, schema)
+        path.rename(path.with_name(f"{catalog.SEGMENT_PREFIX}{secrets.token_hex(32)}.parquet"))
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(catalog, "_read_segment", merged_away)
+    assert [r["id"] for r in triage.json("ls")] == [first, second]
 
 
 # -- imported runs dedup like archived ones ----------------------------------------------

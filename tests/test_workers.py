@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -111,7 +112,7 @@ def test_workers_end_with_their_parent_even_when_it_is_killed():
     script = ("import os, sys, time\n"
               "from triage.capture import workers\n"
               "def work(task):\n"
-              "    print(os.getpid(), flush=True)\n"
+              "    os.write(1, f'{os.getpid()}\\n'.encode())  # one write: lines never interleave\n"
               "    time.sleep(60)\n"
               "    return b''\n"
               "list(workers.in_order(range(2), work, 2))\n")
@@ -132,3 +133,57 @@ def alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_relay_forks_its_workers_in_a_process_without_the_callers_threads():
+    """A lock another thread holds at fork time stays held in the child, forever. The relay is
+    forked before that thread starts, so its workers find the lock free; a worker forked by
+    this process (`in_order`) finds it held."""
+    lock, holding, release = threading.Lock(), threading.Event(), threading.Event()
+
+    def work(task: int) -> bytes:
+        return b"free" if lock.acquire(timeout=1) else b"held"
+
+    def hold() -> None:
+        with lock:
+            holding.set()
+            release.wait()
+
+    relay = workers.Relay(range(3), work, 2)
+    thread = threading.Thread(target=hold)
+    thread.start()
+    holding.wait()
+    try:
+        assert list(relay) == [b"free"] * 3
+        assert list(workers.in_order(range(1), work, 1)) == [b"held"]  # what the relay avoids
+    finally:
+        release.set()
+        thread.join()
+    assert children() == []
+
+
+def test_a_relay_reports_a_failed_task_and_a_relay_closed_unread_leaves_nothing():
+    before = open_fds()
+
+    def work(task: int) -> bytes:
+        if task == 2:
+            raise RuntimeError("no")
+        return b"ok"
+
+    with pytest.raises(workers.WorkerFailed) as failed:
+        list(workers.Relay(range(4), work, 2))
+    assert (failed.value.task, failed.value.reason, failed.value.crashed) == \
+        (2, "RuntimeError: no", False)
+    workers.Relay(range(4), lambda task: time.sleep(30) or b"", 2).close()
+    assert children() == [] and open_fds() == before
+
+
+def test_a_relay_that_dies_is_a_crash_of_no_task_and_is_reaped():
+    relay = workers.Relay(range(3), lambda task: time.sleep(30) or b"", 2)
+    os.kill(relay.pid, signal.SIGKILL)
+    with pytest.raises(workers.WorkerFailed) as failed:
+        next(relay)
+    assert (failed.value.task, failed.value.reason, failed.value.crashed) == \
+        (None, "killed by SIGKILL", True)
+    relay.close()
+    assert children() == []

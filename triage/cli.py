@@ -1,19 +1,24 @@
 """The `triage` command line: parse arguments, call one library function, render.
 
 This is the only place where a TriageError becomes a message and an exit code:
-0 ok, 1 error, 2 usage, 3 comparison gate (`diff --strict`). Any other exception is a bug and
-keeps its traceback.
+0 ok, 1 error, 2 usage, 3 comparison gate (`diff --strict`), 4 regression gate
+(`diff --max-slowdown`). Any other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
 from triage import __version__, textview
 from triage.errors import TriageError, UsageError
+from triage.units import fmt_bytes
+
+if TYPE_CHECKING:
+    from triage.archive.ingest import ArchiveResult
+    from triage.compare.result import DiffResult
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_GATE = 0, 1, 2, 3
 
@@ -25,7 +30,8 @@ class TriageGroup(click.Group):
         try:
             return super().invoke(ctx)
         except TriageError as exc:
-            click.echo(f"triage: error: {exc}", err=True)
+            # One line whatever the message holds (a file name with a newline or an ESC).
+            click.echo(f"triage: error: {textview.printable(str(exc))}", err=True)
             ctx.exit(exc.exit_code)
         except BrokenPipeError:
             sys.stderr.close()
@@ -54,7 +60,8 @@ def cli(store):
     """Archive Nsight Systems / Nsight Compute reports with how they were captured, and compare
     them weeks later, loudly flagging version, GPU and clock drift.
 
-    Exit codes: 0 ok, 1 error, 2 usage, 3 comparison gate (diff --strict)."""
+    Exit codes: 0 ok, 1 error, 2 usage, 3 comparison gate (diff --strict), 4 regression gate
+    (diff --max-slowdown)."""
 
 
 def main() -> None:
@@ -78,28 +85,31 @@ def _print(data: Any, as_json: bool, render: Callable[[Any], str]) -> None:
               help="nsys executable used to export .nsys-rep/.qdrep (default: nsys on PATH).")
 @click.option("--redact", multiple=True, help="Extra regex of environment/argument names to "
               "redact (also $TRIAGE_REDACT, comma-separated).")
+@click.option("--repair", is_flag=True, help="Rewrite every object of a run already archived "
+              "from the report (default: only those missing or of the wrong size).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of the runs.")
 @store_option
-def archive(reports, label, note, nsys, redact, as_json, store):
+def archive(reports, label, note, nsys, redact, repair, as_json, store):
     """File existing reports (.ncu-rep, .nsight-cuprof-report, .nsys-rep, .qdrep, .sqlite).
 
-    One run per report; archiving the same file again finds the same run and adds no bytes."""
+    One run per report; archiving the same file again finds the same run and adds no bytes,
+    but rewrites its objects that are missing or damaged (`triage verify` names them)."""
     from triage.archive.ingest import archive_files
 
     results = archive_files(store, list(reports), label=label, note=note, nsys=nsys,
-                            redact_patterns=tuple(redact))
+                            redact_patterns=tuple(redact), repair=repair)
     _print([_archive_json(r) for r in results], as_json,
            lambda infos: "\n".join(map(_archive_line, infos)))
 
 
-def _archive_json(result) -> dict:
-    manifest = result.manifest
-    gpus = (manifest.get("environment") or {}).get("gpus") or []
-    return {"id": result.id, "new": result.new, "tool": manifest["tool"],
-            "tool_version": manifest.get("tool_version"),
-            "gpu": gpus[0].get("name") if gpus else None, "kernels": manifest.get("kernels"),
-            "reports": [r["name"] for r in manifest.get("reports", [])],
-            "notices": manifest.get("notices", [])}
+def _archive_json(result: ArchiveResult) -> dict[str, Any]:
+    from triage.archive.model import RunRecord
+
+    record = RunRecord.from_manifest(result.id, result.manifest)
+    return {"id": result.id, "new": result.new, "repaired": result.repaired, "tool": record.tool,
+            "tool_version": record.tool_version, "gpu": record.gpu_name,
+            "kernels": record.kernels, "reports": [r.name for r in record.reports],
+            "notices": list(record.notices)}
 
 
 def _one_statement(words: tuple[str, ...]) -> str:
@@ -115,7 +125,7 @@ def _one_statement(words: tuple[str, ...]) -> str:
 
 def _archive_line(info: dict) -> str:
     """One archived run as `triage archive` lists it, from its _archive_json() record."""
-    state = "new" if info["new"] else "already archived"
+    state = "new" if info["new"] else "repaired" if info["repaired"] else "already archived"
     version = info["tool_version"] or "version unknown"
     kernels = f"{info['kernels']} kernel" + ("" if info["kernels"] == 1 else "s")
     line = (f"{textview.short_id(info['id'])}  {info['tool']} {version}  "
@@ -128,11 +138,15 @@ def _archive_line(info: dict) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 @store_option
 def ls_command(as_json, store):
-    """List runs, oldest first."""
+    """List runs, oldest first. A run with a damaged file is listed as far as it can be, and
+    named on stderr."""
     from triage.archive.runs import list_runs
     from triage.archive.store import Store
 
-    _print(list_runs(Store.open(store)), as_json, _ls_text)
+    found = list_runs(Store.open(store))
+    _print(found.rows, as_json, _ls_text)
+    for problem in found.problems:
+        click.echo(f"triage: warning: {problem}", err=True)
 
 
 def _ls_text(rows: list[dict]) -> str:
@@ -151,11 +165,12 @@ def _ls_text(rows: list[dict]) -> str:
 @store_option
 def show(run, as_json, store):
     """Show one run: versions, GPU, command, settings and where each came from."""
-    from triage.archive.runs import show as show_run
+    from triage.archive.runs import load_record
     from triage.archive.store import Store
     from triage.showview import render_show
 
-    _print(show_run(Store.open(store), run), as_json, render_show)
+    record = load_record(Store.open(store), run)
+    click.echo(textview.to_json(record.as_json()) if as_json else render_show(record))
 
 
 @cli.command()
@@ -215,21 +230,39 @@ def query(sql, runs, as_json, as_csv, store):
 @click.option("--nsys", "nsys", envvar="TRIAGE_NSYS", help="nsys used to export the report.")
 @click.option("--redact", multiple=True, help="Extra regex of names to redact.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON at the end.")
+@click.option("--repeat", default=1, type=click.IntRange(min=1), metavar="N",
+              help="Run the capture N times, labelled LABEL/1 .. LABEL/N and grouped under "
+              "LABEL (needs --label; the profiler must be told to overwrite its report: "
+              "ncu -f, nsys --force-overwrite true). Compare with: triage diff 'LABEL/*' ...")
 @store_option
-def capture(command, label, note, shell, group, from_run, nsys, redact, as_json, store):
+def capture(command, label, note, shell, group, from_run, nsys, redact, as_json, repeat, store):
     """Run `ncu ...` or `nsys profile ...` as given and archive what it wrote, with everything
     needed to reproduce it: argv, versions, --list-sections, settings, GPUs and clocks, git state.
 
     Example: triage capture -- nsys profile -o step ./train.py"""
-    from triage.capture.session import CaptureRequest, capture as run_capture
+    from dataclasses import replace
 
+    from triage.archive.captured import capture as run_capture
+    from triage.capture.session import CaptureRequest
+
+    if repeat > 1 and not label:
+        raise UsageError("--repeat N needs --label NAME: the runs are labelled NAME/1 .. NAME/N")
     request = CaptureRequest(list(command), store=store, label=label, note=note, shell=shell,
                              group=group, from_run=from_run, nsys=nsys,
                              redact_patterns=tuple(redact))
-    # With --json, stdout carries only the JSON document; the profiler's output goes to stderr.
-    result = run_capture(request, on_output=lambda line: click.echo(line, err=as_json),
-                         on_warning=lambda w: click.echo(f"triage: warning: {w}", err=True))
-    _print(_archive_json(result), as_json, _archive_line)
+    results = []
+    for i in range(1, repeat + 1):
+        one = request if repeat == 1 else replace(request, label=f"{label}/{i}",
+                                                   group=group or label)
+        # With --json, stdout carries only the JSON document; the profiler's output goes to stderr.
+        results.append(run_capture(one, on_output=lambda line: click.echo(line, err=as_json),
+                                   on_warning=lambda w: click.echo(f"triage: warning: {w}",
+                                                                   err=True)))
+    if repeat == 1:
+        _print(_archive_json(results[0]), as_json, _archive_line)
+    else:
+        _print([_archive_json(r) for r in results], as_json,
+               lambda infos: "\n".join(map(_archive_line, infos)))
 
 
 @cli.command(name="env")
@@ -261,7 +294,7 @@ def demo(keep, as_json):
     try:
         outcome = run_demo(root / "store")
         if as_json:
-            click.echo(textview.to_json(outcome["diff"]))
+            click.echo(textview.to_json(outcome["diff"].to_json()))
         else:
             from triage.diffview import render_diff
 
@@ -319,26 +352,35 @@ def diff_options(command):
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file.")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=0),
               help="Kernels shown in text output.")
+@click.option("--max-slowdown", "max_slowdown", type=click.FloatRange(min=0), metavar="PCT",
+              help="Exit 4 when a matched kernel, an NVTX range or the total GPU time is slower "
+              "by more than PCT % and not within noise (--kernel narrows it to kernels).")
 @store_option
 def diff(run_a, run_b, sections, kernel, metric, show_all, threshold, strict, as_json, fmt,
-         output, limit, store):
+         output, limit, max_slowdown, store):
     """Compare two runs: the drift verdict first (comparable / caution / invalid), then kernels,
     section by section, and for nsys runs the kernel ranking, NVTX, memory ops and GPU idle time.
 
+    A side may be several runs: RUN,RUN,... or a quoted label glob ('before/*'); each change
+    then carries the noise measured over the runs (one run: over its launches).
+
     Exit codes: 0 when the diff ran; with --strict, 3 when the verdict is invalid; with
-    --strict=caution, 3 when it is caution or invalid."""
+    --strict=caution, 3 when it is caution or invalid; with --max-slowdown PCT, 4 when a time
+    is slower by more than PCT beyond noise (--strict is checked first; an invalid verdict is
+    not judged)."""
     from triage.archive.store import Store
     from triage.compare.diff import diff_runs
-    from triage.compare.ncu_diff import DiffOptions
+    from triage.compare.result import DiffOptions
 
     if as_json and fmt not in (None, "json"):
         raise UsageError(f"--json and --format {fmt} ask for two formats; give one")
     fmt = "json" if as_json else (fmt or _format_from_suffix(output) or "text")
     opts = DiffOptions(sections=tuple(sections), kernel=kernel, metric=metric,
-                       show_all=show_all, threshold_pct=threshold)
+                       show_all=show_all, threshold_pct=threshold, max_slowdown_pct=max_slowdown)
     result = diff_runs(Store.open(store), run_a, run_b, opts)
-    _emit(_render_diff(result, fmt, limit), output)
-    _gate(result["verdict"], strict)
+    _emit(_render_diff(result, fmt, limit, to_file=output is not None), output)
+    _gate(result.verdict, strict)
+    _regression_gate(result)
 
 
 def _format_from_suffix(output: str | None) -> str | None:
@@ -348,16 +390,16 @@ def _format_from_suffix(output: str | None) -> str | None:
     return {"json": "json", "md": "md"}.get(suffix)
 
 
-def _render_diff(result: dict, fmt: str, limit: int) -> str:
+def _render_diff(result: DiffResult, fmt: str, limit: int, to_file: bool = False) -> str:
     if fmt == "json":
-        return textview.to_json(result)
+        return textview.to_json(result.to_json())
     if fmt == "md":
         from triage.report import render_markdown
 
         return render_markdown([result])
     from triage.diffview import render_diff
 
-    return render_diff(result, limit=limit)
+    return render_diff(result, limit=limit, width=textview.PIPED_WIDTH if to_file else None)
 
 
 def _emit(text: str, output: str | None) -> None:
@@ -374,11 +416,19 @@ def _emit(text: str, output: str | None) -> None:
 
 def _gate(verdict: str, strict: str | None) -> None:
     """--strict: exit 3 when the verdict reaches the gate."""
+    from triage.compare.drift import VERDICTS
     from triage.errors import ComparisonGate
 
-    gates = {"invalid": ("invalid",), "caution": ("invalid", "caution")}
-    if strict and verdict in gates[strict]:
+    if strict and VERDICTS.index(verdict) >= VERDICTS.index(strict):
         raise ComparisonGate(f"verdict is {verdict} (--strict={strict})")
+
+
+def _regression_gate(result: DiffResult) -> None:
+    """--max-slowdown: exit 4 when the gate failed (the output already says where)."""
+    from triage.errors import RegressionGate
+
+    if result.gate and not result.gate.passed:
+        raise RegressionGate(textview.gate_lines(result.gate)[0])
 
 
 # -- verify / gc / export / import -------------------------------------------------------------
@@ -391,9 +441,10 @@ def _gate(verdict: str, strict: str | None) -> None:
 def verify(runs, as_json, store):
     """Re-hash every object, table and manifest the runs (default: all) reference.
 
-    Without RUN, also report objects no run references, leftover temp files, damaged catalog
-    segments, and keys or labels that point at no run. Exit 1 when anything is wrong; leftovers
-    of an interrupted archive are listed but are not wrong (`triage gc` removes them)."""
+    Without RUN, also report objects no run references, leftover temp files and leases, damaged
+    catalog segments, keys or labels that point at no run, annotations that fail their checksum
+    and a damaged store marker. Exit 1 when anything is wrong; leftovers of an interrupted
+    archive are listed but are not wrong (`triage gc` removes them)."""
     from triage.archive.integrity import verify as verify_store
     from triage.archive.store import Store
     from triage.errors import CorruptObject
@@ -402,34 +453,35 @@ def verify(runs, as_json, store):
     _print(report.to_dict(), as_json, _verify_text)
     if not report.ok:
         raise CorruptObject(f"{len(report.errors)} problem(s) in the store; the list above says "
-                            "which files (restore them from a bundle or re-archive the reports)")
+                            "which files (restore them from a bundle, or archive the reports again "
+                            "with `triage archive --repair REPORT...`)")
 
 
 def _verify_text(report: dict) -> str:
     errors, leftovers = report["errors"], report["leftovers"]
     lines = [f"{f['kind']:<10} {f['path']}  {f['detail']}" for f in errors + leftovers]
     lines.append(f"checked {report['runs']} runs, {report['objects']} objects "
-                 f"({_human_bytes(report['bytes'])}): {len(errors)} problem(s), "
+                 f"({fmt_bytes(report['bytes'])}): {len(errors)} problem(s), "
                  f"{len(leftovers)} leftover(s)")
     return "\n".join(lines)
-
-
-def _human_bytes(count: int) -> str:
-    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
-        if count >= scale:
-            return f"{count / scale:.1f} {unit}"
-    return f"{count} B"
 
 
 @cli.command(name="gc")
 @click.option("--dry-run", is_flag=True, help="Only show what would be removed.")
 @click.option("--grace", default="1h", show_default=True,
-              help="Keep leftovers younger than this (an archive may still be writing them): "
-              "seconds, or with s/m/h/d; 0 removes all.")
+              help="Keep leftovers younger than this: seconds, or with s/m/h/d; 0 removes all "
+              "that no live archive or import may need.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was removed as JSON.")
 @store_option
 def gc_command(dry_run, grace, as_json, store):
-    """Remove objects no run references and stale temp files (runs are never removed)."""
+    """Remove objects no run references and stale temp files (runs are never removed).
+
+    \b
+    Safe beside archives, imports and label writes in progress, on this host or others: each
+    holds a lease (leases/) from its first temp file to its last rename, and gc keeps
+    everything as new as a live lease, whatever --grace says. A lease is live while its process
+    runs (a stopped one counts), or for 24h when written on another host; a killed writer's
+    lease is removed like other leftovers."""
     from triage.archive.integrity import gc, parse_duration
     from triage.archive.store import Store
 
@@ -440,10 +492,12 @@ def gc_command(dry_run, grace, as_json, store):
 def _gc_text(report: dict, grace: str) -> str:
     """What gc removed, one file a line; `grace` as the user wrote it, not in seconds."""
     verb = "would remove" if report["dry_run"] else "removed"
-    lines = [f"{verb} {item['kind']:<7} {item['path']}  {_human_bytes(item['bytes'])}"
+    lines = [f"{verb} {item['kind']:<7} {item['path']}  {fmt_bytes(item['bytes'])}"
              for item in report["removed"]]
-    lines.append(f"{verb} {len(report['removed'])} file(s), {_human_bytes(report['bytes'])}; "
-                 f"kept {report['kept_recent']} younger than --grace {grace}")
+    lines.append(f"{verb} {len(report['removed'])} file(s), {fmt_bytes(report['bytes'])}; "
+                 f"kept {report['kept_recent']} younger than --grace {grace}"
+                 + (f", {report['kept_live']} an archive in progress may need"
+                    if report["kept_live"] else ""))
     return "\n".join(lines)
 
 
@@ -460,7 +514,7 @@ def export_command(runs, output, labels, store):
 
     result = export_runs(Store.open(store), list(runs), output, labels=labels)
     click.echo(f"wrote {result.path}: {len(result.runs)} run(s), {result.objects} objects "
-               f"({_human_bytes(result.bytes)})")
+               f"({fmt_bytes(result.bytes)})")
 
 
 @cli.command(name="import")
@@ -485,7 +539,7 @@ def _import_text(result: dict) -> str:
     lines += [f"{name} -> {short(run_id)}" for name, run_id in result["labels_set"].items()]
     if result["labels_skipped"]:
         lines.append(f"labels not set (pass --labels): {', '.join(result['labels_skipped'])}")
-    lines.append(f"{result['objects_added']} objects ({_human_bytes(result['bytes_added'])}) "
+    lines.append(f"{result['objects_added']} objects ({fmt_bytes(result['bytes_added'])}) "
                  "added")
     return "\n".join(lines)
 
@@ -510,8 +564,9 @@ def report(runs, output, fmt, sections, kernel, metric, show_all, threshold, str
     The numbers are those of `triage diff` with the same options. Exit codes: 0 written; with
     --strict, 3 when the worst verdict reaches the gate."""
     from triage.archive.store import Store
-    from triage.compare.ncu_diff import DiffOptions
-    from triage.report import diff_series, render, report_format, worst_verdict, write_report
+    from triage.compare.drift import worst_verdict
+    from triage.compare.result import DiffOptions
+    from triage.report import diff_series, render, report_format, write_report
 
     fmt = report_format(output, fmt)
     # Every metric is fetched (charts draw unchanged ones too); --all only decides the listing.
@@ -523,7 +578,7 @@ def report(runs, output, fmt, sections, kernel, metric, show_all, threshold, str
         click.echo(f"wrote {output}", err=True)
     else:
         click.echo(render(diffs, fmt, show_unchanged=show_all), nl=False)
-    _gate(worst_verdict([d["verdict"] for d in diffs]), strict)
+    _gate(worst_verdict(d.verdict for d in diffs), strict)
 
 
 # -- top / explain -----------------------------------------------------------------------------

@@ -1,149 +1,211 @@
-"""Terminal rendering of `triage diff`: verdict and drift on top, then kernels, in 100 columns."""
+"""Terminal rendering of `triage diff`: verdict and drift on top, then kernels, in the
+terminal's width (100 columns when piped)."""
 
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
 
-from triage.compare.diff import time_changed
-from triage.textview import fmt_ns, fmt_pct, fmt_value, short_id, truncate
+from triage.compare.result import (NO_SIDE, DiffResult, DriftItem, KernelDiff, KernelSide,
+                                   MetricDiff, NsysDiff, SummaryChange, Value)
+from triage.compare.noise import Noise
+from triage.textview import (drift_change, drift_entries, drift_why, fmt_ns, fmt_pct, fmt_value,
+                             kernel_notes, output_width, short_id, truncate, value_text)
+from triage.textview import fmt_noise, fmt_spread, gate_lines
 
-WIDTH = 100
+WIDTH = 100  # the layout's columns; a wider or narrower terminal widens or narrows the names
+UNRECORDED_LABEL = "not recorded in either run:"
 SEVERITY_LABEL = {"invalidates": "INVALIDATES", "caution": "caution", "info": "info",
                   "not_comparable": "section", "unknown": "unknown"}
-SEVERITY_ORDER = ["invalidates", "caution", "not_comparable", "info", "unknown"]
 
 
-def _run_label(run: dict) -> str:
-    labels = f" ({', '.join(run['labels'])})" if run.get("labels") else ""
-    return f"{short_id(run['id'])}{labels} {run['tool']} {run.get('tool_version') or '?'}"
+def _run_label(diff: DiffResult, side: str) -> str:
+    run = diff.run_a if side == "a" else diff.run_b
+    labels = f" ({', '.join(run.labels)})" if run.labels else ""
+    return f"{short_id(run.id)}{labels} {run.tool} {run.tool_version or '?'}"
 
 
-def _verdict_lines(diff: dict) -> list[str]:
-    verdict = diff["verdict"]
-    if verdict == "invalid":
-        return ["!" * WIDTH, "VERDICT: INVALID - these runs are NOT comparable "
-                "(see INVALIDATES below)", "!" * WIDTH]
-    if verdict == "caution":
+def _verdict_lines(diff: DiffResult, width: int) -> list[str]:
+    if diff.verdict == "invalid":
+        return ["!" * width, "VERDICT: INVALID - these runs are NOT comparable "
+                "(see INVALIDATES below)", "!" * width]
+    if diff.verdict == "caution":
         return ["VERDICT: CAUTION - comparable with care (see caution below)"]
     return ["VERDICT: comparable"]
 
 
-def _drift_lines(diff: dict) -> list[str]:
-    items = sorted(diff["drift"], key=lambda i: SEVERITY_ORDER.index(i["severity"])
-                   if i["severity"] in SEVERITY_ORDER else 99)
-    if not items:
+def _drift_lines(diff: DiffResult, width: int) -> list[str]:
+    entries = drift_entries(diff.drift)
+    if not entries:
         return ["drift: none recorded"]
     lines = ["drift:"]
-    for item in items:
-        values = "" if item["a"] is None and item["b"] is None and item["severity"] != "unknown" \
-            else f"{_v(item['a'])} -> {_v(item['b'])}  "
-        # Wrapped, not cut: the why names what differs (the kernels only in A, ...).
-        lines += textwrap.wrap(f"  {SEVERITY_LABEL.get(item['severity'], item['severity']):<11} "
-                               f"{item['field']:<26} {values}{item['why']}", WIDTH,
-                               subsequent_indent=" " * 14, drop_whitespace=True,
-                               break_on_hyphens=False)
+    for entry in entries:
+        lines += _unrecorded_lines(entry, width) if isinstance(entry, list) else _wrapped(
+            f"{entry.field:<26} {_values(entry)}{drift_why(entry)}", entry.severity, width)
     return lines
 
 
-def _v(value) -> str:
-    return "?" if value is None else truncate(str(value), 28)
+def _wrapped(text: str, severity: str, width: int) -> list[str]:
+    # Wrapped, not cut: the why names what differs (the kernels only in A, ...).
+    return textwrap.wrap(f"  {SEVERITY_LABEL.get(severity, severity):<11} {text}", width,
+                         subsequent_indent=" " * 14, drop_whitespace=True,
+                         break_on_hyphens=False)
 
 
-def _metric_line(metric: dict) -> str:
-    unit = f" {metric['unit']}" if metric.get("unit") else ""
-    values = f"{fmt_value(metric['a'])} -> {fmt_value(metric['b'])}{unit}"
-    change = fmt_pct(metric["delta_pct"]) if metric["status"] == "changed" else metric["status"]
-    if metric["status"] in ("only_a", "only_b"):
-        change = "only in " + metric["status"][-1].upper()
-    return f"      {truncate(metric['name'], 52):<52} {truncate(values, 30):>30} {change:>10}"
+def _unrecorded_lines(items: list[DriftItem], width: int) -> list[str]:
+    """`not recorded in either run: gpu.name, driver.major`, with why it caps the verdict."""
+    fields = ", ".join(i.field for i in items)
+    why = f" ({items[0].why.split(': ', 1)[-1]})" if items[0].severity != "unknown" else ""
+    return _wrapped(f"{UNRECORDED_LABEL} {fields}{why}", items[0].severity, width)
 
 
-def _kernel_head(kernel: dict, totals: bool) -> str:
-    """One kernel: mean duration per launch (ncu), or total time and launches (nsys ranking)."""
-    a, b = kernel.get("a") or {}, kernel.get("b") or {}
-    name = kernel["name"] + (f" -> {kernel['name_b']}" if kernel.get("name_b") else "")
+def _values(item: DriftItem) -> str:
+    if item.a is None and item.b is None:
+        return ""
+    change = drift_change(item)
+    if change is not None:  # the differing tokens whole, the rest shortened
+        return f"{change}  "
+    return f"{_v(item, item.a)} -> {_v(item, item.b)}  "
+
+
+def _v(item: DriftItem, value: Value) -> str:
+    # a difference is shown whole; a value beside an unknown one is clipped
+    text = value_text(item, value)
+    return text if item.state == "different" else truncate(text, 28)
+
+
+def _metric_line(metric: MetricDiff) -> str:
+    unit = f" {metric.unit}" if metric.unit else ""
+    values = f"{fmt_value(metric.a)} -> {fmt_value(metric.b)}{unit}"
+    change = fmt_pct(metric.delta_pct) if metric.status == "changed" else metric.status
+    if metric.status in ("only_a", "only_b"):
+        change = "only in " + metric.status[-1].upper()
+    elif metric.status == "no_data":
+        change = "no data"
+    return f"      {truncate(metric.name, 52):<52} {truncate(values, 30):>30} {change:>10}"
+
+
+def _kernel_head(kernel: KernelDiff, totals: bool, extra: int) -> str:
+    """One kernel: mean duration per launch (ncu), or total time and launches (nsys ranking);
+    `extra` columns more (or fewer) than 100 go to the name."""
+    a, b = kernel.a or NO_SIDE, kernel.b or NO_SIDE
+    name = kernel.name + (f" -> {kernel.name_b}" if kernel.name_b else "")
     if totals:
-        launches = f"{a.get('launches', '-')} -> {b.get('launches', '-')}"
-        return (f"  {truncate(name, 48):<48} {fmt_ns(a.get('total_ns')):>10} -> "
-                f"{fmt_ns(b.get('total_ns')):>10} {fmt_pct(kernel.get('delta_total_pct')):>8}"
+        launches = f"{_count(kernel.a)} -> {_count(kernel.b)}"
+        room = max(48 + extra, 20)
+        return (f"  {truncate(name, room):<{room}} {fmt_ns(a.total_ns):>10} -> "
+                f"{fmt_ns(b.total_ns):>10} {fmt_pct(kernel.delta_total_pct):>8}"
                 f" {truncate(launches, 14):>14}")
-    return (f"  {truncate(name, 58):<58} {fmt_ns(a.get('duration_ns')):>10} -> "
-            f"{fmt_ns(b.get('duration_ns')):>10} {fmt_pct(kernel.get('delta_pct')):>8}")
+    room = max(58 + extra, 20)
+    return (f"  {truncate(name, room):<{room}} {fmt_ns(a.duration_ns):>10} -> "
+            f"{fmt_ns(b.duration_ns):>10} {fmt_pct(kernel.delta_pct):>8}")
 
 
-def _kernel_lines(kernel: dict, detail: bool, totals: bool) -> list[str]:
-    lines = [_kernel_head(kernel, totals)]
-    if kernel["match"] != "matched":
-        lines.append(f"      only in {'A' if kernel['match'] == 'only_a' else 'B'}")
-    lines += [truncate(f"      note: {n}", WIDTH) for n in kernel.get("notes", [])]
+def _count(side: KernelSide | None) -> str:
+    return "-" if side is None else str(side.launches)
+
+
+def _kernel_lines(kernel: KernelDiff, detail: bool, totals: bool, width: int) -> list[str]:
+    lines = [_kernel_head(kernel, totals, width - WIDTH)]
+    if kernel.match != "matched":
+        lines.append(f"      only in {'A' if kernel.match == 'only_a' else 'B'}")
+    lines += [truncate(f"      note: {n}", width) for n in kernel_notes(kernel)]
+    lines += _noise_lines(kernel.noise)
     if detail:
-        lines += _section_lines(kernel)
+        lines += _section_lines(kernel, width)
     return lines
 
 
-def _section_lines(kernel: dict) -> list[str]:
+def _noise_lines(noise: Noise | None, indent: str = "      ") -> list[str]:
+    """The measured noise of a change: verdict, interval, and each side's spread."""
+    if noise is None:
+        return []
+    return [f"{indent}{fmt_noise(noise)}; A {fmt_spread(noise.a)}; B {fmt_spread(noise.b)}"]
+
+
+def _sides_lines(diff: DiffResult) -> list[str]:
+    """For a side of several runs, how many and which (its first run is named above)."""
     lines = []
-    for section in kernel.get("sections", []):
-        if not section["metrics"] and section["comparable"] and not section["unchanged"]:
+    for side, ids in zip("AB", diff.runs_of, strict=True):
+        if len(ids) > 1:
+            shown = ", ".join(short_id(i, 8) for i in ids[:4]) + (", ..." if len(ids) > 4 else "")
+            lines.append(f"   {side} is {len(ids)} runs: {shown}")
+    return lines
+
+
+def _section_lines(kernel: KernelDiff, width: int) -> list[str]:
+    lines = []
+    for section in kernel.sections:
+        if not section.metrics and section.comparable and not section.unchanged:
             continue
-        state = "" if section["comparable"] else f"  NOT COMPARABLE: {section['why']}"
-        unchanged = f"  ({section['unchanged']} unchanged)" if section["unchanged"] else ""
-        lines.append(truncate(f"    [{section['section']}]{unchanged}{state}", WIDTH))
-        lines += [_metric_line(m) for m in section["metrics"]]
-    rules = kernel.get("rules") or {}
-    for side in ("only_a", "only_b"):
-        for rule in rules.get(side, []):
-            lines.append(truncate(f"    rule fired only in {side[-1].upper()}: {rule['rule_id']}"
-                                  f" ({rule['message_type']}) {rule.get('title') or ''}".rstrip(),
-                                  WIDTH))
-    if kernel.get("conclusion"):
-        c = kernel["conclusion"]
-        lines.append(f"    conclusion: {c.get('a') or '?'} -> {c.get('b') or '?'}")
+        state = "" if section.comparable else f"  NOT COMPARABLE: {section.why}"
+        unchanged = f"  ({section.unchanged} unchanged)" if section.unchanged else ""
+        lines.append(truncate(f"    [{section.section}]{unchanged}{state}", width))
+        lines += [_metric_line(m) for m in section.metrics]
+    for side, rules in (("A", kernel.rules.only_a), ("B", kernel.rules.only_b)):
+        for rule in rules:
+            lines.append(truncate(f"    rule fired only in {side}: {rule.rule_id}"
+                                  f" ({rule.message_type}) {rule.title or ''}".rstrip(), width))
+    if kernel.conclusion:
+        c = kernel.conclusion
+        lines.append(f"    conclusion: {c.a or '?'} -> {c.b or '?'}")
     return lines
 
 
-def _nsys_lines(nsys: dict) -> list[str]:
-    gpu = nsys["gpu"]
+SUMMARIES: tuple[tuple[str, str, Callable[[SummaryChange], str]], ...] = (
+    ("NVTX ranges", "nvtx", lambda e: str(e.key["text"])),
+    ("memory operations", "memops", lambda e: f"{e.key['op']} {e.key['kind']}"),
+    ("API calls", "api", lambda e: str(e.key["name"])))
+
+
+def _nsys_lines(nsys: NsysDiff, extra: int) -> list[str]:
+    gpu = nsys.gpu
     lines = []
-    if gpu["a"]["kernel_ns"] or gpu["b"]["kernel_ns"]:
+    if gpu.a.kernel_ns or gpu.b.kernel_ns:
         lines += ["", "GPU time:",
-                  f"  kernel time {fmt_ns(gpu['a']['kernel_ns'])} -> "
-                  f"{fmt_ns(gpu['b']['kernel_ns'])} ({fmt_pct(gpu['kernel_delta_pct'])}); "
-                  f"idle between kernels {fmt_ns(gpu['a']['idle_ns'])} -> "
-                  f"{fmt_ns(gpu['b']['idle_ns'])} ({fmt_pct(gpu['idle_delta_pct'])})"]
-    for title, key, label in (("NVTX ranges", "nvtx", lambda e: e["text"]),
-                              ("memory operations", "memops", lambda e: f"{e['op']} {e['kind']}"),
-                              ("API calls", "api", lambda e: e["name"])):
-        entries = nsys[key][:10]
+                  f"  kernel time {fmt_ns(gpu.a.kernel_ns)} -> "
+                  f"{fmt_ns(gpu.b.kernel_ns)} ({fmt_pct(gpu.kernel_delta_pct)}); "
+                  f"idle between kernels {fmt_ns(gpu.a.idle_ns)} -> "
+                  f"{fmt_ns(gpu.b.idle_ns)} ({fmt_pct(gpu.idle_delta_pct)})"]
+        lines += _noise_lines(gpu.noise, "  kernel time: ")
+    for title, key, label in SUMMARIES:
+        entries = getattr(nsys, key)[:10]
         if entries:
             lines += ["", f"{title} (by time changed):"]
-            lines += [_summary_line(label(e), e) for e in entries]
+            for entry in entries:
+                lines += [_summary_line(label(entry), entry, extra), *_noise_lines(entry.noise)]
     return lines
 
 
-def _summary_line(label: str, entry: dict) -> str:
-    a, b = entry.get("a") or {}, entry.get("b") or {}
-    change = entry["change"] if entry["change"] != "changed" else fmt_pct(entry["delta_pct"])
-    return (f"  {truncate(label, 50):<50} {fmt_ns(a.get('total_ns')):>10} -> "
-            f"{fmt_ns(b.get('total_ns')):>10} {change:>9}")
+def _summary_line(label: str, entry: SummaryChange, extra: int) -> str:
+    total_a = entry.a["total_ns"] if entry.a else None
+    total_b = entry.b["total_ns"] if entry.b else None
+    change = entry.change if entry.change != "changed" else fmt_pct(entry.delta_pct)
+    room = max(50 + extra, 20)
+    return (f"  {truncate(label, room):<{room}} {fmt_ns(total_a):>10} -> "
+            f"{fmt_ns(total_b):>10} {change:>9}")
 
 
-def render_diff(diff: dict, limit: int = 20) -> str:
-    runs = diff["runs"]
-    lines = [f"A: {_run_label(runs['a'])}", f"B: {_run_label(runs['b'])}"]
-    lines += _verdict_lines(diff) + _drift_lines(diff)
-    kernels = sorted(diff["kernels"], key=time_changed, reverse=True)
+def render_diff(diff: DiffResult, limit: int = 20, width: int | None = None) -> str:
+    """The diff for a terminal `width` columns wide (by default the terminal's, 100 piped)."""
+    width = width or output_width()
+    lines = [f"A: {_run_label(diff, 'a')}", f"B: {_run_label(diff, 'b')}", *_sides_lines(diff)]
+    lines += _verdict_lines(diff, width) + (gate_lines(diff.gate) if diff.gate else [])
+    lines += _drift_lines(diff, width)
+    kernels = sorted(diff.kernels, key=lambda k: k.time_changed, reverse=True)
     if not kernels:
         lines += ["", "kernels: no kernel activity recorded in either run"]
-    totals = diff["tools"] == ["nsys", "nsys"]
+    totals = diff.tools == ("nsys", "nsys")
     what = "total GPU time and launches" if totals else "mean duration per launch"
     if kernels:
         lines += ["", f"kernels ({len(kernels)}; {what}, ranked by time changed):"]
-    detail = diff["tools"] == ["ncu", "ncu"]
+    if diff.verdict == "invalid" and (kernels or diff.nsys):
+        lines.append("  (every change below is NOT COMPARABLE: the verdict is invalid)")
+    detail = diff.tools == ("ncu", "ncu")
     for kernel in kernels[:limit]:
-        lines += _kernel_lines(kernel, detail, totals)
+        lines += _kernel_lines(kernel, detail, totals, width)
     if len(kernels) > limit:
         lines.append(f"  ... {len(kernels) - limit} more (use --json or --kernel REGEX)")
-    if diff.get("nsys"):
-        lines += _nsys_lines(diff["nsys"])
-    return "\n".join(truncate(line, WIDTH) for line in lines)
+    if diff.nsys:
+        lines += _nsys_lines(diff.nsys, width - WIDTH)
+    return "\n".join(truncate(line, width) for line in lines)

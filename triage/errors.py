@@ -47,6 +47,10 @@ class StoreError(TriageError):
     """The store cannot be read or written (permissions, corruption, foreign directory)."""
 
 
+class DiskFull(StoreError):
+    """The store's disk cannot hold what is being written (ENOSPC)."""
+
+
 class CorruptObject(StoreError):
     """A stored object whose bytes no longer match its hash."""
 
@@ -59,3 +63,9 @@ class ComparisonGate(TriageError):
     """`diff --strict`: the comparison verdict is at or above the requested gate. Exit code 3."""
 
     exit_code = 3
+
+
+class RegressionGate(TriageError):
+    """`diff --max-slowdown`: a time is slower than the gate allows, beyond noise. Exit code 4."""
+
+    exit_code = 4

@@ -44,6 +44,10 @@ def _duration(kernel: dict) -> str:
 
 def _kernel_lines(kernel: dict) -> list[str]:
     launches = f"{kernel['launches']} launch{'es' if kernel['launches'] > 1 else ''}"
+    if kernel.get("no_data"):
+        them = "them" if kernel["launches"] > 1 else "it"
+        return ["", truncate(kernel["name"], WIDTH),
+                f"  {launches}, no data: the profiler collected nothing for {them}"]
     lines = ["", truncate(kernel["name"], WIDTH),
              f"  {launches}, {_duration(kernel)}; conclusion: {kernel['conclusion'] or 'none'}"]
     for step in kernel["steps"]:

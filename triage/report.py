@@ -1,68 +1,72 @@
 """`triage report A B [C ...]`: a before/after review in HTML or GitHub Markdown.
 
-Everything shown comes from the `diff --json` documents (`diff_runs`), one per step when several
-runs form a series (each against the first). The only numbers added here are arithmetic over
-those documents (shares of kernel time, chart coordinates), so a report never disagrees with the
-diff it was made from. Charts need metrics that a diff lists only with `--all` (an unchanged
-metric still has a value worth drawing), so `triage report` asks for every metric and the
-templates hide the unchanged ones unless asked to show them.
+Everything shown comes from the diff results (`diff_runs`, whose `to_json()` is `diff --json`),
+one per step when several runs form a series (each against the first). The only numbers added
+here are arithmetic over those results (shares of kernel time, chart coordinates), so a report
+never disagrees with the diff it was made from. Charts need metrics that a diff lists only with
+`--all` (an unchanged metric still has a value worth drawing), so `triage report` asks for every
+metric and the templates hide the unchanged ones unless asked to show them.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 import jinja2
 from markupsafe import Markup, escape
 
 from triage import __version__, svgcharts
-from triage.compare.diff import time_changed
-from triage.compare.drift import clip_middle
+from triage.compare.drift import worst_verdict
+from triage.archive.model import CaptureInfo, RunRecord
+from triage.compare.result import NO_SIDE, DiffOptions, DiffResult, DriftItem
 from triage.errors import UsageError
-from triage.textview import fmt_ns, fmt_pct, fmt_value, short_id
+from triage.textview import (clip_middle, drift_entries, drift_sides, drift_why, fmt_ns, fmt_pct,
+                             fmt_value, kernel_notes, short_id)
+from triage.compare.noise import Noise
+from triage.textview import fmt_noise, fmt_spread, gate_lines, printable
+from triage.units import fmt_bytes
+
+if TYPE_CHECKING:
+    from triage.archive.store import Store
 
 GITHUB_COMMENT_LIMIT = 65_536
 FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md"}
 # Markdown detail levels tried in turn until the comment fits: None means "all".
 MD_LEVELS = ({"kernels": None, "rows": None}, {"kernels": 20, "rows": 40},
              {"kernels": 5, "rows": 15}, {"kernels": 0, "rows": 10})
-SEVERITY_ORDER = ["invalidates", "caution", "not_comparable", "unknown", "info"]
 
 
 # -- reading the diff ------------------------------------------------------------------------
 
 
-def run_name(run: dict) -> str:
+def run_name(run: RunRecord) -> str:
     """How a run is called in legends and headers: its label, else report file, else id."""
-    if run.get("labels"):
-        return run["labels"][0]
-    reports = run.get("reports") or []
-    return reports[0]["name"] if reports else short_id(run["id"])
+    if run.labels:
+        return run.labels[0]
+    return run.reports[0].name if run.reports else short_id(run.id)
 
 
-def series_runs(diffs: list[dict]) -> list[dict]:
-    """The provenance of every run in the report: the common A, then each B."""
-    return [diffs[0]["runs"]["a"]] + [d["runs"]["b"] for d in diffs]
+def series_runs(diffs: list[DiffResult]) -> list[RunRecord]:
+    """Every run in the report: the common A, then each B."""
+    return [diffs[0].run_a] + [d.run_b for d in diffs]
 
 
-EMPTY_SIDE = {"duration_ns": None, "total_ns": None, "launches": None}
-
-
-def headline(diff: dict) -> list[dict]:
+def headline(diff: DiffResult) -> list[dict]:
     """Kernels ranked by total time changed, with each side's share of the kernel time."""
-    totals = {side: sum((k.get(side) or {}).get("total_ns") or 0 for k in diff["kernels"])
-              for side in "ab"}
+    totals = {"a": sum(k.a.total_ns or 0 for k in diff.kernels if k.a),
+              "b": sum(k.b.total_ns or 0 for k in diff.kernels if k.b)}
     rows = []
-    for rank, kernel in enumerate(sorted(diff["kernels"], key=time_changed, reverse=True), 1):
-        a, b = (dict(EMPTY_SIDE, **(kernel.get(s) or {})) for s in "ab")
-        share = {s: (v["total_ns"] or 0) / totals[s] if totals[s] and kernel.get(s) else None
-                 for s, v in (("a", a), ("b", b))}
-        # ncu's side summaries count only the launches paired for the mean; show all launches.
-        launches = kernel.get("launches") or {"a": a["launches"], "b": b["launches"]}
+    ranked = sorted(diff.kernels, key=lambda k: k.time_changed, reverse=True)
+    for rank, kernel in enumerate(ranked, 1):
+        a, b = kernel.a or NO_SIDE, kernel.b or NO_SIDE
+        share = {s: (v.total_ns or 0) / totals[s] if totals[s] and present else None
+                 for s, v, present in (("a", a, kernel.a), ("b", b, kernel.b))}
         rows.append({"rank": rank, "kernel": kernel, "a": a, "b": b, "share": share,
-                     "launches": launches,
-                     "delta_total_ns": kernel.get("delta_total_ns")})
+                     "launches": {"a": a.launches, "b": b.launches},
+                     "delta_total_ns": kernel.delta_total_ns, "notes": kernel_notes(kernel)})
     return rows
 
 
@@ -72,14 +76,14 @@ def kernel_view(row: dict, legend: list[str], colors: list[int] | None,
     kernel = row["kernel"]
     hide = show_unchanged is False
     sections, quiet = [], []
-    for section in kernel.get("sections") or []:
-        metrics = [m for m in section["metrics"] if not (hide and m["status"] == "unchanged")]
-        if metrics or not section["comparable"]:
-            sections.append({**section, "metrics": metrics})
-        elif section["unchanged"]:
+    for section in kernel.sections:
+        metrics = [m for m in section.metrics if not (hide and m.status == "unchanged")]
+        if metrics or not section.comparable:
+            sections.append(replace(section, metrics=tuple(metrics)))
+        elif section.unchanged:
             quiet.append(section)
-    rules = {side: sorted(items, key=lambda r: -(r.get("speedup_pct") or 0))
-             for side, items in (kernel.get("rules") or {}).items()}
+    rules = {side: sorted(getattr(kernel.rules, side), key=lambda r: -(r.speedup_pct or 0))
+             for side in ("only_a", "only_b", "both")}
     return {**row, "sections": sections, "quiet": quiet, "rules": rules,
             "charts": svgcharts.kernel_charts(kernel, legend, colors) if colors else []}
 
@@ -87,21 +91,21 @@ def kernel_view(row: dict, legend: list[str], colors: list[int] | None,
 # -- the series overview ---------------------------------------------------------------------
 
 
-def series_table(diffs: list[dict]) -> list[dict]:
+def series_table(diffs: list[DiffResult]) -> list[dict]:
     """One row per kernel of the series: its mean duration and SOL point in each run.
 
     Kernels are keyed by their name in the first run, which every step is compared against."""
     rows: dict[str, dict] = {}
     width = len(diffs) + 1
     for step, diff in enumerate(diffs, start=1):
-        for kernel in diff["kernels"]:
-            key = kernel["name"] if kernel["match"] != "only_b" else "\0" + kernel["name"]
-            row = rows.setdefault(key, {"name": kernel["name"], "durations": [None] * width,
+        for kernel in diff.kernels:
+            key = kernel.name if kernel.match != "only_b" else "\0" + kernel.name
+            row = rows.setdefault(key, {"name": kernel.name, "durations": [None] * width,
                                         "sol": [(None, None)] * width})
             sol = svgcharts.sol_points(kernel)
-            for run, side, point in ((0, "a", sol[0]), (step, "b", sol[1])):
-                if kernel.get(side):
-                    row["durations"][run] = kernel[side].get("duration_ns")
+            for run, side, point in ((0, kernel.a, sol[0]), (step, kernel.b, sol[1])):
+                if side:
+                    row["durations"][run] = side.duration_ns
                     row["sol"][run] = point
     table = [{**r, "change": [_change(r["durations"][0], v) for v in r["durations"]]}
              for r in rows.values()]
@@ -117,90 +121,88 @@ def _change(first, value):
 # -- provenance ------------------------------------------------------------------------------
 
 
-def _setting(run: dict, key: str) -> str | None:
-    value = (run.get("settings") or {}).get(key)
-    source = (run.get("settings_source") or {}).get(key)
-    if value is None:
+def _setting(run: RunRecord, key: str) -> str | None:
+    found = run.settings.get(key)
+    if found is None or found.value is None:
         return None
+    value = found.value
     if isinstance(value, list):
         value = f"{len(value)}: " + ", ".join(map(str, value))
-    return f"{value} ({source})" if source else str(value)
+    return f"{value} ({found.source})" if found.source else str(value)
 
 
-def _gpu(run: dict) -> str | None:
-    gpus = (run.get("environment") or {}).get("gpus") or []
+def _gpu(run: RunRecord) -> str | None:
+    gpus = run.environment.gpus
     if not gpus:
         return None
     g = gpus[0]
-    extra = ", ".join(filter(None, [g.get("compute_capability") and f"cc {g['compute_capability']}",
-                                    g.get("sm_count") and f"{g['sm_count']} SMs"]))
+    extra = ", ".join(filter(None, [g.compute_capability and f"cc {g.compute_capability}",
+                                    f"{g.sm_count} SMs" if g.sm_count else None]))
     more = f" (+{len(gpus) - 1} more)" if len(gpus) > 1 else ""
-    return f"{g.get('name') or '?'}" + (f" ({extra})" if extra else "") + more
+    return f"{g.name or '?'}" + (f" ({extra})" if extra else "") + more
 
 
-def _clock_evidence(run: dict) -> str | None:
-    clock = (run.get("evidence") or {}).get("clock") or {}
-    if not clock.get("results"):
+def _clock_evidence(run: RunRecord) -> str | None:
+    clock = run.clock
+    if not clock.results:
         return None
-    text = (f"{clock.get('executed_locked')} of {clock.get('results')} results ran with "
-            "locked clocks")
-    if clock.get("measured_to_max") is not None:
-        text += f"; measured SM clock {clock['measured_to_max']:.0%} of max"
+    text = f"{clock.executed_locked} of {clock.results} results ran with locked clocks"
+    if clock.measured_to_max is not None:
+        text += f"; measured SM clock {clock.measured_to_max:.0%} of max"
     return text
 
 
-def _git(run: dict) -> str | None:
+def _git(run: RunRecord) -> str | None:
     """Commit, branch, local edits and untracked files (capture/git_state.py's record)."""
-    git = run.get("git")
-    if not isinstance(git, dict):
-        return None if git is None else str(git)
-    if not git.get("repository"):
-        return git.get("reason") or "not a git repository"
-    parts = [git.get("commit") or "no commit yet", git.get("branch") or "detached HEAD",
-             "dirty (uncommitted edits)" if git.get("dirty") else "clean"]
-    if git.get("untracked_count"):
-        parts.append(f"{git['untracked_count']} untracked file(s)")
-    remote = git.get("remote") or {}
-    if remote.get("url"):
-        parts.append(remote["url"])
+    git = run.capture.git if run.capture else None
+    if git is None:
+        return None
+    if not git.repository:
+        return git.reason or "not a git repository"
+    parts = [git.commit or "no commit yet", git.branch or "detached HEAD",
+             "dirty (uncommitted edits)" if git.dirty else "clean"]
+    if git.untracked_count:
+        parts.append(f"{git.untracked_count} untracked file(s)")
+    if git.remote_url:
+        parts.append(git.remote_url)
     return ", ".join(parts)
 
 
-def _env(run: dict, key: str):
-    return (run.get("environment") or {}).get(key)
+def _host(run: RunRecord) -> str | None:
+    host = run.environment.host
+    return " · ".join(str(v) for v in (host.name, host.cpu, host.os) if v) or None
 
 
-def _host(run: dict) -> str | None:
-    host = _env(run, "host") or {}
-    return " · ".join(str(host[k]) for k in ("name", "cpu", "os") if host.get(k)) or None
+def _capture(run: RunRecord) -> CaptureInfo:
+    return run.capture or NO_CAPTURE
 
 
-PROVENANCE_ROWS = (
-    ("run id", lambda r: r.get("id")),
-    ("labels", lambda r: ", ".join(r.get("labels") or []) or None),
-    ("report files", lambda r: "; ".join(f"{p['name']} (sha256 {p['sha256'][:16]}…)"
-                                          for p in r.get("reports") or []) or None),
-    ("tool", lambda r: f"{r.get('tool')} {r.get('tool_version') or '(version unknown)'}"),
-    ("profiler command", lambda r: r.get("command")),
-    ("application", lambda r: " ".join((r.get("application") or {}).get("argv") or []) or None),
-    ("filed by", lambda r: r.get("source") and f"triage {r['source']}"),
-    ("triage command", lambda r: " ".join(map(str, r["argv"])) if r.get("argv") else None),
+NO_CAPTURE = CaptureInfo()
+PROVENANCE_ROWS: tuple[tuple[str, Callable[[RunRecord], str | None]], ...] = (
+    ("run id", lambda r: r.id),
+    ("labels", lambda r: ", ".join(r.labels) or None),
+    ("report files", lambda r: "; ".join(f"{p.name} (sha256 {p.sha256[:16]}…)"
+                                          for p in r.reports) or None),
+    ("tool", lambda r: f"{r.tool} {r.tool_version or '(version unknown)'}"),
+    ("profiler command", lambda r: r.command),
+    ("application", lambda r: " ".join(r.application_argv or ()) or None),
+    ("filed by", lambda r: f"triage {r.source}"),
+    ("triage command", lambda r: " ".join(_capture(r).argv) or None),
     ("GPU", _gpu),
-    ("driver", lambda r: _env(r, "driver_version")),
-    ("CUDA", lambda r: _env(r, "cuda_version")),
+    ("driver", lambda r: r.environment.driver_version),
+    ("CUDA", lambda r: r.environment.cuda_version),
     ("clock control (source)", lambda r: _setting(r, "clock_control")),
     ("clock evidence", _clock_evidence),
     ("cache control (source)", lambda r: _setting(r, "cache_control")),
     ("replay mode (source)", lambda r: _setting(r, "replay_mode")),
     ("section set (source)", lambda r: _setting(r, "section_set")),
     ("nsys trace (source)", lambda r: _setting(r, "trace")),
-    ("nsys export", lambda r: r.get("nsys_source") and str(r["nsys_source"])),
+    ("nsys export", lambda r: _capture(r).nsys_source),
     ("git", _git),
     ("host", _host),
-    ("captured", lambda r: r.get("created")),
-    ("archived", lambda r: r.get("archived")),
-    ("notes", lambda r: "; ".join(map(str, (r.get("notes") or []) + (r.get("notices") or [])))
-     or None),
+    ("captured", lambda r: r.created),
+    ("archived", lambda r: r.archived),
+    ("notes", lambda r: "; ".join([n.text for n in r.notes] + list(r.notices)) or None),
 )
 
 
@@ -210,9 +212,9 @@ ALWAYS_SHOWN = ("profiler command", "git")
 ALWAYS_SHOWN_NCU = ("clock control (source)", "cache control (source)")
 
 
-def provenance_rows(runs: list[dict]) -> list[dict]:
+def provenance_rows(runs: list[RunRecord]) -> list[dict]:
     """Label, one value per run, and whether the runs differ; rows unknown everywhere dropped."""
-    rows, ncu = [], any(run.get("tool") == "ncu" for run in runs)
+    rows, ncu = [], any(run.tool == "ncu" for run in runs)
     for label, read in PROVENANCE_ROWS:
         values = [read(run) for run in runs]
         always = label in ALWAYS_SHOWN or (label in ALWAYS_SHOWN_NCU and ncu)
@@ -250,15 +252,6 @@ def fmt_number(value, unit: str | None = None) -> str:
     return fmt_value(value)
 
 
-def fmt_bytes(value) -> str:
-    if not isinstance(value, (int, float)):
-        return "-"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {unit}"
-    return f"{value:.0f} B"
-
-
 def fmt_share(value) -> str:
     return "-" if value is None else f"{value:.1%}"
 
@@ -280,7 +273,7 @@ def md_escape(text) -> str:
 def md_code(text, in_table: bool = True) -> Markup:
     """A code span with fences longer than any backtick run inside; in a GFM table cell pipes
     are escaped too (GitHub then shows them without the backslash)."""
-    text = re.sub(r"\s*\n\s*", " ", str(text))
+    text = re.sub(r"\s*\n\s*", " ", printable(str(text), lines=True))
     text = text.replace("|", "\\|") if in_table else text
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     fence, pad = "`" * (longest + 1), " " if longest else ""
@@ -289,13 +282,22 @@ def md_code(text, in_table: bool = True) -> Markup:
 
 def html_text(text) -> Markup:
     """HTML-escaped text for raw HTML inside Markdown (`<summary>`), where `\\` would show."""
-    return Markup(escape(re.sub(r"\s*\n\s*", " ", str(text))))
+    return Markup(escape(re.sub(r"\s*\n\s*", " ", printable(str(text), lines=True))))
+
+
+def visible(value):
+    """The templates' finalize: text shows as itself (`printable`: no raw NUL, ESC or U+202E
+    reaches a page), markup made by triage is left alone."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return printable(value, lines=True)
+    return value
 
 
 def _environment(markdown: bool) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("triage.templates", "."),
-        autoescape=not markdown, finalize=md_escape if markdown else None,
+        autoescape=not markdown,
+        finalize=(lambda value: md_escape(visible(value))) if markdown else visible,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
         undefined=jinja2.StrictUndefined)
     env.filters.update(ns=fmt_ns, pct=fmt_pct, value=fmt_value, share=fmt_share,
@@ -306,7 +308,7 @@ def _environment(markdown: bool) -> jinja2.Environment:
     return env
 
 
-def _context(diffs: list[dict], show_unchanged: bool | None, charts: bool) -> dict:
+def _context(diffs: list[DiffResult], show_unchanged: bool | None, charts: bool) -> dict:
     if not diffs:
         raise UsageError("a report needs at least one comparison (two runs)")
     runs = series_runs(diffs)
@@ -318,18 +320,33 @@ def _context(diffs: list[dict], show_unchanged: bool | None, charts: bool) -> di
         colors = [0, i + 1] if charts else None
         rows = headline(diff)
         steps.append({"diff": diff, "letters": ("A", letters[i + 1]), "legend": legend,
-                      "headline": rows, "drift": sorted_drift(diff["drift"]),
-                      "charts": svgcharts.overview_charts(rows, legend, colors) if charts else [],
+                      "headline": rows, "drift": drift_rows(diff.drift),
+                      "charts": svgcharts.overview_charts(rows, legend, colors) if colors else [],
                       "details": [kernel_view(r, legend, colors, show_unchanged) for r in rows
-                                  if r["kernel"].get("sections") or r["kernel"].get("notes")]})
+                                  if r["kernel"].sections or r["notes"]],
+                      "gate": gate_lines(diff.gate) if diff.gate else [],
+                      "noise": noise_rows(diff)})
     table = series_table(diffs) if len(diffs) > 1 else []
-    legend = [chart_legend(letter, name) for letter, name in zip(letters, names)]
+    legend = [chart_legend(letter, name) for letter, name in zip(letters, names, strict=True)]
     return {"steps": steps, "runs": runs, "names": names, "letters": letters, "series": table,
             "series_charts": svgcharts.series_charts(table, legend) if charts and table else [],
-            "verdict": worst_verdict([d["verdict"] for d in diffs]),
+            "verdict": worst_verdict(d.verdict for d in diffs),
             "provenance": provenance_rows(runs), "version": __version__,
-            "tools": sorted({r.get("tool") for r in runs} - {None}),
+            "tools": sorted({r.tool for r in runs}),
             "show_unchanged": show_unchanged}
+
+
+def noise_rows(diff: DiffResult) -> list[dict]:
+    """Matched kernels and NVTX ranges with their measured noise, worded for a table."""
+    found: list[tuple[str, str, Noise]] = [
+        ("kernel", k.name, k.noise) for k in
+        sorted(diff.kernels, key=lambda k: k.time_changed, reverse=True)
+        if k.match == "matched" and k.noise]
+    if diff.nsys:
+        found += [("NVTX", str(e.key["text"]), e.noise)
+                  for e in diff.nsys.nvtx if e.noise and e.change == "changed"]
+    return [{"what": what, "name": name, "noise": noise, "change": fmt_noise(noise),
+             "a": fmt_spread(noise.a), "b": fmt_spread(noise.b)} for what, name, noise in found]
 
 
 def chart_legend(letter: str, name: str) -> str:
@@ -337,10 +354,20 @@ def chart_legend(letter: str, name: str) -> str:
     return f"{letter}: {svgcharts.clip_left(name, 26)}"
 
 
-def sorted_drift(items: list[dict]) -> list[dict]:
-    """Worst first: what invalidates the comparison, then cautions, sections, information."""
-    return sorted(items, key=lambda i: SEVERITY_ORDER.index(i["severity"])
-                  if i["severity"] in SEVERITY_ORDER else len(SEVERITY_ORDER))
+def drift_rows(items: tuple[DriftItem, ...]) -> list[dict]:
+    """Worst first (what invalidates the comparison, then cautions, sections, unknowns,
+    information), each with its why as the views word it and its values with what differs
+    whole; the fields neither run recorded in one row per severity."""
+    rows = []
+    for entry in drift_entries(items):
+        if isinstance(entry, list):
+            rows.append({"severity": entry[0].severity, "field": ", ".join(i.field for i in entry),
+                         "a": None, "b": None, "why": entry[0].why})
+            continue
+        a, b = drift_sides(entry)
+        rows.append({"severity": entry.severity, "field": entry.field, "a": a, "b": b,
+                     "why": drift_why(entry)})
+    return rows
 
 
 def run_letter(index: int) -> str:
@@ -348,13 +375,7 @@ def run_letter(index: int) -> str:
     return chr(ord("A") + index) if index < 26 else f"R{index + 1}"
 
 
-def worst_verdict(verdicts: list[str]) -> str:
-    """The worst verdict of a series: one invalid step makes the report invalid."""
-    order = ["comparable", "caution", "invalid"]
-    return max(verdicts, key=lambda v: order.index(v) if v in order else -1)
-
-
-def render_html(diffs: list[dict], show_unchanged: bool | None = None) -> str:
+def render_html(diffs: list[DiffResult], show_unchanged: bool | None = None) -> str:
     """A self-contained HTML review (inline CSS and SVG; no scripts, fonts or remote loads).
 
     show_unchanged: None shows the metrics each diff lists; False hides unchanged ones."""
@@ -362,7 +383,7 @@ def render_html(diffs: list[dict], show_unchanged: bool | None = None) -> str:
         **_context(diffs, show_unchanged, charts=True))
 
 
-def render_markdown(diffs: list[dict], show_unchanged: bool | None = None,
+def render_markdown(diffs: list[DiffResult], show_unchanged: bool | None = None,
                     max_chars: int = GITHUB_COMMENT_LIMIT) -> str:
     """GitHub-flavoured Markdown for a PR comment: verdict and headline on top, details folded.
 
@@ -399,13 +420,13 @@ def report_format(path: str | None, fmt: str | None) -> str:
     return "html"
 
 
-def render(diffs: list[dict], fmt: str, show_unchanged: bool | None = None) -> str:
+def render(diffs: list[DiffResult], fmt: str, show_unchanged: bool | None = None) -> str:
     if fmt == "md":
         return render_markdown(diffs, show_unchanged)
     return render_html(diffs, show_unchanged)
 
 
-def write_report(path: str | Path, diffs: list[dict], fmt: str | None = None,
+def write_report(path: str | Path, diffs: list[DiffResult], fmt: str | None = None,
                  show_unchanged: bool | None = None) -> Path:
     """Render and write the report atomically (a reader never sees half a file)."""
     from triage.archive.atomic import write_user_file
@@ -414,7 +435,7 @@ def write_report(path: str | Path, diffs: list[dict], fmt: str | None = None,
     return write_user_file(Path(path), text.encode("utf-8"))
 
 
-def diff_series(store, refs: list[str], opts) -> list[dict]:
+def diff_series(store: Store, refs: list[str], opts: DiffOptions) -> list[DiffResult]:
     """Each run after the first compared with the first: one `diff_runs` document per step."""
     from triage.compare.diff import diff_runs
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 import math
 import re
 from html import escape
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from markupsafe import Markup
 
 from triage.textview import fmt_ns
+
+if TYPE_CHECKING:
+    from triage.compare.result import KernelDiff
 
 # Run A is grey ("before"), later runs are saturated: the eye goes to what changed.
 PALETTE = ("#8c959f", "#1f6feb", "#d4720b", "#1a7f37", "#8250df", "#cf222e", "#0a7b83")
@@ -180,7 +183,7 @@ def _trail(tag: str, xys: list, colors: Sequence[int]) -> list[str]:
     """Dots for each run (in run colours) joined by lines, the item number at the last dot."""
     known = [(colors[i], p) for i, p in enumerate(xys) if p is not None]
     parts = []
-    for (_i, start), (_j, end) in zip(known, known[1:]):
+    for (_i, start), (_j, end) in zip(known, known[1:], strict=False):
         parts += _arrow(start, end)
     for i, (x, y) in known:
         parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{color(i)}" '
@@ -221,10 +224,9 @@ STALL_PATTERNS = (re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_iss
 STALLS_SHOWN = 8
 
 
-def metric_values(kernel: dict) -> dict[str, tuple]:
+def metric_values(kernel: KernelDiff) -> dict[str, tuple]:
     """Every metric the diff lists for a kernel, by name: (A, B)."""
-    return {m["name"]: (m["a"], m["b"]) for s in kernel.get("sections") or []
-            for m in s["metrics"]}
+    return {m.name: (m.a, m.b) for s in kernel.sections for m in s.metrics}
 
 
 def first_of(values: dict, names: tuple) -> tuple:
@@ -235,10 +237,10 @@ def first_of(values: dict, names: tuple) -> tuple:
     return (None, None)
 
 
-def sol_points(kernel: dict) -> list[tuple]:
+def sol_points(kernel: KernelDiff) -> list[tuple]:
     """(memory %, compute %) of speed of light in A and in B; None where not collected."""
     values = metric_values(kernel)
-    return list(zip(first_of(values, SOL_MEMORY), first_of(values, SOL_COMPUTE)))
+    return list(zip(first_of(values, SOL_MEMORY), first_of(values, SOL_COMPUTE), strict=True))
 
 
 def stall_reasons(values: dict) -> list[tuple[str, tuple]]:
@@ -252,7 +254,7 @@ def stall_reasons(values: dict) -> list[tuple[str, tuple]]:
     return []
 
 
-def kernel_charts(kernel: dict, legend: list[str], colors: list[int]) -> list[Markup]:
+def kernel_charts(kernel: KernelDiff, legend: list[str], colors: list[int]) -> list[Markup]:
     """Throughput/occupancy and warp-stall bars for one kernel, when the diff has the numbers."""
     values = metric_values(kernel)
     groups = [(label, first_of(values, names)) for label, names in (
@@ -277,11 +279,11 @@ def overview_charts(rows: list[dict], legend: list[str], colors: list[int]) -> l
     rows = rows[:TOP_KERNELS]
     if not rows:
         return []
-    bars = [(short_kernel(r["kernel"]["name"]), (r["a"]["duration_ns"], r["b"]["duration_ns"]))
+    bars = [(short_kernel(r["kernel"].name), (r["a"].duration_ns, r["b"].duration_ns))
             for r in rows]
     charts = [bar_chart("Mean duration per launch, top kernels by time changed", legend, bars,
                         fmt_ns, colors=colors, width=OVERVIEW_CHART_W)]
-    points = [(str(r["rank"]), short_kernel(r["kernel"]["name"]), sol_points(r["kernel"]))
+    points = [(str(r["rank"]), short_kernel(r["kernel"].name), sol_points(r["kernel"]))
               for r in rows]
     charts += _sol_plot(f"Compute vs memory throughput, A to {legend[1][0]}", points, colors)
     return [Markup(c) for c in charts]

@@ -6,9 +6,18 @@ Kept apart from the library so that compute code returns data and only the CLI f
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 import json
 import math
+import os
+import shutil
+import sys
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from triage.compare.result import DriftItem, KernelDiff
 
 
 def short_id(run_id: str | None, length: int = 12) -> str:
@@ -59,13 +68,24 @@ def _si(value: float) -> str:
     return f"{value:.4g}"
 
 
-_ESCAPES = {**{code: f"\\x{code:02x}" for code in (*range(32), 0x7F)},
-            ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"}
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
 
-def printable(text: str) -> str:
-    """Control characters escaped (a tab or newline in a file name), so a row stays one line."""
-    return text if text.isprintable() else text.translate(_ESCAPES)
+def printable(text: str, lines: bool = False) -> str:
+    """Text that shows as what it is: control characters (NUL, BEL, ESC: a terminal obeys them),
+    bidirectional overrides (U+202E reverses what follows) and other invisible characters
+    escaped as \\xNN / \\uNNNN, so a row stays one line and a name cannot disguise itself.
+    `lines`: keep newlines and tabs (multi-line text in a page; the templates' finalize)."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or (lines and ch in "\n\t")
+                   else _escaped(ch) for ch in text)
+
+
+def _escaped(ch: str) -> str:
+    code = ord(ch)
+    return _NAMED.get(ch) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+                              if code < 0x10000 else f"\\U{code:08x}")
 
 
 def truncate(text: str | None, width: int) -> str:
@@ -74,7 +94,7 @@ def truncate(text: str | None, width: int) -> str:
 
 
 def table(rows: list[list], headers: list[str], max_widths: dict[int, int] | None = None,
-          align_right: set[int] = frozenset()) -> str:
+          align_right: Collection[int] = frozenset()) -> str:
     """An aligned text table; columns listed in max_widths are truncated to fit."""
     max_widths = max_widths or {}
     cells = [[truncate(c, max_widths.get(i, 200)) for i, c in enumerate(row)] for row in rows]
@@ -82,7 +102,7 @@ def table(rows: list[list], headers: list[str], max_widths: dict[int, int] | Non
 
     def line(values):
         parts = [v.rjust(w) if i in align_right else v.ljust(w)
-                 for i, (v, w) in enumerate(zip(values, widths))]
+                 for i, (v, w) in enumerate(zip(values, widths, strict=True))]
         return "  ".join(parts).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells])
@@ -123,3 +143,248 @@ def _csv_value(value):
     if isinstance(value, (list, dict)):
         return json.dumps(finite(value), default=str, ensure_ascii=False)
     return value
+
+
+def clip_middle(text: str, width: int) -> str:
+    """Shortened in the middle: kernel names that differ only in their tail (a changed
+    parameter list) stay distinguishable, unlike names cut at the end."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
+def distinct_names(a: str, b: str, width: int = 30) -> tuple[str, str]:
+    """Two kernel names shortened so that they still differ: the beginning, then the text from
+    just before where they differ (`f<64>(int, P*)` and `f<64>(int, P*, int*)` have the same
+    short name and the same first 60 characters; cut at the end they would read the same)."""
+    if len(a) <= width and len(b) <= width:
+        return a, b
+    start = max(len(os.path.commonprefix([a, b])) - 8, 0)  # a little context before
+    head = a[:min(start, width // 3)]
+    elided = "…" if start > len(head) else ""
+    room = max(width - len(head) - len(elided), 9)
+    short_a, short_b = (head + elided + (n[start:] if len(n) - start <= room
+                                         else n[start:start + room - 1] + "…") for n in (a, b))
+    return short_a, short_b
+
+
+PIPED_WIDTH = 100  # columns of text output that is not going to a terminal
+# Drift codes whose values are sets (shown as what B added and dropped) and flags with words.
+SET_VALUED = ("settings.sections", "nvtx.ranges")
+# Drift codes whose values are words (commands, names) shown as the tokens that differ.
+TOKEN_VALUED = ("command", "workload.arguments", "gpu.name", "host.cpu", "host.os")
+FLAG_WORDS = {"git.dirty": ("clean", "dirty (uncommitted edits)")}
+SAME_CLIP = 30  # a token both values share is clipped to this; differing tokens never are
+
+
+def output_width() -> int:
+    """The terminal's width when stdout is one (it honours $COLUMNS), else 100 columns."""
+    if not sys.stdout.isatty():
+        return PIPED_WIDTH
+    return max(shutil.get_terminal_size((PIPED_WIDTH, 24)).columns, 60)
+
+
+def _tokens(value: object) -> list[str]:
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return str(value).split()
+
+
+def _shared(tokens: Sequence[str], first: bool, last: bool) -> list[str]:
+    """A run of tokens both values share: kept short around what differs (the first and last
+    token of a long run, clipped), since the reader needs the context, not all of it."""
+    tokens = [clip_middle(t, SAME_CLIP) for t in tokens]
+    if len(tokens) <= (2 if last and not first else 3):
+        return tokens
+    return [tokens[0], "…"] if last and not first else [tokens[0], "…", tokens[-1]]
+
+
+def _opcodes(a: list[str], b: list[str]) -> Sequence[tuple[str, int, int, int, int]]:
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+
+
+def changed_tokens(a: object, b: object) -> str:
+    """Two commands (or names) as one, the differing tokens whole in brackets:
+    `./train 20 [2000000 → 1000000]`, `a.out [+1000000000]`, `-o [-old]`."""
+    ta, tb = _tokens(a), _tokens(b)
+    words: list[str] = []
+    ops = _opcodes(ta, tb)
+    for n, (op, i1, i2, j1, j2) in enumerate(ops):
+        old, new = " ".join(ta[i1:i2]), " ".join(tb[j1:j2])
+        if op == "equal":
+            words += _shared(ta[i1:i2], n == 0, n == len(ops) - 1)
+        else:
+            words.append(f"[{old} → {new}]" if old and new else f"[-{old}]" if old
+                         else f"[+{new}]")
+    return " ".join(words)
+
+
+def changed_sides(a: object, b: object) -> tuple[str, str]:
+    """Each of two commands with the tokens both share shortened, the differing ones whole:
+    the two cells of a table row."""
+    ta, tb = _tokens(a), _tokens(b)
+    sides: tuple[list[str], list[str]] = ([], [])
+    ops = _opcodes(ta, tb)
+    for n, (op, i1, i2, j1, j2) in enumerate(ops):
+        if op == "equal":
+            shared = _shared(ta[i1:i2], n == 0, n == len(ops) - 1)
+            sides[0].extend(shared)
+            sides[1].extend(shared)
+        else:
+            sides[0].extend(ta[i1:i2])
+            sides[1].extend(tb[j1:j2])
+    return " ".join(sides[0]) or "(none)", " ".join(sides[1]) or "(none)"
+
+
+def set_change(a: Sequence[object], b: Sequence[object]) -> str:
+    """What B added and dropped: `+NumaAffinity +PmSampling -Occupancy`."""
+    old, new = set(map(str, a)), set(map(str, b))
+    return " ".join([f"+{v}" for v in sorted(new - old)] + [f"-{v}" for v in sorted(old - new)])
+
+
+def set_sides(a: Sequence[object], b: Sequence[object]) -> tuple[str, str]:
+    """Each side's members the other lacks, and how many both have."""
+    old, new = set(map(str, a)), set(map(str, b))
+    both = f"{len(old & new)} in both"
+
+    def side(only: set[str]) -> str:
+        return ", ".join(sorted(only)) + f" (and {both})" if only else f"({both}, no other)"
+
+    return side(old - new), side(new - old)
+
+
+def value_text(item: DriftItem, value: object) -> str:
+    """One drift value whole, as words: ? when unknown, a list joined, a flag named."""
+    if value is None:
+        return "?"
+    if isinstance(value, bool) and item.code in FLAG_WORDS:
+        return FLAG_WORDS[item.code][value]
+    if isinstance(value, (list, tuple)):
+        return " ".join(map(str, value)) or "(none)"
+    if item.code == "git.commit" and isinstance(value, str) and len(value) == 40:
+        return value[:12]  # where two commits differ, 12 hex digits differ too
+    return str(value)
+
+
+def _shown_by_parts(item: DriftItem) -> bool:
+    """Both values known and different, of a field shown by its parts (tokens or members)."""
+    return item.state == "different" and item.a is not None and item.b is not None and \
+        item.code in SET_VALUED + TOKEN_VALUED
+
+
+def drift_change(item: DriftItem) -> str | None:
+    """A difference as one text, never cut where the values differ (None: say `a -> b`)."""
+    if not _shown_by_parts(item):
+        return None
+    if item.code in SET_VALUED:
+        return set_change(_tokens(item.a), _tokens(item.b))
+    return changed_tokens(item.a, item.b)
+
+
+def drift_sides(item: DriftItem) -> tuple[str | None, str | None]:
+    """A drift item's two values for table cells: what differs whole, shared parts short;
+    None for an unknown value."""
+    if _shown_by_parts(item):
+        if item.code in SET_VALUED:
+            return set_sides(_tokens(item.a), _tokens(item.b))
+        return changed_sides(item.a, item.b)
+    return (None if item.a is None else value_text(item, item.a),
+            None if item.b is None else value_text(item, item.b))
+
+
+def drift_entries(items: Sequence[DriftItem]) -> list[DriftItem | list[DriftItem]]:
+    """Drift worst first, as every view lists it; the fields neither run recorded as one entry
+    per severity (a list), where the first of them would be."""
+    from triage.compare.drift import UNRECORDED, severity_rank  # only diffs need it
+
+    entries: list[DriftItem | list[DriftItem]] = []
+    groups: dict[str, list[DriftItem]] = {}
+    for item in sorted(items, key=lambda i: severity_rank(i.severity)):
+        if item.state != UNRECORDED:
+            entries.append(item)
+        elif item.severity in groups:
+            groups[item.severity].append(item)
+        else:
+            entries.append(groups.setdefault(item.severity, [item]))
+    return entries
+
+
+def drift_why(item: DriftItem) -> str:
+    """A drift item's why as the views show it: the kernels it names clipped in the middle."""
+    return item.describe(lambda name: clip_middle(name, 60))
+
+
+def kernel_notes(kernel: KernelDiff) -> list[str]:
+    """What a reader of a kernel's numbers should know, worded (the diff gives codes)."""
+    from triage.compare.result import KERNEL_LAUNCHES, KERNEL_NO_DATA, KERNEL_RENAMED
+
+    notes = []
+    if KERNEL_RENAMED in kernel.notes and kernel.name_b:
+        shorts = (kernel.short_name, kernel.short_name_b)
+        labels = shorts if shorts[0] and shorts[1] and shorts[0] != shorts[1] else \
+            distinct_names(kernel.name, kernel.name_b)
+        notes.append(f"paired by launch order: {labels[0]} -> {labels[1]}")
+    if KERNEL_LAUNCHES in kernel.notes and kernel.a and kernel.b:
+        notes.append(f"launch counts differ ({kernel.a.launches} vs {kernel.b.launches}); "
+                     f"compared the first {kernel.paired} of each")
+    if KERNEL_NO_DATA in kernel.notes:
+        sides = " and ".join(s.upper() for s in kernel.no_data)
+        notes.append(f"no data in {sides}: the profiler collected nothing for these launches")
+    return notes
+
+
+GATE_KINDS = {"kernel": "kernel", "nvtx": "NVTX range", "gpu_total": "total"}
+SIGNIFICANCE_WORDS = {"significant": "significant", "within_noise": "within noise",
+                      "unknown": "noise unknown"}
+
+
+def fmt_interval(ci: tuple[float, float] | None) -> str:
+    """'[+9.1, +15.2]': a confidence interval in percent."""
+    return f"[{ci[0]:+.1f}, {ci[1]:+.1f}]" if ci else ""
+
+
+def fmt_noise(noise) -> str:
+    """A change with its noise: '+12.3% [+9.1, +15.2] significant', 'noise unknown (1 vs 1;
+    5 per side needed)'."""
+    if noise is None:
+        return "-"
+    words = SIGNIFICANCE_WORDS.get(noise.significance, noise.significance)
+    if noise.significance == "unknown":
+        counts = f"{noise.a.n if noise.a else 0} vs {noise.b.n if noise.b else 0}"
+        return f"{fmt_pct(noise.change_pct)} {words} ({counts} {noise.samples}; " \
+            f"{noise.needed} per side needed)"
+    return f"{fmt_pct(noise.change_pct)} {fmt_interval(noise.ci_pct)} {words}"
+
+
+def fmt_spread(spread) -> str:
+    """'n 100, median 200 us, IQR 310 ns'; under 4 samples their range, 'n 1: 5.95 us' for one
+    (--json has every number)."""
+    if spread is None:
+        return "-"
+    if spread.n == 1:
+        return f"n 1: {fmt_ns(spread.median)}"
+    if spread.n < 4:
+        return f"n {spread.n}, median {fmt_ns(spread.median)}, " \
+            f"{fmt_ns(spread.min)}..{fmt_ns(spread.max)}"
+    return f"n {spread.n}, median {fmt_ns(spread.median)}, IQR {fmt_ns(spread.iqr)}"
+
+
+def gate_lines(gate) -> list[str]:
+    """The regression gate as the views open with it: one line per failed time, else one."""
+    limit = f"{gate.max_slowdown_pct:g}%"
+    if not gate.judged:
+        return [f"Gate not judged: the verdict is invalid, so no time is comparable "
+                f"(--max-slowdown {limit})"]
+    if gate.passed:
+        return [f"Gate passed: {len(gate.checks)} time(s) checked, none slower than {limit} "
+                "beyond noise"]
+    lines = []
+    for check in gate.failed:
+        what = f"{GATE_KINDS.get(check.kind, check.kind)} {truncate(check.name, 40)}"
+        if check.significance == "unknown":
+            measured = f"{fmt_pct(check.change_pct)} (noise unknown, by % alone)"
+        else:
+            measured = f"{fmt_pct(check.change_pct)} {fmt_interval(check.ci_pct)}"
+        lines.append(f"Gate failed: {what} {measured} > {limit}")
+    return lines

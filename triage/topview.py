@@ -7,20 +7,14 @@ import re
 import shlex
 
 from triage.compare.top import function_name
-from triage.textview import fmt_ns, short_id, table, truncate
+from triage.textview import fmt_ns, printable, short_id, table, truncate
+from triage.units import fmt_bytes
 
 WIDTH = 100
 
 
 def _pct(share) -> str:
     return "-" if share is None else f"{share * 100:.1f}%"
-
-
-def _bytes(value) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if value >= scale:
-            return f"{value / scale:.3g} {unit}"
-    return f"{value} B"
 
 
 def _ranking_lines(ranking: dict) -> list[str]:
@@ -81,7 +75,7 @@ def _copy_lines(copies: dict) -> list[str]:
         return lines + ["  no host<->device copies traced"]
     for c in copies["kinds"]:
         lines.append(f"  {c['kind']}: {c['serialised']} of {c['count']} copies serialised "
-                     f"({fmt_ns(c['serialised_ns'])}, {_bytes(c['serialised_bytes'])}); "
+                     f"({fmt_ns(c['serialised_ns'])}, {fmt_bytes(c['serialised_bytes'])}); "
                      f"{fmt_ns(c['exposed_ns'])} of {fmt_ns(c['total_ns'])} not under a kernel")
         lines.append(f"      ({c['meaning']})")
     return lines
@@ -114,15 +108,18 @@ def _next_lines(suggestions: list[dict]) -> list[str]:
     for i, s in enumerate(suggestions, 1):
         lines.append(f"  {i}. {truncate(s['function'], 60)}: launch {s['launch']} of "
                      f"{s['launches']} (0-based; a typical one after the warm-up)")
-        lines.append(f"     {s['command']}")
-        lines.append(f"     or, archived and linked to this run: {s['capture_command']}")
+        # Commands are shown escaped too: a control character in a kernel name would act on
+        # the terminal (and `\\x1b` in the -k regex still matches it).
+        lines.append(f"     {printable(s['command'])}")
+        lines.append(f"     or, archived and linked to this run: {printable(s['capture_command'])}")
         if s.get("nvtx_command"):
-            lines.append(f"     inside NVTX range {s['nvtx_range']}: {s['nvtx_command']}")
+            lines.append(f"     inside NVTX range {printable(s['nvtx_range'])}: "
+                         f"{printable(s['nvtx_command'])}")
         lines += [f"     note: {n}" for n in s["notes"]]
     report = shlex.split(suggestions[0]["command"])
     name = report[report.index("-o") + 1]
     lines.append(f"  then: triage explain latest (after capture), or triage archive "
-                 f"{name}.ncu-rep && triage explain latest")
+                 f"{printable(name)}.ncu-rep && triage explain latest")
     return lines
 
 

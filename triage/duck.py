@@ -7,42 +7,50 @@ that. triage only needs the Parquet reader, which is built in, so autoloading is
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
+if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
 
 OFFLINE = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
 
-def connect(threads: int | None = None, temp_directory: str | None = None):
+def connect(threads: int | None = None,
+            temp_directory: str | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with extension autoloading disabled; large sorts spill
     to `temp_directory` (DuckDB's default is `.tmp` in the working directory)."""
     import duckdb
 
-    config = dict(OFFLINE, **({"threads": threads} if threads else {}),
-                  **({"temp_directory": temp_directory} if temp_directory else {}))
+    config: dict[str, Any] = dict(OFFLINE, **({"threads": threads} if threads else {}),
+                                  **({"temp_directory": temp_directory} if temp_directory
+                                     else {}))
     return duckdb.connect(":memory:", config=config)
 
 
 @lru_cache(maxsize=1)
-def summary_connection():
+def summary_connection() -> duckdb.DuckDBPyConnection:
     """One single-threaded connection per process for archive-time summaries (connecting costs
     more than a small summary query; one thread keeps float sums, hence bytes, reproducible)."""
     return connect(threads=1)
 
 
-def sql_string(value: str) -> str:
+def sql_string(value: object) -> str:
     """A SQL string literal (paths of stored objects are hex, but quote properly anyway)."""
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def fetch_arrow(con, sql: str):
+def fetch_arrow(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
     """Run a query and return a pyarrow Table (DuckDB 2 renamed .arrow() to .to_arrow_table())."""
     relation = con.sql(sql)
     fetch = getattr(relation, "to_arrow_table", None) or relation.arrow
     return fetch()
 
 
-def arrow_batches(con, sql: str, params: list, batch_rows: int):
+def arrow_batches(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any],
+                  batch_rows: int) -> Iterator[pa.RecordBatch]:
     """Yield a query's result as Arrow record batches, never the whole result at once.
 
     A generator on purpose: the relation must outlive its reader (DuckDB 1.1-1.3 free it with

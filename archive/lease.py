@@ -1,0 +1,178 @@
+"""Writer leases: how `triage gc` tells a writer still at work from one that died.
+
+An archive (or import) writes its objects before the manifest that references them, so until the
+manifest lands they look like leftovers; so does the temp file of any write until its rename. A
+grace period alone cannot tell a slow or stopped writer from a dead one: an archive stopped
+(SIGSTOP, a suspended laptop) for longer than `--grace` lost its objects to gc and then wrote a
+manifest naming them. So whatever writes holds a lease while it writes: a small file under
+`leases/`, created before its first temp file and removed after its last rename (an archive
+from the export it stages to its catalog row; an import; each label, key, annotations or catalog
+write on its own). gc keeps every leftover whose mtime is not older than a live lease (less
+MARGIN, for coarse timestamps). The lease's mtime and the leftovers' come from the same
+filesystem clock, so the writer's and gc's clocks need not agree. Every object an archive
+publishes is a temp file it wrote after taking its lease, renamed into place (even over a copy
+that exists), so it is that new.
+
+A lease is live until its writer is known to be gone:
+
+- written on this machine (same boot and PID namespace): while its process exists with the same
+  start time (a stopped process is live; a zombie, or a pid reused since, is not);
+- written anywhere else (another host or container sharing the store): for LEASE_TTL after it was
+  written, since another machine's processes cannot be seen from here.
+
+Nothing is locked and nothing needs a conditional write (NFS, object storage): a lease is a whole
+file under a name no one else uses, deleted by its owner, or by gc once stale.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cache, wraps
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from triage.archive import atomic, validate
+from triage.timeutil import utc_now
+
+if TYPE_CHECKING:  # store.py takes leases for its own small writes, so it imports this module
+    from triage.archive.store import Store
+
+F = TypeVar("F", bound=Callable[..., Any])
+LEASE_TTL = 24 * 3600  # no archive takes a day; a writer on another host is trusted that long
+MARGIN = 60.0  # seconds: coarse or stepped file timestamps never make a writer's file "older"
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One lease file as gc and verify judge it."""
+
+    path: Path
+    mtime: float
+    live: bool
+    holder: str  # "archive, pid 123 on host-a since 2026-...", for verify's listing
+
+
+@contextmanager
+def held(store: Store, what: str) -> Iterator[Path]:
+    """Hold a lease while writing `what`: an archive or import from before its first object to
+    after its manifest, and each small write of a mutable file (label, key, annotations,
+    catalog segment), whose temp file gc must not take either. Only the process that took it
+    removes it (a forked reader worker that unwinds must not)."""
+    owner = os.getpid()
+    path = store.leases / f"{owner}-{secrets.token_hex(8)}.json"
+    doc = {"what": what, "pid": owner, "start": _start_ticks(owner), "host": socket.gethostname(),
+           "created": utc_now(precise=True), **_machine()}
+    try:
+        # Written in place, not as a temp file renamed: a temp file would be a leftover that
+        # `gc --grace 0` may remove before the lease exists. Half-written, it reads as live.
+        atomic.ensure_dir(store.leases)
+        with open(path, "xb") as stream:
+            stream.write(json.dumps(doc, sort_keys=True).encode())
+    except OSError as exc:
+        raise _store_error(exc, store, "write") from None
+    try:
+        yield path
+    finally:
+        if os.getpid() == owner:
+            path.unlink(missing_ok=True)
+
+
+def holding(what: str) -> Callable[[F], F]:
+    """Run a writer whose first argument is the store under a lease for all it writes (an
+    archive: the export it stages, its tables and report, the manifest, key and catalog row)."""
+    def decorate(function: F) -> F:
+        @wraps(function)
+        def leased(store: Store, *args: Any, **kwargs: Any) -> Any:
+            with held(store, what):
+                return function(store, *args, **kwargs)
+        return cast(F, leased)
+    return decorate
+
+
+def leases(store: Store) -> list[Lease]:
+    """Every lease in the store, live or stale (`.tmp-*` files are none: leases have no temp)."""
+    try:
+        names = sorted(os.listdir(store.leases))
+        judged = [_judge(store.leases / n) for n in names if not n.startswith(atomic.TMP_PREFIX)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:  # gc must not guess that no writer is live
+        raise _store_error(exc, store, "read") from None
+    return [found for found in judged if found is not None]
+
+
+def protected_since(store: Store) -> float | None:
+    """The mtime from which gc must keep leftovers (a live writer may need them); None when no
+    writer is live."""
+    live = [lease.mtime for lease in leases(store) if lease.live]
+    return min(live) - MARGIN if live else None
+
+
+def _judge(path: Path) -> Lease | None:
+    """A lease file, live or not; None when it vanished (its writer finished). One that cannot
+    be read is judged by its age alone, like a lease from another machine."""
+    try:
+        mtime = path.stat().st_mtime
+    except FileNotFoundError:
+        return None
+    try:
+        doc = validate.load_json(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        doc = None
+    if not isinstance(doc, dict):
+        return Lease(path, mtime, _young(mtime), "unreadable lease")
+    holder = (f"{doc.get('what')}, pid {doc.get('pid')} on {doc.get('host')} since "
+              f"{doc.get('created')}")
+    here = _machine()
+    if None not in here.values() and all(doc.get(k) == v for k, v in here.items()):
+        pid = doc.get("pid")
+        live = isinstance(pid, int) and pid > 0 and _start_ticks(pid) == doc.get("start")
+        return Lease(path, mtime, live, holder)
+    return Lease(path, mtime, _young(mtime), holder)
+
+
+def _store_error(exc: OSError, store: Store, doing: str) -> Exception:
+    from triage.archive.store import os_error  # imported here: store.py imports this module
+
+    return os_error(exc, store.root, doing)
+
+
+def _young(mtime: float) -> bool:
+    return time.time() - mtime < LEASE_TTL
+
+
+@cache
+def _machine() -> dict[str, str | None]:
+    """What makes a pid mean the same process: the boot, and the PID namespace (containers on one
+    host share the boot but not their pids)."""
+    try:
+        boot: str | None = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = None
+    try:
+        pidns: str | None = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        pidns = None
+    return {"boot": boot, "pidns": pidns}
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When a process started (clock ticks since boot), None when it is gone or a zombie; with
+    the pid, it names one process even after the pid is reused."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()  # the command name may hold spaces and ')'
+    if len(fields) < 20 or fields[0] in ("Z", "X") or not fields[19].isdigit():
+        return None
+    return int(fields[19])

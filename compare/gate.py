@@ -1,0 +1,53 @@
+"""`diff --max-slowdown PCT`: the regression gate over matched kernels, NVTX ranges and the
+total GPU time.
+
+A time fails the gate when it is slower by more than PCT (the change of its median) and not
+within noise: its confidence interval lies above 0, or its noise is unknown (too few samples:
+then the percentage alone decides, and the check says `unknown`). `--kernel RE` narrows the gate
+to the matching kernels. Under an `invalid` verdict nothing is judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from triage.compare.noise import UNKNOWN, Noise
+from triage.compare.result import (GATE_GPU, GATE_KERNEL, GATE_NVTX, DiffOptions, Gate,
+                                   GateCheck, KernelDiff, NsysDiff, SummaryChange)
+
+
+def _check(kind: str, name: str, noise: Noise, limit: float) -> GateCheck:
+    over = noise.change_pct is not None and noise.change_pct > limit
+    failed = over and (noise.slower or noise.significance == UNKNOWN)
+    return GateCheck(kind, name, noise.change_pct, noise.ci_pct, noise.significance, failed)
+
+
+def _range_name(entry: SummaryChange) -> str:
+    domain = entry.key.get("domain")
+    return f"{domain}:{entry.key['text']}" if domain else str(entry.key["text"])
+
+
+def gate_checks(kernels: Sequence[KernelDiff], nsys: NsysDiff | None,
+                opts: DiffOptions, limit: float) -> tuple[GateCheck, ...]:
+    """Every time the gate judges: matched kernels; without --kernel, the NVTX ranges on both
+    sides and the total GPU time of nsys runs with kernel time."""
+    checks = [_check(GATE_KERNEL, k.name, k.noise, limit)
+              for k in kernels if k.match == "matched" and k.noise]
+    if nsys is not None and opts.kernel is None:
+        checks += [_check(GATE_NVTX, _range_name(e), e.noise, limit)
+                   for e in nsys.nvtx if e.change == "changed" and e.noise]
+        gpu = nsys.gpu
+        if gpu.noise and (gpu.a.kernel_ns or gpu.b.kernel_ns):
+            checks.append(_check(GATE_GPU, "total GPU time", gpu.noise, limit))
+    return tuple(checks)
+
+
+def regression_gate(verdict: str, kernels: Sequence[KernelDiff], nsys: NsysDiff | None,
+                    opts: DiffOptions) -> Gate | None:
+    """The gate when --max-slowdown asks for it; under an invalid verdict, not judged."""
+    limit = opts.max_slowdown_pct
+    if limit is None:
+        return None
+    if verdict == "invalid":
+        return Gate(limit, opts.kernel, False, ())
+    return Gate(limit, opts.kernel, True, gate_checks(kernels, nsys, opts, limit))

@@ -1,0 +1,121 @@
+"""One bad file never takes the store down (issue 15, item 8), on real corpus runs: the damage a
+user can do by hand or by following `verify`'s advice. Each reader goes on with the other runs
+and names what is wrong, in one line, without a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from helpers import corpus_file
+from triage.archive.store import Store
+
+SMALL = "LakshyaSingh354__CudaCode__report.ncu-rep"
+OTHER = "Lashi0812__CudaProgramming__simpleSOA.ncu-rep"
+
+
+def two_runs(triage) -> tuple[Store, str, str]:
+    first = triage.json("archive", corpus_file(SMALL))[0]["id"]
+    second = triage.json("archive", corpus_file(OTHER))[0]["id"]
+    return Store.open(os.environ["TRIAGE_STORE"]), first, second
+
+
+def assert_readers_go_on(triage, first: str, second: str) -> None:
+    """ls, show and query still serve both runs."""
+    assert [r["id"] for r in triage.json("ls")] == [first, second]
+    assert triage.json("show", first)["id"] == first
+    rows = triage.json("query", "select id from runs order by archived")
+    assert [r["id"] for r in rows] == [first, second]
+
+
+@pytest.mark.parametrize("damage", ["missing", "damaged"])
+def test_a_run_without_its_kernel_summary_is_listed_and_named(triage, damage):
+    """A kernel_summary object gone or overwritten, then the catalog segments removed (what
+    `verify` advises for a bad segment): `ls` used to fail for every run."""
+    store, first, second = two_runs(triage)
+    sha = store.read_manifest(first)["tables"]["kernel_summary"]["sha256"]
+    path = store.object_path(sha)
+    if damage == "missing":
+        path.unlink()
+    else:
+        os.chmod(path, 0o644)
+        path.write_bytes(b"PAR1" + bytes(200) + b"PAR1")
+    for segment in store.index.glob("catalog-*.parquet"):
+        segment.unlink()
+    for _again in range(2):  # the partial row is not written: named on every read until repaired
+        result = triage("ls")
+        where = f"objects/{sha[:2]}/{sha[2:]}"
+        assert result.stderr == (f"triage: warning: run {first[:12]}: its kernel_summary table "
+                                 f"{where} is {damage}, so it is listed without its kernel "
+                                 "ranking; `triage verify` lists what is damaged\n")
+        assert first[:12] in result.stdout and second[:12] in result.stdout
+    assert_readers_go_on(triage, first, second)
+    ranked = triage.json("query", "select distinct run_id from kernel_summary")
+    assert [r["run_id"] for r in ranked] == [second]
+    report = json.loads(triage("verify", "--json", expect=1).stdout)
+    assert [(f["path"], f["run"]) for f in report["errors"]] == [(where, first)]
+
+
+def test_a_run_with_a_damaged_manifest_is_named_by_ls(triage):
+    store, first, second = two_runs(triage)
+    path = store.run_path(first)
+    os.chmod(path, 0o644)
+    path.write_bytes(path.read_bytes().replace(b'"source":"archive"', b'"source":"ARCHIVE"'))
+    for segment in store.index.glob("catalog-*.parquet"):
+        segment.unlink()
+    result = triage("ls")
+    assert second[:12] in result.stdout and first[:12] not in result.stdout
+    assert result.stderr.startswith(f"triage: warning: manifest of run {first[:12]} does not "
+                                    "match its id") and result.stderr.count("\n") == 1
+
+
+def test_a_label_that_is_not_text_is_named_and_hides_nothing(triage):
+    store, first, second = two_runs(triage)
+    triage("label", second, "good")
+    (store.label_dir / "bad").write_bytes(b"\xff\xfe\x00not text\n")
+    assert_readers_go_on(triage, first, second)
+    assert triage.json("ls")[1]["labels"] == ["good"]
+    result = triage("show", "bad", expect=1)
+    assert result.stderr == ("triage: error: label 'bad' is damaged (it holds no run id); "
+                             "`triage label RUN bad` points it at a run again\n")
+    report = json.loads(triage("verify", "--json", expect=1).stdout)
+    assert [(f["kind"], f["path"]) for f in report["errors"]] == [("corrupt", "labels/bad")]
+    triage("label", first, "bad")
+    assert triage.json("show", "bad")["id"] == first and triage.json("verify")["ok"]
+
+
+def test_a_label_file_whose_name_is_not_text_is_no_label(triage):
+    store, first, second = two_runs(triage)
+    store.label_dir.mkdir()
+    with open(os.path.join(os.fsencode(store.label_dir), b"\xffteam"), "wb") as stream:
+        stream.write(f"{first}\n".encode())
+    assert_readers_go_on(triage, first, second)
+    assert [r["labels"] for r in triage.json("ls")] == [[], []]
+    result = triage("verify", expect=1)
+    assert "not a label name" in result.stdout and "Traceback" not in result.output
+
+
+def test_annotations_that_are_not_text_hide_nothing(triage):
+    store, first, second = two_runs(triage)
+    path = store.annotations / f"{first}.json"
+    path.write_bytes(b'{"archived":"\xff\xfe","notes":[]}')
+    assert_readers_go_on(triage, first, second)
+    report = json.loads(triage("verify", "--json", expect=1).stdout)
+    assert [(f["kind"], f["path"]) for f in report["errors"]] == [
+        ("corrupt", f"annotations/{first}.json")]
+
+
+def test_an_empty_folder_where_a_label_goes_is_no_clash(triage):
+    """`mkdir labels/team`, then `triage label RUN team` (it raised StopIteration)."""
+    store, first, _second = two_runs(triage)
+    (store.label_dir / "team").mkdir(parents=True)
+    assert triage("label", first, "team").stdout == f"team -> {first[:12]}\n"
+    assert triage.json("show", "team")["id"] == first
+    (store.label_dir / "squad" / "inner").mkdir(parents=True)
+    result = triage("label", first, "squad", expect=2)
+    assert result.stderr == ("triage: error: label 'squad' clashes with label 'squad' being "
+                             "written, or with a folder labels/squad that holds no label; remove "
+                             "the folder or choose another name\n")
+    assert triage.json("verify")["ok"]
