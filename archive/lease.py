@@ -26,6 +26,7 @@ file under a name no one else uses, deleted by its owner, or by gc once stale.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -66,12 +67,13 @@ def held(store: Store, what: str) -> Iterator[Path]:
     catalog segment), whose temp file gc must not take either. Only the process that took it
     removes it (a forked reader worker that unwinds must not)."""
     owner = os.getpid()
-    path = store.leases / f"{owner}-{secrets.token_hex(8)}.json"
+    path = store.leases / f"{owner}-{_machine_tag()}-{secrets.token_hex(8)}.json"
     doc = {"what": what, "pid": owner, "start": _start_ticks(owner), "host": socket.gethostname(),
            "created": utc_now(precise=True), **_machine()}
     try:
         # Written in place, not as a temp file renamed: a temp file would be a leftover that
-        # `gc --grace 0` may remove before the lease exists. Half-written, it reads as live.
+        # `gc --grace 0` may remove before the lease exists. Half-written (its writer killed
+        # between create and write), it is judged by its name: pid and machine (_judge).
         atomic.ensure_dir(store.leases)
         with open(path, "xb") as stream:
             stream.write(json.dumps(doc, sort_keys=True).encode())
@@ -129,7 +131,7 @@ def _judge(path: Path) -> Lease | None:
     except (OSError, ValueError):
         doc = None
     if not isinstance(doc, dict):
-        return Lease(path, mtime, _young(mtime), "unreadable lease")
+        return _judge_by_name(path, mtime)
     holder = (f"{doc.get('what')}, pid {doc.get('pid')} on {doc.get('host')} since "
               f"{doc.get('created')}")
     here = _machine()
@@ -138,6 +140,19 @@ def _judge(path: Path) -> Lease | None:
         live = isinstance(pid, int) and pid > 0 and _start_ticks(pid) == doc.get("start")
         return Lease(path, mtime, live, holder)
     return Lease(path, mtime, _young(mtime), holder)
+
+
+def _judge_by_name(path: Path, mtime: float) -> Lease:
+    """A lease whose contents cannot be read (empty: its writer was killed between creating and
+    writing it). Its name holds the writer's pid and machine: on this machine it is live while
+    that pid exists (its start time is unknown, so a reused pid keeps it live: the safe side);
+    from anywhere else, judged by age like any foreign lease."""
+    pid, _, rest = path.name.partition("-")
+    tag = rest.partition("-")[0]
+    if pid.isdigit() and tag == _machine_tag() and None not in _machine().values():
+        return Lease(path, mtime, _start_ticks(int(pid)) is not None,
+                     f"unreadable lease of pid {pid} on this machine")
+    return Lease(path, mtime, _young(mtime), "unreadable lease")
 
 
 def _store_error(exc: OSError, store: Store, doing: str) -> Exception:
@@ -163,6 +178,13 @@ def _machine() -> dict[str, str | None]:
     except OSError:
         pidns = None
     return {"boot": boot, "pidns": pidns}
+
+
+@cache
+def _machine_tag() -> str:
+    """A short name for this boot and PID namespace, in each lease's file name."""
+    here = _machine()
+    return hashlib.sha256(f"{here['boot']}\0{here['pidns']}".encode()).hexdigest()[:12]
 
 
 def _start_ticks(pid: int) -> int | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -30,11 +31,14 @@ def require_tool(name: str) -> str:
 
 
 def nvtx_include_dir() -> Path:
-    """The `nvidia-nvtx` wheel's headers, found under site-packages (not via `import nvidia`)."""
+    """The `nvidia-nvtx` wheel's headers, found under site-packages (not via `import nvidia`):
+    this interpreter's, then any other on sys.path (a venv made with --system-site-packages)."""
     purelib = Path(sysconfig.get_paths()["purelib"])
-    for include in sorted(purelib.glob("nvidia/*/include")):
-        if (include / "nvtx3" / "nvToolsExt.h").is_file():
-            return include
+    places = dict.fromkeys([purelib, *(Path(p) for p in sys.path if p.endswith("-packages"))])
+    for place in places:
+        for include in sorted(place.glob("nvidia/*/include")):
+            if (include / "nvtx3" / "nvToolsExt.h").is_file():
+                return include
     raise ToolUnavailable(f"nvtx3/nvToolsExt.h not found under {purelib}/nvidia; "
                           "pip install nvidia-nvtx")
 

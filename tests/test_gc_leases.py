@@ -209,7 +209,8 @@ def test_a_killed_archives_lease_is_stale_and_gc_clears_up_after_it(triage, stor
         proc.communicate()
     store = store_of()
     found = lease.leases(store)
-    assert found and not any(f.live for f in found) and "archive, pid" in found[0].holder
+    # Stopped before or after it wrote its lease's contents: judged by them, or by its name.
+    assert found and not any(f.live for f in found) and f"pid {proc.pid}" in found[0].holder
     report = triage.json("verify")
     where = {f.path.relative_to(store.root).as_posix() for f in found}
     assert report["ok"] and where <= {f["path"] for f in report["leftovers"]
@@ -252,6 +253,34 @@ def test_a_lease_whose_pid_was_reused_is_stale(triage):
     result = triage.json("gc", "--grace", "0")
     assert sorted(item["path"] for item in result["removed"]) == [
         "leases/copied.json", f"objects/{sha[:2]}/{sha[2:]}"]
+
+
+def empty_lease_of(store: Store, pid: int) -> Path:
+    """The lease a writer killed between creating and writing it leaves: empty, named as
+    `lease.held` names it."""
+    with lease.held(store, "archive") as path:
+        name = path.name.replace(f"{os.getpid()}-", f"{pid}-", 1)
+    empty = store.leases / name
+    empty.write_bytes(b"")
+    return empty
+
+
+def test_an_empty_lease_of_a_dead_writer_is_stale_and_of_a_live_one_is_live(triage):
+    """No grace for a writer killed between creating its lease and writing it: its pid, in the
+    name, says it is gone (judged by its age alone, it would stay live for a day)."""
+    triage("archive", corpus_file(SMALL))
+    store = store_of()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead = empty_lease_of(store, int(gone.stdout))
+    live = empty_lease_of(store, os.getpid())
+    judged = {found.path.name: found.live for found in lease.leases(store)}
+    assert judged == {dead.name: False, live.name: True}
+    live.unlink()
+    sha, _size = store.put_bytes(b"left by the writer that died")
+    result = triage.json("gc", "--grace", "0")
+    assert sorted(item["path"] for item in result["removed"]) == [
+        f"leases/{dead.name}", f"objects/{sha[:2]}/{sha[2:]}"]
 
 
 class Unwind(Exception):
