@@ -1,23 +1,36 @@
 """Archiving a `triage capture`: the store side of running a profiler.
 
 `capture/session.py` runs the profiler and says what happened; this module checks what only the
-store can (the label, --from, a writable store) before anything runs, keeps ncu's listings as
-blobs, and archives the reports found, or the attempt when there were none. Here rather than in
-`capture`, so that readers and runners never import the archive.
+store can (the label, --from, a writable store) before anything runs, keeps ncu's listings and
+the dirty tree's patch (redacted) as blobs, and archives the reports found, or the attempt when
+there were none. Here rather than in `capture`, so that readers and runners never import the
+archive.
+
+The patch is stored when `git diff HEAD` is at most PATCH_LIMIT bytes: 8 MB holds any edit of
+source by hand many times over (a generated or data file is what grows past it), limits what
+one capture adds to the store beyond its reports, and bounds the time the line-by-line
+redaction takes (about 0.8 s per MB here). Over the limit,
+`patch` is null and `patch_note` says the size and the limit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from triage.archive import lease
 from triage.archive.ingest import ArchiveResult, ReportInput, RunRequest, archive_run, \
     record_attempt
 from triage.archive.model import RunRecord
 from triage.archive.store import Store, check_label
-from triage.capture import session
+from triage.capture import redact, session
+from triage.capture.git_patch import redact_patch
+from triage.capture.git_state import GitSnapshot
 from triage.capture.session import CaptureRequest, Captured, NcuListing
-from triage.errors import CaptureFailed
+from triage.errors import CaptureFailed, PatchNotStored
 from triage.timeutil import utc_now
+from triage.units import fmt_bytes
+
+PATCH_LIMIT = 8_000_000  # bytes of `git diff HEAD` stored with a capture (see the docstring)
 
 
 def capture(request: CaptureRequest, on_output: Callable[[str], None],
@@ -32,15 +45,7 @@ def capture(request: CaptureRequest, on_output: Callable[[str], None],
     ready = session.prepare(request, planned, on_warning)
     ncu_lists = _stored_listings(store, ready.listings)
     captured = session.run(request, ready, on_output)
-    run = _run_request(request, captured, ncu_lists, from_run)
-    if not captured.found:
-        run.source = "capture-failed"
-        provenance = session.attempt_provenance(ready.parsed, ready.version, ready.facts,
-                                                captured.outcome, run.overrides["command"])
-        result = record_attempt(store, run, provenance)
-        raise CaptureFailed(f"{provenance['notices'][0]}; the attempt is recorded as run "
-                            f"{result.id[:12]} (`triage show {result.id[:12]}`)")
-    result = archive_run(store, run)
+    result = _archive(store, request, captured, ncu_lists, from_run)
     for warning in after_run_warnings(captured, RunRecord.from_manifest(result.id,
                                                                         result.manifest)):
         on_warning(warning)
@@ -52,6 +57,61 @@ def capture(request: CaptureRequest, on_output: Callable[[str], None],
     return result
 
 
+@lease.holding("capture")
+def _archive(store: Store, request: CaptureRequest, captured: Captured,
+             ncu_lists: dict[str, dict], from_run: str | None) -> ArchiveResult:
+    """The run, or the attempt when no report came, with its patch blob: under one lease, since
+    the blob is referenced by nothing until the manifest lands and gc must not take it."""
+    git = _stored_git(store, captured.git, request.redaction())
+    run = _run_request(request, captured, ncu_lists, git, from_run)
+    if captured.found:
+        return archive_run(store, run)
+    ready = captured.ready
+    run.source = "capture-failed"
+    provenance = session.attempt_provenance(ready.parsed, ready.version, ready.facts,
+                                            captured.outcome, run.overrides["command"])
+    result = record_attempt(store, run, provenance)
+    raise CaptureFailed(f"{provenance['notices'][0]}; the attempt is recorded as run "
+                        f"{result.id[:12]} (`triage show {result.id[:12]}`)")
+
+
+def _stored_git(store: Store, snapshot: GitSnapshot, patterns: tuple[str, ...]) -> dict:
+    """The capture block's `git`: the state as recorded, with `patch` (the stored blob) and
+    `patch_note` (why there is none, where that needs saying) for a repository."""
+    state, patch = snapshot.state, snapshot.patch
+    if state.get("repository") is None:
+        return state
+    stored, note = None, None
+    if patch is None:
+        note = "no commits yet: there is nothing to diff against"
+    elif len(patch) > PATCH_LIMIT:
+        note = (f"the patch is {fmt_bytes(len(patch))} ({len(patch):,} bytes), "
+                f"over the {fmt_bytes(PATCH_LIMIT)} limit for a stored patch")
+    elif patch:
+        stored = _stored_patch(store, patch, patterns)
+    return {**state, "patch": stored, "patch_note": note}
+
+
+def _stored_patch(store: Store, patch: bytes, patterns: tuple[str, ...]) -> dict:
+    """The patch as a blob, redacted with the value shapes and the user's name patterns."""
+    redacted = redact_patch(patch, redact.extra_patterns(patterns))
+    sha, size = store.put_bytes(redacted.data)
+    return {"sha256": sha, "bytes": size, "redactions": redacted.redactions,
+            "binary_left_out": list(redacted.binary_left_out)}
+
+
+def stored_patch(store: Store, run: RunRecord) -> bytes:
+    """The patch a capture stored, for `git apply` on a checkout of its commit (the tree it ran,
+    but for redacted values); PatchNotStored says why a run has none."""
+    git = run.capture.git if run.capture is not None else None
+    if git is None:
+        raise PatchNotStored(f"run {run.id[:12]} records no git state: only `triage capture` "
+                             "records the source tree it ran")
+    if git.patch is None:
+        raise PatchNotStored(f"run {run.id[:12]} has no stored patch: {git.why_no_patch}")
+    return store.object_bytes(git.patch.sha256)
+
+
 def _stored_listings(store: Store, listings: list[NcuListing]) -> dict[str, dict]:
     """The listings' texts as blobs; the capture block's `ncu_lists` (empty for nsys)."""
     return {listing.key: {"blob": store.put_bytes(listing.text.encode())[0] if listing.text
@@ -61,8 +121,8 @@ def _stored_listings(store: Store, listings: list[NcuListing]) -> dict[str, dict
 
 
 def _run_request(request: CaptureRequest, captured: Captured, ncu_lists: dict[str, dict],
-                 from_run: str | None) -> RunRequest:
-    record = captured.record(request, ncu_lists, from_run)
+                 git: dict, from_run: str | None) -> RunRequest:
+    record = captured.record(request, ncu_lists, git, from_run)
     return RunRequest([ReportInput(f.path, f.rank, f.process) for f in captured.found],
                       source="capture", label=request.label, note=request.note,
                       nsys=request.nsys, redact_patterns=request.redaction(), capture=record,

@@ -101,6 +101,9 @@ def manifest_refs(manifest: dict) -> dict[str, tuple[str, int | None]]:
         refs[report["sha256"]] = (f"report {report.get('name')}", report.get("bytes"))
     for name, table in sorted((manifest.get("tables") or {}).items()):
         refs[table["sha256"]] = (f"table {name}", table.get("bytes"))
+    patch = ((manifest.get("capture") or {}).get("git") or {}).get("patch")
+    if patch is not None:  # the dirty tree's patch a capture stored
+        refs[patch["sha256"]] = ("patch of the working tree", patch.get("bytes"))
     return refs
 
 

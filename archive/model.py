@@ -173,8 +173,29 @@ class TableRef:
 
 
 @dataclass(frozen=True)
+class GitPatch:
+    """The dirty tree's patch a capture stored as a blob (`archive/captured.py`): redacted, so
+    its hash is not `diff_sha256`; `redactions` values were replaced and the binary changes
+    of `binary_left_out` left out."""
+
+    sha256: str
+    bytes: int
+    redactions: int = 0
+    binary_left_out: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, raw: object) -> GitPatch | None:
+        if not isinstance(raw, dict) or not isinstance(raw.get("sha256"), str):
+            return None
+        return cls(raw["sha256"], _int(raw.get("bytes")) or 0, _int(raw.get("redactions")) or 0,
+                   _strings(raw.get("binary_left_out")))
+
+
+@dataclass(frozen=True)
 class GitState:
-    """The source tree a capture ran in (`capture/git_state.py` records it)."""
+    """The source tree a capture ran in (`capture/git_state.py` records it), with its stored
+    patch or the note saying why there is none; `patch_recorded` is False for captures made
+    before patches were stored."""
 
     repository: str | None = None
     reason: str | None = None
@@ -183,12 +204,33 @@ class GitState:
     dirty: bool | None = None
     untracked_count: int | None = None
     remote_url: str | None = None
+    patch: GitPatch | None = None
+    patch_note: str | None = None
+    patch_recorded: bool = False
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> GitState:
         return cls(raw.get("repository"), raw.get("reason"), _text(raw.get("commit")),
                    raw.get("branch"), raw.get("dirty"), raw.get("untracked_count"),
-                   _text(_mapping(raw.get("remote")).get("url")))
+                   _text(_mapping(raw.get("remote")).get("url")),
+                   GitPatch.from_dict(raw.get("patch")), _text(raw.get("patch_note")),
+                   "patch" in raw)
+
+    @property
+    def why_no_patch(self) -> str | None:
+        """Why no stored patch rebuilds this tree (None: one does); `show` says it beside the
+        git state and `show --patch` in its error, in the same words."""
+        if self.patch is not None:
+            return None
+        if not self.repository:
+            return self.reason or "no git state was recorded"
+        if self.patch_note:
+            return self.patch_note
+        if self.dirty is False:
+            return f"the tree was clean: commit {(self.commit or '?')[:12]} is the whole source"
+        if not self.patch_recorded:
+            return "captured before triage stored patches"
+        return "git diff HEAD was empty"
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """`triage query SQL`: DuckDB over the catalog and the runs' Parquet tables.
 
 Views (documented in the README):
-- `runs`: one row per run (from the catalog), with `labels`;
+- `runs`: one row per run (from the catalog), keyed by `run_id` like every other view, with
+  `labels`; `id` is the same column under its old name (deprecated, for one release);
 - `kernel_summary`: every run's kernel ranking (from the catalog, no per-run file opened);
 - one view per table in schemas/tables.json (`kernels`, `metrics`, `sections`, `rules`,
   `api_calls`, `memops`, `nvtx_ranges`, `osrt_calls`, `api_summary`, `memop_summary`,
@@ -89,10 +90,14 @@ def build_views(con: duckdb.DuckDBPyConnection, store: Store, sql: str,
 def _register_catalog(con: duckdb.DuckDBPyConnection, cat: pa.Table,
                       labels: dict[str, list[str]]) -> None:
     runs = cat.drop_columns(["kernel_summary", "tables", "indexed"])
+    ids = runs.column("id")
+    # `run_id`, as in every other view: under `id`, `run_id in (select run_id from runs)`
+    # bound the inner run_id to the outer table's and matched every run.
+    runs = runs.rename_columns(["run_id" if n == "id" else n for n in runs.column_names])
     runs = runs.append_column(
-        "labels", pa.array([labels.get(i, []) for i in runs.column("id").to_pylist()],
+        "labels", pa.array([labels.get(i, []) for i in ids.to_pylist()],
                            type=pa.list_(pa.string())))
-    con.register("runs", runs)
+    con.register("runs", runs.append_column("id", ids))  # the old name, deprecated
     con.register("_catalog_summary", cat.select(["id", "kernel_summary"]))
     con.execute("CREATE VIEW kernel_summary AS SELECT id AS run_id, "
                 "unnest(kernel_summary, recursive := true) FROM _catalog_summary")

@@ -1,19 +1,19 @@
-"""Finding runs: RUN references (id, prefix, label, `latest`), listings and typed records."""
+"""Finding runs: RUN references (id, prefix, label, `latest`), labels and typed records
+(listings: listing.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from triage.archive import catalog
-from triage.archive.model import RunRecord
-from triage.archive.store import SHA256_RE, Store
+from triage.archive.store import SHA256_RE, Store, check_label, looks_like_run
 from triage.errors import AmbiguousRun, RunNotFound
 
+if TYPE_CHECKING:  # imported by `load_record`: `ls` and `latest` need no model
+    from triage.archive.model import RunRecord
+
 MIN_PREFIX = 4
-LIST_COLUMNS = ("id", "tool", "tool_version", "created", "archived", "source", "gpu",
-                "driver_version", "cuda_version", "host", "command", "kernels", "reports",
-                "report_names", "clock_control", "cache_control", "replay_mode", "capture_group",
-                "notes")
 
 
 def resolve(store: Store, ref: str) -> str:
@@ -21,26 +21,26 @@ def resolve(store: Store, ref: str) -> str:
     if SHA256_RE.match(ref) and store.has_run(ref):
         return ref
     if ref == "latest":
-        ids = catalog.read_catalog(store, ["id"]).column("id").to_pylist()
-        if not ids:
+        found = catalog.scan_unordered(store, ["id"]).table
+        if not found.num_rows:
             raise RunNotFound("no runs yet; `triage archive REPORT` adds one")
-        return ids[-1]
+        return found.column("id")[catalog.oldest_first(found)[-1].as_py()].as_py()
     labels = store.labels()
     if ref in labels:
         if store.has_run(labels[ref]):
             return labels[ref]
         if not SHA256_RE.match(labels[ref]):
             raise RunNotFound(f"label {ref!r} is damaged (it holds no run id); `triage label "
-                              f"RUN {ref}` points it at a run again")
+                              f"{ref} RUN` points it at a run again")
         raise RunNotFound(f"label {ref!r} points at run {labels[ref][:12]}, which is not in this "
-                          "store; `triage label RUN NAME` moves it")
+                          f"store; `triage label {ref} RUN` moves it")
     return _by_prefix(store, ref)
 
 
 def _by_prefix(store: Store, ref: str) -> str:
     lowered = ref.lower()
     if len(lowered) >= MIN_PREFIX and all(c in "0123456789abcdef" for c in lowered):
-        matches = [i for i in store.run_ids() if i.startswith(lowered)]
+        matches = store.run_ids(prefix=lowered)
         if len(matches) == 1:
             return matches[0]
         if matches:
@@ -54,6 +54,40 @@ def _by_prefix(store: Store, ref: str) -> str:
                       "`triage ls` lists runs")
 
 
+@dataclass(frozen=True)
+class LabelChange:
+    """What `triage label` did: the label, the run it points at now (None: deleted) and what it
+    held before (None: it is new), so that no move or deletion goes unsaid."""
+
+    name: str
+    run_id: str | None
+    was: str | None
+
+
+def label_arguments(first: str, second: str | None) -> tuple[str, str, bool]:
+    """(NAME, RUN, old order?) of `triage label FIRST [SECOND]`; RUN defaults to `latest`.
+
+    NAME RUN, like `git tag NAME COMMIT`. The old order, RUN NAME, is read only where FIRST is
+    a run id, an id prefix or `latest`: no label may be one of those, so NAME RUN cannot be
+    meant. Anything else is NAME RUN whatever the store holds, so the same words always do the
+    same thing."""
+    if second is not None and looks_like_run(first):
+        return second, first, True
+    return first, "latest" if second is None else second, False
+
+
+def point_label(store: Store, name: str, ref: str) -> LabelChange:
+    """Point label `name` at the run `ref` names (a bad name is refused before any lookup)."""
+    check_label(name)
+    run_id = resolve(store, ref)
+    return LabelChange(name, run_id, store.set_label(name, run_id))
+
+
+def delete_label(store: Store, name: str) -> LabelChange:
+    """Delete label `name` (LabelNotFound when there is none)."""
+    return LabelChange(name, None, store.remove_label(name))
+
+
 def labels_by_run(store: Store) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for name, run_id in sorted(store.labels().items()):
@@ -61,27 +95,10 @@ def labels_by_run(store: Store) -> dict[str, list[str]]:
     return out
 
 
-@dataclass(frozen=True)
-class RunList:
-    """`triage ls`: every run as a catalog row with its labels, and one line per run that is
-    listed only in part, or not at all, because a file of it is damaged."""
-
-    rows: list[dict]
-    problems: tuple[str, ...]
-
-
-def list_runs(store: Store) -> RunList:
-    """Every run, oldest archive first, from the catalog (no manifest is opened)."""
-    found = catalog.scan(store, list(LIST_COLUMNS))
-    labels = labels_by_run(store)
-    rows = found.table.select(list(LIST_COLUMNS)).to_pylist()
-    for row in rows:
-        row["labels"] = labels.get(row["id"], [])
-    return RunList(rows, found.problems)
-
-
 def load_record(store: Store, ref: str) -> RunRecord:
     """The typed record of one run: its manifest plus id, labels, archive time and notes."""
+    from triage.archive.model import RunRecord
+
     run_id = resolve(store, ref)
     return RunRecord.from_manifest(run_id, store.read_manifest(run_id),
                                    store.read_annotations(run_id),

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from triage.archive import atomic, lease, validate
-from triage.errors import DiskFull, NewerFormat, StoreError, UsageError
+from triage.errors import DiskFull, LabelNotFound, NewerFormat, StoreError, UsageError
 from triage.hashing import copy_hashing, hash_file
 
 STORE_MARKER = "triage-store.json"
@@ -118,7 +118,9 @@ class Store:
             cls._check_marker(marker)
             return cls(root)
         if root.exists() and not root.is_dir():
-            raise StoreError(f"store path {root} is a file, not a directory; pass another --store")
+            # One message whether --store or $TRIAGE_STORE named it: the same mistake.
+            raise StoreError(f"store path {root} is a file, not a directory; give a store "
+                             "directory with --store or $TRIAGE_STORE")
         # A crash while creating the store leaves at most a temp marker: still "empty".
         if root.is_dir() and any(not p.name.startswith(atomic.TMP_PREFIX) for p in root.iterdir()):
             raise StoreError(f"{root} is not a triage store (no {STORE_MARKER}); "
@@ -176,6 +178,23 @@ class Store:
         import io
 
         return self.put_stream(io.BytesIO(data))
+
+    def object_bytes(self, sha256: str) -> bytes:
+        """A small object's bytes (a capture's patch), checked against its hash: damaged bytes
+        must not be handed on as the run's."""
+        from triage.errors import CorruptObject
+
+        try:
+            data = self.object_path(sha256).read_bytes()
+        except FileNotFoundError:
+            raise CorruptObject(f"object {sha256[:12]} is missing from the store; `triage "
+                                "verify` lists what is damaged") from None
+        except OSError as exc:
+            raise os_error(exc, self.root, "read") from None
+        if hashlib.sha256(data).hexdigest() != sha256:
+            raise CorruptObject(f"object {sha256[:12]} does not match its hash; `triage verify` "
+                                "lists what is damaged")
+        return data
 
     def stage_stream(self, stream, cancel=None) -> Staged:
         """Copy a stream into a durable temp file under objects/, hashing it on the way.
@@ -276,13 +295,19 @@ class Store:
                                 "`triage verify` lists what is damaged") from None
         return manifest
 
-    def run_ids(self) -> list[str]:
-        """Ids of all visible runs (one directory listing, no file reads)."""
+    def run_ids(self, prefix: str = "") -> list[str]:
+        """Ids of all visible runs, sorted (one directory listing, no file reads); with `prefix`,
+        those it begins: resolving an id prefix checks the few names that match, not 100,000."""
+        ids = (run_id_of(n) for n in self.run_files() if n.startswith(prefix))
+        return sorted(i for i in ids if i is not None)
+
+    def run_files(self) -> list[str]:
+        """Every name in runs/, unchecked (one listing): the catalog checks only the few names
+        its rows do not account for (`run_id_of`), where `run_ids` checks each."""
         try:
-            names = os.listdir(self.runs)
+            return os.listdir(self.runs)
         except FileNotFoundError:
             return []
-        return sorted(n[:-5] for n in names if n.endswith(".json") and SHA256_RE.match(n[:-5]))
 
     # -- dedup keys ----------------------------------------------------------------------------
 
@@ -341,11 +366,13 @@ class Store:
                 out[name] = _pointer(path)
         return out
 
-    def set_label(self, name: str, run_id: str) -> None:
-        """Point a label at a run (atomically replacing where it pointed before)."""
+    def set_label(self, name: str, run_id: str) -> str | None:
+        """Point a label at a run (atomically replacing where it pointed before); return what it
+        held before (None: a new label), so that a move is never silent."""
         check_label(name)
         path = self.label_dir / name
         _remove_empty_folder(path)
+        before = _pointer(path) if path.is_file() else None
         other = self.label_clash(name)
         if other == name:
             raise UsageError(f"label {name!r} clashes with label {name!r} being written, or with "
@@ -355,6 +382,24 @@ class Store:
             raise UsageError(f"label {name!r} clashes with label {other!r} (one would be a "
                              "folder of the other); choose another name")
         self._write_small(path, (run_id + "\n").encode())
+        return before
+
+    def remove_label(self, name: str) -> str:
+        """Delete a label; return what it held. One unlink: a reader sees the whole label or
+        none, and nothing is left behind (no temp file, so no lease for gc to honour). Only a
+        name `labels()` lists is removed, so no name can reach outside labels/. Its folder,
+        if emptied, stays: `set_label` removes empty folders where a label goes."""
+        held = self.labels().get(name)
+        missing = LabelNotFound(f"label {name!r} not found; `triage label` lists labels")
+        if held is None:
+            raise missing
+        try:
+            (self.label_dir / name).unlink()
+        except FileNotFoundError:  # removed by another process meanwhile
+            raise missing from None
+        except OSError as exc:
+            raise os_error(exc, self.root, "write") from None
+        return held
 
     def label_clash(self, name: str) -> str | None:
         """The label that `name` cannot sit beside, one being a folder of the other (a label
@@ -391,11 +436,26 @@ def _remove_empty_folder(path: Path) -> None:
             pass
 
 
-def check_label(name: str) -> None:
+def run_id_of(name: str) -> str | None:
+    """The run whose manifest a file in runs/ is, from its name; None for a temp file or any
+    other name."""
+    return name[:-5] if name.endswith(".json") and SHA256_RE.match(name[:-5]) else None
+
+
+def looks_like_run(word: str) -> bool:
+    """A RUN that no label can be: a run id, an id prefix (4+ hex digits) or `latest`."""
+    return word in RESERVED_LABELS or HEX_RE.match(word) is not None
+
+
+def is_label_name(name: str) -> bool:
     """Labels name runs without looking like run ids or prefixes, and map to one file path."""
-    parts = name.split("/")
-    if not LABEL_RE.match(name) or name in RESERVED_LABELS or HEX_RE.match(name) \
-            or any(p in ("", ".", "..") for p in parts):
+    return LABEL_RE.match(name) is not None and not looks_like_run(name) \
+        and not any(p in ("", ".", "..") for p in name.split("/"))
+
+
+def check_label(name: str) -> None:
+    """Refuse a name no label may have, saying what a label may be."""
+    if not is_label_name(name):
         raise UsageError(f"invalid label {name!r}: use at most 128 letters, digits, '.', '_', "
                          "'-' and '/' between names, starting with a letter or digit; not "
                          "'latest', and not 4+ hex digits (a run id prefix)")

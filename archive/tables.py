@@ -187,6 +187,16 @@ class TableSet:
             temp.unlink(missing_ok=True)
 
 
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A table read from a file of an older schema, in `schema`'s columns and order: a column
+    added since reads as nulls, so a run archived before it still diffs and queries (readers
+    then fall back, e.g. from sections.metric_label to metric_name). Types are left as stored."""
+    for field in schema:
+        if field.name not in table.column_names:
+            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
+    return table.select(schema.names)
+
+
 def read_table(store: Store, ref: dict | None, columns: list[str] | None = None) -> pa.Table | None:
     """Read one stored table by its manifest entry, or None when the run has no such table."""
     if not ref:

@@ -99,7 +99,7 @@ def diff_in_process(store: Path, a: str, b: str) -> float:
 
 def ids(env: dict) -> list[str]:
     out = subprocess.run([sys.executable, "-m", "triage", "query", "--csv",
-                          "select id from runs order by archived"], check=True,
+                          "select run_id from runs order by archived"], check=True,
                          capture_output=True, text=True, env=env).stdout
     return out.split()[1:]
 

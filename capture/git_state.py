@@ -20,6 +20,11 @@ and otherwise
      "untracked_skipped": int,             # hashed by path and size only (too big)
      "notes": ["why a field is None, or what was bounded"]}
 
+`git_snapshot` returns that state with the patch itself (the bytes `diff_sha256` hashes), for the
+archive to keep redacted (`capture/git_patch.py`); the patch never enters the state. Untracked
+files are in neither the hash nor the patch (`git diff HEAD` compares tracked files), and the
+notes say so whenever there are some.
+
 The remote is `origin`, else the first remote; credentials and query strings are removed from
 http(s) URLs, while ssh and scp-style URLs (git@host:org/repo) name an account, not a secret.
 """
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -41,8 +47,23 @@ DIFF_ARGS = ("-c", "core.quotePath=true", "diff", "HEAD", "--binary", "--no-colo
              "--diff-algorithm=myers", "--indent-heuristic", f"-O{os.devnull}")
 
 
+@dataclass(frozen=True)
+class GitSnapshot:
+    """The recorded state and the patch it hashes: `git diff HEAD` with DIFF_ARGS, unredacted
+    (b"" for a clean tree; None outside a repository or before the first commit). Kept apart
+    so that the state can be recorded as it is while the patch is redacted before it is kept."""
+
+    state: dict
+    patch: bytes | None = None
+
+
 def git_state(path: str | Path) -> dict:
     """Git facts for the repository containing `path` (a workload's working directory)."""
+    return git_snapshot(path).state
+
+
+def git_snapshot(path: str | Path) -> GitSnapshot:
+    """The git state of `path` and its patch, from one `git diff` (the hash is of these bytes)."""
     try:
         import git
     except ImportError as error:
@@ -61,15 +82,15 @@ def git_state(path: str | Path) -> dict:
         return _none(f"git failed: {_first_line(getattr(error, 'stderr', '') or str(error))}")
 
 
-def _none(reason: str) -> dict:
-    return {"repository": None, "reason": reason}
+def _none(reason: str) -> GitSnapshot:
+    return GitSnapshot({"repository": None, "reason": reason})
 
 
 def _first_line(text: str) -> str:
     return next((line.strip(" '\"") for line in str(text).splitlines() if line.strip()), "")
 
 
-def _describe(repo) -> dict:
+def _describe(repo) -> GitSnapshot:
     notes: list[str] = []
     has_commit = repo.head.is_valid()
     if not has_commit:
@@ -78,14 +99,20 @@ def _describe(repo) -> dict:
     if detached:
         notes.append("HEAD is detached: branch is None")
     untracked = _untracked_digest(Path(repo.working_tree_dir), repo.untracked_files, notes)
-    return {"repository": str(repo.working_tree_dir), "reason": None,
-            "commit": repo.head.commit.hexsha if has_commit else None,
-            "branch": None if detached else repo.active_branch.name,
-            "detached": detached,
-            "remote": _remote(repo, notes),
-            "dirty": repo.is_dirty(index=True, working_tree=True, untracked_files=False),
-            "diff_sha256": _diff_digest(repo) if has_commit else None,
-            **untracked, "notes": notes}
+    if untracked["untracked_count"]:
+        notes.append(f"{untracked['untracked_count']} untracked file(s) are not in the diff or "
+                     "its patch (`git diff HEAD` covers tracked files); untracked_sha256 covers "
+                     "them")
+    patch = _diff(repo) if has_commit else None
+    return GitSnapshot({"repository": str(repo.working_tree_dir), "reason": None,
+                        "commit": repo.head.commit.hexsha if has_commit else None,
+                        "branch": None if detached else repo.active_branch.name,
+                        "detached": detached,
+                        "remote": _remote(repo, notes),
+                        "dirty": repo.is_dirty(index=True, working_tree=True,
+                                               untracked_files=False),
+                        "diff_sha256": None if patch is None else hashlib.sha256(patch).hexdigest(),
+                        **untracked, "notes": notes}, patch)
 
 
 def _remote(repo, notes: list[str]) -> dict | None:
@@ -110,11 +137,10 @@ def public_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 
-def _diff_digest(repo) -> str:
-    """sha256 of the binary-safe diff of index and worktree against HEAD."""
-    diff = repo.git.execute(["git", *DIFF_ARGS], stdout_as_string=False,
+def _diff(repo) -> bytes:
+    """The binary-safe diff of index and worktree against HEAD, exactly as git wrote it."""
+    return repo.git.execute(["git", *DIFF_ARGS], stdout_as_string=False,
                             strip_newline_in_stdout=False)
-    return hashlib.sha256(diff).hexdigest()
 
 
 def _untracked_digest(root: Path, paths: list[str], notes: list[str]) -> dict:

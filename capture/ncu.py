@@ -48,7 +48,7 @@ LAUNCH_METRICS = {
 # metrics rows are the bulk of a report: tuples, not dicts, named here once).
 METRIC_COLUMNS = ("report_index", "kernel_index", "name", "unit", "value", "text")
 SECTION_COLUMNS = ("report_index", "kernel_index", "section_id", "section_name",
-                   "section_order", "part", "position", "metric_name")
+                   "section_order", "part", "position", "metric_name", "metric_label")
 RULE_COLUMNS = ("report_index", "kernel_index", "rule_id", "rule_name", "section_id",
                 "message_type", "title", "message", "speedup_type", "speedup_pct",
                 "focus_metrics")
@@ -433,9 +433,20 @@ def _section_rows(report_index: int, kernel_index: int, action: Any
         metrics = [("header", m) for m in section.header_metrics()]
         metrics += [("body", m) for m in section.body_metrics()]
         if not metrics:
-            yield (report_index, kernel_index, *identity, None, None, None)
+            yield (report_index, kernel_index, *identity, None, None, None, None)
         for position, (part, metric) in enumerate(metrics):
-            yield (report_index, kernel_index, *identity, part, position, metric.name())
+            name = metric.name()
+            yield (report_index, kernel_index, *identity, part, position, name,
+                   _display_label(metric.label(), name))
+
+
+def _display_label(label: str | None, name: str) -> str | None:
+    """The label ncu's section shows for a metric ("Duration" for gpu__time_duration.sum), the
+    name a reader of the UI knows it by; None where it adds nothing a view could show: none
+    given, the name again, or a template ncu fills per breakdown ("{UNIT}: {COMPOUND_NAME}")."""
+    if not label or label == name or "{" in label:
+        return None
+    return label
 
 
 def _rule_rows(report_index: int, kernel_index: int, action: Any

@@ -47,6 +47,8 @@ _NAME = re.compile(r"[A-Za-z_][\w.-]*")
 _SCHEME = re.compile(r"Bearer|Basic|Digest|Token", re.IGNORECASE)
 _PRIVATE_KEY = re.compile(r"-----BEGIN[A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END[A-Z ]*PRIVATE "
                           r"KEY-----|$)")
+# A private key spans lines: what redacts line by line (a patch) follows its BEGIN and END.
+KEY_DELIMITER = re.compile(r"-----(BEGIN|END)[A-Z ]*PRIVATE KEY-----")
 _URL_CREDENTIALS = re.compile(r"(?<![a-z0-9+.-])(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<cred>[^/@\s]+)@",
                               re.IGNORECASE)  # a scheme starts a word: linear, not quadratic
 _KNOWN_TOKENS = re.compile(r"(?<![A-Za-z0-9])(?:" + "|".join((
@@ -107,27 +109,27 @@ def _spells_option(name: str) -> bool:
         w in _OPTION_WORDS or w[:-1] in _OPTION_WORDS for w in _words(name))
 
 
-def _is_secret_pair(match: re.Match) -> bool:
+def _is_secret_pair(match: re.Match, extra: Sequence[re.Pattern]) -> bool:
     """A secret name, or PWD/SIG as a parameter of a connection string or URL (not PWD=/home)."""
     name, start = match["name"], match.start()
     parameter = start > 0 and match.string[start - 1] in ";&?"
-    return is_secret_name(name) or (parameter and name.upper() in _PARAMETER_SECRETS)
+    return is_secret_name(name, extra) or (parameter and name.upper() in _PARAMETER_SECRETS)
 
 
-def _redact_pairs(value: str) -> str:
+def _redact_pairs(value: str, extra: Sequence[re.Pattern]) -> str:
     """Hide the values of secret `NAME=value` and `Name: value` pairs."""
     out, done = [], 0
     for match in _PAIR.finditer(value):
-        if match.start() >= done and _is_secret_pair(match):
+        if match.start() >= done and _is_secret_pair(match, extra):
             out += [value[done:match.start("value")], MARKER]
             done = match.end("value")
     return "".join(out) + value[done:]
 
 
-def _redact_option(match: re.Match) -> str:
+def _redact_option(match: re.Match, extra: Sequence[re.Pattern]) -> str:
     """`--token X` -> `--token <redacted>`; `-pSECRET db` -> `-p<redacted> db`."""
     option, name = match["option"], match["option"].lstrip("-")
-    if not is_secret_name(name):
+    if not is_secret_name(name, extra):
         return match[0]
     if option.startswith("--") or _spells_option(name):
         return match[0] if match["value"] is None else \
@@ -135,17 +137,18 @@ def _redact_option(match: re.Match) -> str:
     return option[:2] + MARKER + match[0][len(option):]
 
 
-def redact_value(value: str) -> str:
+def redact_value(value: str, extra: Sequence[re.Pattern] = ()) -> str:
     """Replace what looks like a secret inside a value, an argument or a line of output:
     private keys, URL credentials (https://user:pass@host), known token prefixes (ghp_, hf_,
-    xoxb-, AKIA, sk-, ...), bearer tokens, `NAME=secret`/`Name: secret` pairs and `--token X`."""
+    xoxb-, AKIA, sk-, ...), bearer tokens, `NAME=secret`/`Name: secret` pairs and `--token X`
+    (names judged with the user's `extra` patterns too, where given: a patch's lines)."""
     value = _PRIVATE_KEY.sub(MARKER, value)
     value = _URL_CREDENTIALS.sub(lambda m: m["scheme"] + MARKER + "@", value)
     value = _KNOWN_TOKENS.sub(MARKER, value)
-    value = _redact_pairs(value)
+    value = _redact_pairs(value, extra)
     value = _CLIENT_PASSWORD.sub(lambda m: m[0][: m.start("value") - m.start()] + MARKER, value)
     value = _BEARER.sub(lambda m: m["scheme"] + MARKER, value)
-    return _OPTION.sub(_redact_option, value)
+    return _OPTION.sub(lambda m: _redact_option(m, extra), value)
 
 
 def redact_mapping(env: dict[str, str], extra: Sequence[re.Pattern] = ()) -> dict[str, str]:

@@ -30,6 +30,8 @@ from triage.timeutil import utc_now
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from triage.capture.git_state import GitSnapshot
+
 TAIL_LINES = 200
 NO_KERNELS = "No kernels were profiled"
 
@@ -294,18 +296,21 @@ def prepare(request: CaptureRequest, planned: Planned,
 
 @dataclass(frozen=True)
 class Captured:
-    """What one profiler run did: how it ran and the reports it left."""
+    """What one profiler run did: how it ran, the reports it left, and the git state (with its
+    patch) after it ran."""
 
     ready: Prepared
     outcome: Outcome
     found: list[FoundReport]
-    git: dict
+    git: GitSnapshot
 
-    def record(self, request: CaptureRequest, ncu_lists: dict, from_run: str | None) -> dict:
-        """The manifest's `capture` block; `ncu_lists` names the listing blobs stored."""
+    def record(self, request: CaptureRequest, ncu_lists: dict, git: dict,
+               from_run: str | None) -> dict:
+        """The manifest's `capture` block; `ncu_lists` names the listing blobs stored, `git` is
+        the state with the patch blob stored (the archive keeps blobs, not this module)."""
         ready = self.ready
         extra = {"tool": ready.tool, "tool_version": ready.version,
-                 "machine": ready.facts, "git": self.git, "ncu_lists": ncu_lists,
+                 "machine": ready.facts, "git": git, "ncu_lists": ncu_lists,
                  "warnings": ready.warnings, "rank": _fact(ready.facts, "scheduler", "rank"),
                  "reports_found": [str(f.path) for f in self.found], "from_run": from_run}
         return capture_record(request, ready.parsed, ready.executable, ready.version_text,
@@ -314,12 +319,12 @@ class Captured:
 
 def run(request: CaptureRequest, ready: Prepared, on_output: Callable[[str], None]) -> Captured:
     """Run the profiler and find the reports it wrote."""
-    from triage.capture.git_state import git_state
+    from triage.capture.git_state import git_snapshot
 
     before, since = snapshot(request.cwd, ready.tool), time.time()
     outcome = run_profiler(request.argv, request.shell, request.cwd, request.environ, on_output)
     found = find_reports(ready.parsed, request.cwd, since, before)
-    return Captured(ready, outcome, found, git_state(request.cwd))
+    return Captured(ready, outcome, found, git_snapshot(request.cwd))
 
 
 def _tool_status(tool: str, given: str | None) -> dict:

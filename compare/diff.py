@@ -56,8 +56,8 @@ def _check_filters(opts: DiffOptions, run_a: RunData, run_b: RunData,
     if matched and opts.metric and not any(s.metrics or s.unchanged for k in matched
                                            for s in k.sections):
         raise TriageError(f"no metric the sections of either run show matches --metric "
-                          f"{opts.metric!r}; `triage query \"select distinct metric_name from "
-                          "sections\"` lists them")
+                          f"{opts.metric!r}; `triage query \"select distinct metric_name, "
+                          "metric_label from sections\"` lists them")
 
 
 def diff_runs(store: Store, ref_a: str, ref_b: str,

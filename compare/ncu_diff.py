@@ -20,12 +20,13 @@ from triage.compare.drift import NOT_COMPARABLE, drift_item, kernel_set_drift, n
 from triage.compare.explain import duration_ns
 from triage.compare.explain_tables import METRICS
 from triage.compare.matching import Launch, Match, group_kernels, match_kernels
-from triage.compare.result import (Conclusion, DiffOptions, DriftItem, FiredRule, KernelDiff,
-                                   KernelSide, MetricDiff, RuleChanges, SectionDiff, Value,
-                                   relative_change)
+from triage.compare.result import (SECTION_ONLY_A, SECTION_ONLY_B, Conclusion, DiffOptions,
+                                   DriftItem, FiredRule, KernelDiff, KernelSide, MetricDiff,
+                                   RuleChanges, SectionDiff, Value, relative_change)
 from triage.compare.rundata import RunData
 
 FIRED = ("optimization", "warning", "error")
+Labels = dict[str, str | None]  # a section's metric names, in order, with the label it shows
 
 
 def kernel_rows(run: RunData) -> list[dict]:
@@ -93,16 +94,17 @@ class Side:
         for row in run.rows_for("rules", indices).to_pylist():
             self.rules.setdefault((row["report_index"], row["kernel_index"]), []).append(row)
 
-    def section_layout(self, launch: Launch) -> list[tuple[str, str, list[str]]]:
-        """(section id, display name, metric names) in the report's order for one launch."""
+    def section_layout(self, launch: Launch) -> list[tuple[str, str, Labels]]:
+        """(section id, display name, {metric name: its label in the section}) in the report's
+        order for one launch; a run archived before labels were stored has None for each."""
         rows = sorted(self.sections.get(launch, []),
                       key=lambda r: (r["section_order"], r["section_id"], r["position"] or 0))
-        layout: dict[str, tuple[str, str, list[str]]] = {}
+        layout: dict[str, tuple[str, str, Labels]] = {}
         for row in rows:
             entry = layout.setdefault(row["section_id"],
-                                      (row["section_id"], row["section_name"], []))
-            if row["metric_name"] and row["metric_name"] not in entry[2]:
-                entry[2].append(row["metric_name"])
+                                      (row["section_id"], row["section_name"], {}))
+            if row["metric_name"]:
+                entry[2].setdefault(row["metric_name"], row["metric_label"])
         return list(layout.values())
 
     def metric(self, launches: list[Launch], name: str) -> tuple[Value, str | None]:
@@ -120,8 +122,9 @@ class Side:
         return explain_values(Values(raw, sections))[-1]["label"]
 
 
-def _metric_entry(name: str, a: tuple[Value, str | None], b: tuple[Value, str | None],
-                  opts: DiffOptions, no_data: tuple[str, ...] = ()) -> MetricDiff:
+def _metric_entry(name: str, label: str | None, a: tuple[Value, str | None],
+                  b: tuple[Value, str | None], opts: DiffOptions,
+                  no_data: tuple[str, ...] = ()) -> MetricDiff:
     (value_a, unit_a), (value_b, unit_b) = a, b
     if no_data or (value_a is None and value_b is None):
         status = "no_data"  # nothing collected there: neither renamed nor a change
@@ -136,7 +139,7 @@ def _metric_entry(name: str, a: tuple[Value, str | None], b: tuple[Value, str | 
     return MetricDiff(name, unit_a or unit_b, value_a, value_b,
                       value_b - value_a if numeric else None,
                       relative_change(value_a, value_b), status,
-                      unit_b if unit_a and unit_b and unit_a != unit_b else None)
+                      unit_b if unit_a and unit_b and unit_a != unit_b else None, label)
 
 
 def _section_wanted(section_id: str, display: str | None, opts: DiffOptions) -> bool:
@@ -147,14 +150,22 @@ def _section_wanted(section_id: str, display: str | None, opts: DiffOptions) -> 
 
 
 def _merged_layout(side_a: Side, side_b: Side, launch_a: Launch, launch_b: Launch
-                   ) -> Iterator[tuple[str, str | None, list[str] | None, list[str] | None]]:
-    """Per section: id, display name, metric names in A and in B; A's order, then B's extras."""
-    layout_a = {sid: (name, names) for sid, name, names in side_a.section_layout(launch_a)}
-    layout_b = {sid: (name, names) for sid, name, names in side_b.section_layout(launch_b)}
+                   ) -> Iterator[tuple[str, str | None, Labels | None, Labels | None]]:
+    """Per section: id, display name, metric labels in A and in B (None: not collected there);
+    A's order, then B's extras."""
+    layout_a = {sid: (name, labels) for sid, name, labels in side_a.section_layout(launch_a)}
+    layout_b = {sid: (name, labels) for sid, name, labels in side_b.section_layout(launch_b)}
     for sid in list(layout_a) + [s for s in layout_b if s not in layout_a]:
-        name_a, names_a = layout_a.get(sid, (None, None))
-        name_b, names_b = layout_b.get(sid, (None, None))
-        yield sid, name_a or name_b, names_a, names_b
+        name_a, labels_a = layout_a.get(sid, (None, None))
+        name_b, labels_b = layout_b.get(sid, (None, None))
+        yield sid, name_a or name_b, labels_a, labels_b
+
+
+def _merged_labels(labels_a: Labels | None, labels_b: Labels | None) -> Labels:
+    """The section's metrics on either side, A's order then B's extras, each with A's label,
+    else B's (a run archived before labels were stored has none)."""
+    a, b = labels_a or {}, labels_b or {}
+    return {name: a.get(name) or b.get(name) for name in [*a, *b]}
 
 
 def _section_entries(match: Match, side_a: Side, side_b: Side, opts: DiffOptions,
@@ -163,16 +174,16 @@ def _section_entries(match: Match, side_a: Side, side_b: Side, opts: DiffOptions
     launches_a, launches_b = [p[0] for p in pairs], [p[1] for p in pairs]
     metric_filter = re.compile(opts.metric) if opts.metric else None
     entries = []
-    for sid, display, names_a, names_b in _merged_layout(side_a, side_b, launches_a[0],
-                                                         launches_b[0]):
+    for sid, display, labels_a, labels_b in _merged_layout(side_a, side_b, launches_a[0],
+                                                           launches_b[0]):
         if not _section_wanted(sid, display, opts):
             continue
-        names = (names_a or []) + [n for n in names_b or [] if n not in (names_a or [])]
-        if metric_filter:
-            names = [n for n in names if metric_filter.search(n)]
-        metrics = [_metric_entry(n, side_a.metric(launches_a, n), side_b.metric(launches_b, n),
-                                 opts, no_data) for n in names]
-        entries.append(_section_entry(sid, display, names_a is not None, names_b is not None,
+        labels = _merged_labels(labels_a, labels_b)
+        names = [n for n, label in labels.items() if not metric_filter
+                 or metric_filter.search(n) or (label and metric_filter.search(label))]
+        metrics = [_metric_entry(n, labels[n], side_a.metric(launches_a, n),
+                                 side_b.metric(launches_b, n), opts, no_data) for n in names]
+        entries.append(_section_entry(sid, display, labels_a is not None, labels_b is not None,
                                       metrics, opts, no_data))
     return tuple(entries)
 
@@ -185,7 +196,7 @@ def _section_entry(sid: str, display: str | None, in_a: bool, in_b: bool, metric
     if no_data:
         reason, why = "section.no_data", "no data in " + " and ".join(s.upper() for s in no_data)
     elif not (in_a and in_b):
-        reason, why = f"section.only_{'a' if in_a else 'b'}", \
+        reason, why = SECTION_ONLY_A if in_a else SECTION_ONLY_B, \
             f"collected only in {'A' if in_a else 'B'}"
     elif missing:
         reason, why = "section.metrics", f"{len(missing)} metric(s) on one side only " \
@@ -196,7 +207,7 @@ def _section_entry(sid: str, display: str | None, in_a: bool, in_b: bool, metric
     hidden = ("unchanged", "no_data") if no_data else ("unchanged",)
     shown = metrics if opts.show_all else [m for m in metrics if m.status not in hidden]
     return SectionDiff(sid, display, reason, why, tuple(shown),
-                       sum(m.status == "unchanged" for m in metrics))
+                       sum(m.status == "unchanged" for m in metrics), len(metrics))
 
 
 def _fired(rules: list[dict]) -> dict[tuple[str, str], FiredRule]:

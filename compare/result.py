@@ -29,6 +29,7 @@ KERNEL_SET, KERNEL_LAUNCHES, KERNEL_RENAMED = "kernels.set", "kernels.launches",
 KERNEL_NO_DATA = "kernels.no_data"  # a side's launches carry no metric values (ncu got nothing)
 SAME_RUN, MIXED_TOOLS = "run.same", "tools.mixed"
 NVTX_RANGES = "nvtx.ranges"  # two nsys runs whose NVTX range names differ
+SECTION_ONLY_A, SECTION_ONLY_B = "section.only_a", "section.only_b"  # collected by one run
 PROVENANCE_KEYS = ("id", "tool", "tool_version", "created", "archived", "labels", "source",
                    "command", "application", "environment", "settings", "settings_source",
                    "evidence", "reports", "kernels", "notices", "notes")
@@ -152,7 +153,9 @@ def total_change(a: KernelSide | None, b: KernelSide | None) -> float | None:
 class MetricDiff:
     """One ncu metric of a section on both sides; `status` is changed, unchanged, only_a,
     only_b or no_data (no value on a side whose kernel carries no data, or on neither side);
-    `unit_b` is set only where B's unit differs from A's."""
+    `unit_b` is set only where B's unit differs from A's. `name` is the raw metric name
+    (gpu__time_duration.sum), `label` what the section calls it (Duration; A's, else B's),
+    None where neither report gives one: views show it first and fall back to the name."""
 
     name: str
     unit: str | None
@@ -162,10 +165,12 @@ class MetricDiff:
     delta_pct: float | None
     status: str
     unit_b: str | None = None
+    label: str | None = None
 
     def to_json(self) -> JsonDict:
-        out = {"name": self.name, "unit": self.unit, "a": self.a, "b": self.b,
-               "delta": self.delta, "delta_pct": self.delta_pct, "status": self.status}
+        out = {"name": self.name, "label": self.label, "unit": self.unit, "a": self.a,
+               "b": self.b, "delta": self.delta, "delta_pct": self.delta_pct,
+               "status": self.status}
         return {**out, "unit_b": self.unit_b} if self.unit_b else out
 
 
@@ -173,7 +178,8 @@ class MetricDiff:
 class SectionDiff:
     """One ncu section of a matched kernel. `reason` (section.only_a, section.only_b,
     section.metrics, section.no_data) says why it is not comparable; `metrics` are those
-    shown."""
+    shown, `metric_count` how many it compared (shown or not: a section collected on one side
+    only is one line with this count in the views, not a row per metric)."""
 
     section: str
     name: str | None
@@ -181,10 +187,16 @@ class SectionDiff:
     why: str | None
     metrics: tuple[MetricDiff, ...]
     unchanged: int
+    metric_count: int = 0
 
     @property
     def comparable(self) -> bool:
         return self.reason is None
+
+    @property
+    def only_in(self) -> str | None:
+        """"a" or "b" for a section collected by that run only, else None."""
+        return {SECTION_ONLY_A: "a", SECTION_ONLY_B: "b"}.get(self.reason or "")
 
     def to_json(self) -> JsonDict:
         return {"section": self.section, "name": self.name, "comparable": self.comparable,

@@ -11,7 +11,9 @@ import pyarrow.parquet as pq
 from triage.archive.model import RunRecord
 from triage.archive.runs import load_record
 from triage.archive.store import Store
+from triage.archive.tables import conform
 from triage.errors import CorruptObject, TriageError
+from triage.schemas.tables import arrow_schema
 
 
 class RunData:
@@ -66,14 +68,19 @@ class RunData:
 
     def rows_for(self, name: str, kernel_indices, columns=None) -> pa.Table:
         """The row groups of a per-kernel table that can hold these kernels (by the row-group
-        statistics of kernel_index), so a 100,000-kernel run is not read whole for a few."""
+        statistics of kernel_index), so a 100,000-kernel run is not read whole for a few; in
+        today's columns, those added since the run was archived null."""
         source = self.parquet(name)
         if source is None:
             return pa.table({})
+        schema = arrow_schema(name)
+        schema = pa.schema([schema.field(c) for c in columns]) if columns else schema
+        stored = [c for c in schema.names if c in source.schema_arrow.names]
         wanted = sorted(set(kernel_indices))
         groups = [i for i in range(source.num_row_groups) if _may_hold(source, i, wanted)]
-        return source.read_row_groups(groups, columns=columns) if groups else \
-            source.schema_arrow.empty_table().select(columns or source.schema_arrow.names)
+        table = source.read_row_groups(groups, columns=stored) if groups else \
+            source.schema_arrow.empty_table().select(stored)
+        return conform(table, schema)
 
 
 def _may_hold(source: pq.ParquetFile, group: int, wanted: list[int]) -> bool:

@@ -301,7 +301,7 @@ def test_read_only_store(store, tmp_path):
         result = run_triage(["archive", corpus_file(REPORT)], store, unprivileged=True)
         check_refused(result, "cannot write store")
         assert listing(store) == before
-        result = run_triage(["label", "base", "other"], store, unprivileged=True)
+        result = run_triage(["label", "other", "base"], store, unprivileged=True)
         check_refused(result, "cannot write store")
         assert listing(store) == before
     finally:

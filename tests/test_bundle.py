@@ -62,7 +62,7 @@ def test_round_trip_to_a_colleague(triage, exported, tmp_path, monkeypatch):
     for run_id in exported["ids"]:
         shown = triage.json("show", run_id)
         assert shown == {**before[run_id], "labels": []}
-    assert [r["id"] for r in triage.json("ls")] == exported["ids"]
+    assert [r["id"] for r in triage.json("ls")] == exported["ids"][::-1]  # newest first
     assert triage.json("verify")["leftovers"] == [] and triage.json("verify")["ok"]
     rows = triage.json("query", "select count(*) n from kernels")
     assert rows[0]["n"] > 0
@@ -343,7 +343,7 @@ def test_readers_survive_bad_records_in_the_store(triage, exported):
     notes = store / "annotations" / f"{second}.json"
     os.chmod(notes, 0o644)
     notes.write_bytes(b'{"notes":"x"}')
-    assert [r["id"] for r in triage.json("ls")] == [first, second]
+    assert [r["id"] for r in triage.json("ls")] == [second, first]
     assert triage.json("show", second)["notes"] == []
     assert triage.json("query", "select count(*) n from kernels")[0]["n"] > 0
     refused = triage("show", odd_id, expect=1).stderr

@@ -75,7 +75,7 @@ def test_query_runs_one_read_only_select(triage, pair, sql, refusal, tmp_path, m
 
 def test_query_names_a_mistyped_option(triage, pair):
     one_line(triage("query", "--jsn", "select 1", expect=2), "no such option: --jsn")
-    one_line(triage("query", "select", "1", expect=2), "give the SQL as one quoted argument")
+    one_line(triage("query", "select", "1", "-j", expect=2), "no such option: -j")
 
 
 def test_query_may_start_with_an_sql_comment(triage, pair):

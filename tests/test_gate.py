@@ -139,7 +139,11 @@ def test_one_run_per_side_measures_launches(triage, captured):
     assert forward["samples"] == "launches" and forward["a"]["n"] == STEPS
     assert forward["significance"] == "significant" and forward["ci_pct"][0] > 0
     assert epoch["significance"] == "unknown" and epoch["needed"] == fewest_per_side() == 5
-    assert diff["gate"]["passed"]
+    # epoch (one launch a side) is judged by its percentage alone: +7% by design, but a loaded
+    # machine can stretch one 24 ms launch, so the test asks that the gate follows that figure.
+    failed = {c["name"] for c in diff["gate"]["failed"]}
+    assert failed <= {"triage:epoch"}
+    assert ("triage:epoch" in failed) == (epoch["change_pct"] > 50) == (not diff["gate"]["passed"])
     text = triage("diff", "base/1", "slow/1", "--store", captured).stdout
     assert "noise unknown (1 vs 1 launches; 5 per side needed)" in text
     html = triage("report", "base/1", "slow/1", "--format", "html", "--store", captured).stdout

@@ -57,7 +57,7 @@ def test_gc_grace_0_just_before_the_manifest_spares_every_object(triage, monkeyp
     monkeypatch.setattr(Store, "write_manifest", gc_first)
     out = triage("archive", corpus_file(SMALL)).stdout
     monkeypatch.setattr(Store, "write_manifest", real)
-    run_id = triage.json("ls")[-1]["id"]
+    run_id = triage.json("ls")[0]["id"]  # the newest
     manifest = store_of().read_manifest(run_id)
     assert "(new)" in out and passes[0].removed == []
     assert passes[0].kept_live == len(manifest["reports"]) + len(manifest["tables"]) == 6
@@ -70,7 +70,7 @@ def test_gc_grace_0_while_an_import_publishes_spares_its_objects(triage, tmp_pat
     triage("archive", corpus_file(SMALL))
     triage("archive", corpus_file(OTHER))
     out = tmp_path / "two.tar"
-    triage("export", "latest", triage.json("ls")[0]["id"], "-o", out)
+    triage("export", "latest", triage.json("ls")[-1]["id"], "-o", out)
     other = tmp_path / "other-store"
     triage("archive", corpus_file(SMALL), "--store", other)
     real = bundle._add_run

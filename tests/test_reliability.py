@@ -37,7 +37,7 @@ import pytest
 from helpers import CORPUS, corpus_file
 from triage.archive import catalog, integrity
 from triage.archive.ingest import archive_files
-from triage.archive.runs import list_runs
+from triage.archive.listing import list_runs
 from triage.archive.store import SHA256_RE, Store
 
 BIG = ["spymaster2h__spyinfer__report.ncu-rep",
@@ -75,7 +75,7 @@ def assert_consistent(store: Store, allowed: set[str], base: str) -> list[str]:
     """verify has no errors, every listed run is complete and verifies; return listed ids."""
     report = integrity.verify(store)
     assert report.ok, [f"{f.kind} {f.path} {f.detail}" for f in report.errors]
-    listed = [row["id"] for row in list_runs(store).rows]
+    listed = [row["id"] for row in list_runs(store).rows()]
     assert len(listed) == len(set(listed)) and set(listed) == set(store.run_ids())
     assert set(listed) <= allowed and base in listed
     for run_id in listed:
@@ -236,7 +236,7 @@ class Watcher(threading.Thread):
             except FileNotFoundError:
                 pass  # not set yet
             try:
-                for row in list_runs(store).rows:
+                for row in list_runs(store).rows():
                     if not store.has_run(row["id"]):
                         self.errors.append(f"listed {row['id']} without a manifest")
                 self.reads += 1
@@ -278,7 +278,7 @@ def test_eight_processes_archive_into_one_store(tmp_path):
     assert all(len(ids) == 1 for ids in ids_by_file.values()), ids_by_file  # same file, same id
     distinct = {next(iter(ids)) for ids in ids_by_file.values()} | {base}
     assert len(distinct) == len(ids_by_file) + 1
-    listed = [row["id"] for row in list_runs(store).rows]
+    listed = [row["id"] for row in list_runs(store).rows()]
     assert sorted(listed) == sorted(distinct) == store.run_ids()
     report = integrity.verify(store)
     assert report.ok and report.leftovers == [], report.findings

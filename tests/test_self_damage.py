@@ -24,7 +24,7 @@ def two_runs(triage) -> tuple[Store, str, str]:
 
 def assert_readers_go_on(triage, first: str, second: str) -> None:
     """ls, show and query still serve both runs."""
-    assert [r["id"] for r in triage.json("ls")] == [first, second]
+    assert [r["id"] for r in triage.json("ls")] == [second, first]
     assert triage.json("show", first)["id"] == first
     rows = triage.json("query", "select id from runs order by archived")
     assert [r["id"] for r in rows] == [first, second]
@@ -76,10 +76,10 @@ def test_a_label_that_is_not_text_is_named_and_hides_nothing(triage):
     triage("label", second, "good")
     (store.label_dir / "bad").write_bytes(b"\xff\xfe\x00not text\n")
     assert_readers_go_on(triage, first, second)
-    assert triage.json("ls")[1]["labels"] == ["good"]
+    assert triage.json("ls")[0]["labels"] == ["good"]
     result = triage("show", "bad", expect=1)
     assert result.stderr == ("triage: error: label 'bad' is damaged (it holds no run id); "
-                             "`triage label RUN bad` points it at a run again\n")
+                             "`triage label bad RUN` points it at a run again\n")
     report = json.loads(triage("verify", "--json", expect=1).stdout)
     assert [(f["kind"], f["path"]) for f in report["errors"]] == [("corrupt", "labels/bad")]
     triage("label", first, "bad")

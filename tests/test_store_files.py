@@ -43,7 +43,7 @@ def test_a_damaged_catalog_segment_is_rebuilt_from_runs(triage, damage):
     segments = sorted(store.index.glob("catalog-*.parquet"))
     for segment in segments:
         segment.write_bytes(damage)
-    assert [r["id"] for r in triage.json("ls")] == [first, second]
+    assert [r["id"] for r in triage.json("ls")] == [second, first]
     assert triage.json("show", "latest")["id"] == second
     rows = triage.json("query", "select id from runs order by archived")
     assert [r["id"] for r in rows] == [first, second]
@@ -79,7 +79,7 @@ def test_a_reader_that_keeps_losing_races_with_merges_still_lists_every_run(tria
         raise FileNotFoundError(path)
 
     monkeypatch.setattr(catalog, "_read_segment", merged_away)
-    assert [r["id"] for r in triage.json("ls")] == [first, second]
+    assert [r["id"] for r in triage.json("ls")] == [second, first]
 
 
 # -- imported runs dedup like archived ones ----------------------------------------------

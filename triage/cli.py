@@ -7,6 +7,7 @@ This is the only place where a TriageError becomes a message and an exit code:
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -17,7 +18,12 @@ from triage.errors import TriageError, UsageError
 from triage.units import fmt_bytes
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from triage.archive.ingest import ArchiveResult
+    from triage.archive.model import RunRecord
+    from triage.archive.listing import RunList
+    from triage.archive.store import Store
     from triage.compare.result import DiffResult
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_GATE = 0, 1, 2, 3
@@ -39,21 +45,25 @@ class TriageGroup(click.Group):
 
 
 def _store_or_group_store(ctx: click.Context, _param, value):
-    """`triage ls --store X` or `triage --store X ls`; else Store.open uses $TRIAGE_STORE."""
+    """`triage ls --store X` or `triage --store X ls`; else Store.open uses $TRIAGE_STORE.
+
+    The path is not checked here: Store.open judges it, whichever gave it, so one mistake
+    (a file, a foreign folder) gets one message and one exit code."""
     if value == "":
         raise click.BadParameter("an empty path (an unset variable?); give the store directory")
     return value or (ctx.find_root().params.get("store") if ctx.parent else None)
 
 
+STORE_PATH = click.Path(readable=False)  # no checks: see _store_or_group_store
+
 store_option = click.option(
-    "--store", "store", type=click.Path(file_okay=False), callback=_store_or_group_store,
+    "--store", "store", type=STORE_PATH, callback=_store_or_group_store,
     help="Store directory (default: $TRIAGE_STORE, else the per-user data directory).")
 
 
 @click.group(cls=TriageGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="triage")
-@click.option("--store", "store", type=click.Path(file_okay=False),
-              callback=_store_or_group_store,
+@click.option("--store", "store", type=STORE_PATH, callback=_store_or_group_store,
               help="Store directory for any command (default: $TRIAGE_STORE, else the per-user "
               "data directory).")
 def cli(store):
@@ -113,14 +123,17 @@ def _archive_json(result: ArchiveResult) -> dict[str, Any]:
 
 
 def _one_statement(words: tuple[str, ...]) -> str:
-    """The SQL argument. Unknown options reach here as words (an SQL comment may open the
-    query), so a one-line `--word` is a mistyped option, not SQL."""
-    mistyped = [w for w in words if w.startswith("-") and "\n" not in w]
+    """The SQL: one quoted argument, or the words the shell split it into, joined by spaces
+    (`SQL...` in --help). Unknown options reach here as words (an SQL comment may open the
+    query), so a word like `--jsn` or `-j` is a mistyped option, not SQL; `-1` and `--`
+    alone are SQL."""
+    mistyped = [w for w in words if _OPTION_LIKE.match(w)]
     if mistyped:
         raise UsageError(f"no such option: {mistyped[0]}; `triage query --help` lists them")
-    if len(words) > 1:
-        raise UsageError("give the SQL as one quoted argument: triage query \"select ...\"")
-    return words[0]
+    return " ".join(words)
+
+
+_OPTION_LIKE = re.compile(r"^--?[A-Za-z]\S*$")
 
 
 def _archive_line(info: dict) -> str:
@@ -135,57 +148,168 @@ def _archive_line(info: dict) -> str:
 
 
 @cli.command(name="ls")
+@click.option("-n", "count", metavar="N|all",
+              help="The newest N runs, or all (default: 50 as text; every run with --json or "
+              "--csv).")
+@click.option("--tool", type=click.Choice(["ncu", "nsys"]), help="Only runs of this profiler.")
+@click.option("--gpu", metavar="TEXT", help="Only runs whose GPU name holds TEXT, in any case.")
+@click.option("--label", "label_glob", metavar="GLOB",
+              help="Only runs with a label GLOB matches (rc1, 'before/*').")
+@click.option("--since", metavar="WHEN",
+              help="Only runs archived since WHEN: a UTC date or time (2026-01-31, "
+              "2026-01-31T12:00) or an age (90m, 12h, 7d, 2w).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print CSV.")
 @store_option
-def ls_command(as_json, store):
-    """List runs, oldest first. A run with a damaged file is listed as far as it can be, and
-    named on stderr."""
-    from triage.archive.runs import list_runs
+def ls_command(count, tool, gpu, label_glob, since, as_json, as_csv, store):
+    """List runs, newest first: the newest 50 as text, every run with --json or --csv (-n
+    changes either). A run with a damaged file is listed as far as it can be, and named on
+    stderr."""
+    from triage.archive import listing
     from triage.archive.store import Store
 
-    found = list_runs(Store.open(store))
-    _print(found.rows, as_json, _ls_text)
+    if as_json and as_csv:
+        raise UsageError("--json and --csv ask for two formats; give one")
+    filters = listing.RunFilter(tool, gpu, label_glob,
+                                listing.parse_since(since) if since is not None else None)
+    machine = as_json or as_csv
+    found = listing.list_runs(Store.open(store), filters,
+                              listing.parse_limit(count, None if machine else listing.DEFAULT_PAGE),
+                              listing.LIST_COLUMNS if machine else LS_TEXT_COLUMNS)
+    if as_json:
+        _echo_chunks(textview.json_chunks(found.batches()), newline=True)
+    elif as_csv:
+        _echo_chunks(textview.csv_chunks([*listing.LIST_COLUMNS, "labels"],
+                                         ([r.values() for r in b] for b in found.batches())))
+    else:
+        click.echo(_ls_text(found))
     for problem in found.problems:
         click.echo(f"triage: warning: {problem}", err=True)
 
 
-def _ls_text(rows: list[dict]) -> str:
-    if not rows:
+LS_TEXT_COLUMNS = ("id", "archived", "tool", "tool_version", "gpu", "kernels", "report_names")
+
+
+def _echo_chunks(chunks: Iterator[str], newline: bool = False) -> None:
+    """Output written as it is made (a listing of every run streams), and a newline after it
+    where the text has none of its own (JSON; CSV rows end in one)."""
+    for chunk in chunks:
+        click.echo(chunk, nl=False)
+    if newline:
+        click.echo("")
+
+
+def _ls_text(found: RunList) -> str:
+    """The listing as a table as wide as the terminal, and what it left out."""
+    if found.total == 0:
         return "no runs yet; `triage archive REPORT` adds one"
+    if found.matched == 0:
+        return f"no run matches these filters; `triage ls` lists all {found.total:,}"
+    rows = found.rows()
     body = [[textview.short_id(r["id"]), (r["archived"] or "")[:16].replace("T", " "), r["tool"],
              r["tool_version"] or "-", r["gpu"] or "-", str(r["kernels"]),
              ",".join(r["labels"]), r["report_names"]] for r in rows]
-    return textview.table(body, ["id", "archived", "tool", "version", "gpu", "kernels", "labels",
-                                 "reports"], max_widths={4: 28, 7: 40}, align_right={5})
+    # what gives way to a narrow terminal, in turn: the GPU's name (it opens with NVIDIA),
+    # the version, the reports' and labels' names; then they are left out
+    text = textview.fitted_table(
+        body, ["id", "archived", "tool", "version", "gpu", "kernels", "labels", "reports"],
+        textview.output_width(), give_way=[(4, 20), (3, 0), (7, 16), (6, 10), (4, 12), (7, 0),
+                                           (6, 0), (4, 0)], align_right={5})
+    if found.matched > len(rows):
+        text += (f"\n{found.matched - len(rows):,} older not shown (the newest {len(rows)} of "
+                 f"{found.matched:,}); add -n all to list every one")
+    return text
 
 
 @cli.command()
 @click.argument("run")
 @click.option("--json", "as_json", is_flag=True, help="Print the full record as JSON.")
+@click.option("--patch", "patch", is_flag=True,
+              help="Write the dirty tree's patch the capture stored (secrets redacted): "
+              "`git apply` it on a checkout of the recorded commit.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="With --patch: write it to this file.")
 @store_option
-def show(run, as_json, store):
-    """Show one run: versions, GPU, command, settings and where each came from."""
+def show(run, as_json, patch, output, store):
+    """Show one run: versions, GPU, command, settings and where each came from; with --patch,
+    the source edits it ran with."""
     from triage.archive.runs import load_record
     from triage.archive.store import Store
     from triage.showview import render_show
 
-    record = load_record(Store.open(store), run)
+    if patch and as_json:
+        raise UsageError("--patch writes the patch itself, not JSON; give one of them")
+    if output and not patch:
+        raise UsageError("-o FILE writes the stored patch: triage show RUN --patch -o FILE")
+    st = Store.open(store)
+    record = load_record(st, run)
+    if patch:
+        _write_patch(st, record, output)
+        return
     click.echo(textview.to_json(record.as_json()) if as_json else render_show(record))
 
 
+def _write_patch(st: Store, record: RunRecord, output: str | None) -> None:
+    """The stored patch's bytes as they are (not text: a patch need not be UTF-8)."""
+    from pathlib import Path
+
+    from triage.archive.atomic import write_user_file
+    from triage.archive.captured import stored_patch
+
+    data = stored_patch(st, record)
+    if output:
+        write_user_file(Path(output), data)
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.get_binary_stream("stdout").write(data)
+
+
 @cli.command()
-@click.argument("run")
-@click.argument("name")
+@click.argument("name", required=False)
+@click.argument("run", required=False)
+@click.option("-d", "--delete", is_flag=True, help="Delete label NAME.")
 @store_option
-def label(run, name, store):
-    """Point label NAME at RUN (moves it if it pointed elsewhere)."""
-    from triage.archive.runs import resolve
+def label(name, run, delete, store):
+    """Point label NAME at RUN (default: latest), like `git tag NAME COMMIT`; a label that
+    moves says where it was. `triage label -d NAME` deletes one; `triage label` lists them.
+
+    The old order, `triage label RUN NAME`, still works in this release (with a warning)
+    where RUN is a run id, an id prefix or `latest`, which no label can be; any other two
+    words are read as NAME RUN."""
+    from triage.archive import runs
     from triage.archive.store import Store
 
     st = Store.open(store)
-    run_id = resolve(st, run)
-    st.set_label(name, run_id)
-    click.echo(f"{name} -> {textview.short_id(run_id)}")
+    if name is None or delete:
+        _label_list_or_delete(st, name, run, delete)
+        return
+    name, run, old_order = runs.label_arguments(name, run)
+    change = runs.point_label(st, name, run)
+    click.echo(f"{name} -> {textview.short_id(change.run_id)}" + (
+        f" (was {_label_target(change.was)})" if change.was not in (None, change.run_id)
+        else ""))
+    if old_order:
+        click.echo(f"triage: warning: `triage label RUN NAME` is deprecated; write `triage "
+                   f"label {name} {run}` (NAME first, like git tag)", err=True)
+
+
+def _label_list_or_delete(st: Store, name: str | None, run: str | None, delete: bool) -> None:
+    """`triage label` lists every label; `triage label -d NAME` deletes one."""
+    from triage.archive.runs import delete_label
+
+    if not delete:
+        labels = sorted(st.labels().items())
+        click.echo("\n".join(f"{n} -> {_label_target(r)}" for n, r in labels) if labels else
+                   "no labels yet; `triage label NAME [RUN]` points one at a run")
+        return
+    if name is None or run is not None:
+        raise UsageError("-d deletes one label: triage label -d NAME")
+    click.echo(f"deleted label {name} (was {_label_target(delete_label(st, name).was)})")
+
+
+def _label_target(pointer: str | None) -> str:
+    """What a label file holds, as the listing shows it: a short run id, or what is wrong."""
+    return textview.printable(textview.short_id(pointer)) or "unreadable"
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})  # SQL may open with `--`
@@ -197,7 +321,10 @@ def label(run, name, store):
 def query(sql, runs, as_json, as_csv, store):
     """Run SQL over the views runs, kernel_summary, kernels, metrics, sections, rules,
     api_calls, memops, nvtx_ranges, osrt_calls, api_summary, memop_summary, nvtx_summary,
-    gpu_gaps (each per-run view has a run_id column)."""
+    gpu_gaps (each has a run_id column; `runs` also has `id`, its old name, deprecated).
+
+    SQL is one quoted argument or several words, joined by spaces; quote it where the shell
+    would expand it (* ( ) ; < > |)."""
     from triage.archive.query import run_query
     from triage.archive.store import Store
 
@@ -324,7 +451,8 @@ def diff_options(command):
         click.option("--section", "sections", multiple=True,
                      help="Only this section (id or name); repeatable."),
         click.option("--kernel", help="Only kernels whose name matches this regex."),
-        click.option("--metric", help="Only metrics whose name matches this regex."),
+        click.option("--metric", help="Only metrics whose raw name or label matches this "
+                     "regex."),
         click.option("--all", "show_all", is_flag=True, help="Show unchanged metrics too."),
         click.option("--threshold", default=1.0, show_default=True,
                      type=click.FloatRange(min=0),
@@ -337,6 +465,13 @@ def diff_options(command):
     for option in reversed(options):
         command = option(command)
     return command
+
+
+# A view option of `diff` and `report` (what a metric is called), not a comparison option.
+raw_names_option = click.option(
+    "--raw-names", is_flag=True,
+    help="Name ncu metrics by their raw names (gpu__time_duration.sum), not the labels their "
+    "sections show (Duration); --json always has both.")
 
 
 # -- diff --------------------------------------------------------------------------------------
@@ -355,11 +490,14 @@ def diff_options(command):
 @click.option("--max-slowdown", "max_slowdown", type=click.FloatRange(min=0), metavar="PCT",
               help="Exit 4 when a matched kernel, an NVTX range or the total GPU time is slower "
               "by more than PCT % and not within noise (--kernel narrows it to kernels).")
+@raw_names_option
 @store_option
 def diff(run_a, run_b, sections, kernel, metric, show_all, threshold, strict, as_json, fmt,
-         output, limit, max_slowdown, store):
+         output, limit, max_slowdown, raw_names, store):
     """Compare two runs: the drift verdict first (comparable / caution / invalid), then kernels,
     section by section, and for nsys runs the kernel ranking, NVTX, memory ops and GPU idle time.
+    ncu metrics go by the labels their sections show (Duration; --raw-names: by raw name); a
+    section only one run collected is one line.
 
     A side may be several runs: RUN,RUN,... or a quoted label glob ('before/*'); each change
     then carries the noise measured over the runs (one run: over its launches).
@@ -378,7 +516,8 @@ def diff(run_a, run_b, sections, kernel, metric, show_all, threshold, strict, as
     opts = DiffOptions(sections=tuple(sections), kernel=kernel, metric=metric,
                        show_all=show_all, threshold_pct=threshold, max_slowdown_pct=max_slowdown)
     result = diff_runs(Store.open(store), run_a, run_b, opts)
-    _emit(_render_diff(result, fmt, limit, to_file=output is not None), output)
+    _emit(_render_diff(result, fmt, limit, to_file=output is not None, raw_names=raw_names),
+          output)
     _gate(result.verdict, strict)
     _regression_gate(result)
 
@@ -390,16 +529,18 @@ def _format_from_suffix(output: str | None) -> str | None:
     return {"json": "json", "md": "md"}.get(suffix)
 
 
-def _render_diff(result: DiffResult, fmt: str, limit: int, to_file: bool = False) -> str:
+def _render_diff(result: DiffResult, fmt: str, limit: int, to_file: bool = False,
+                 raw_names: bool = False) -> str:
     if fmt == "json":
         return textview.to_json(result.to_json())
     if fmt == "md":
         from triage.report import render_markdown
 
-        return render_markdown([result])
+        return render_markdown([result], raw_names=raw_names)
     from triage.diffview import render_diff
 
-    return render_diff(result, limit=limit, width=textview.PIPED_WIDTH if to_file else None)
+    return render_diff(result, limit=limit, width=textview.PIPED_WIDTH if to_file else None,
+                       raw_names=raw_names)
 
 
 def _emit(text: str, output: str | None) -> None:
@@ -556,8 +697,10 @@ def _import_text(result: dict) -> str:
               help="html: self-contained page with charts; md: GitHub Markdown for a PR comment "
               "(default: from the --output suffix, else html).")
 @diff_options
+@raw_names_option
 @store_option
-def report(runs, output, fmt, sections, kernel, metric, show_all, threshold, strict, store):
+def report(runs, output, fmt, sections, kernel, metric, show_all, threshold, strict, raw_names,
+           store):
     """Review report of RUN B against RUN A: verdict and drift, kernels by time changed, charts,
     sections and rules, provenance. With more runs (A B C ...), a series: each against A.
 
@@ -574,10 +717,10 @@ def report(runs, output, fmt, sections, kernel, metric, show_all, threshold, str
                        threshold_pct=threshold)
     diffs = diff_series(Store.open(store), list(runs), opts)
     if output:
-        write_report(output, diffs, fmt, show_unchanged=show_all)
+        write_report(output, diffs, fmt, show_unchanged=show_all, raw_names=raw_names)
         click.echo(f"wrote {output}", err=True)
     else:
-        click.echo(render(diffs, fmt, show_unchanged=show_all), nl=False)
+        click.echo(render(diffs, fmt, show_unchanged=show_all, raw_names=raw_names), nl=False)
     _gate(worst_verdict(d.verdict for d in diffs), strict)
 
 

@@ -10,7 +10,8 @@ from triage.compare.result import (NO_SIDE, DiffResult, DriftItem, KernelDiff, K
                                    MetricDiff, NsysDiff, SummaryChange, Value)
 from triage.compare.noise import Noise
 from triage.textview import (drift_change, drift_entries, drift_why, fmt_ns, fmt_pct, fmt_value,
-                             kernel_notes, output_width, short_id, truncate, value_text)
+                             kernel_notes, metric_title, one_side_text, output_width, short_id,
+                             truncate, value_text)
 from triage.textview import fmt_noise, fmt_spread, gate_lines
 
 WIDTH = 100  # the layout's columns; a wider or narrower terminal widens or narrows the names
@@ -74,7 +75,7 @@ def _v(item: DriftItem, value: Value) -> str:
     return text if item.state == "different" else truncate(text, 28)
 
 
-def _metric_line(metric: MetricDiff) -> str:
+def _metric_line(metric: MetricDiff, raw_names: bool) -> str:
     unit = f" {metric.unit}" if metric.unit else ""
     values = f"{fmt_value(metric.a)} -> {fmt_value(metric.b)}{unit}"
     change = fmt_pct(metric.delta_pct) if metric.status == "changed" else metric.status
@@ -82,7 +83,8 @@ def _metric_line(metric: MetricDiff) -> str:
         change = "only in " + metric.status[-1].upper()
     elif metric.status == "no_data":
         change = "no data"
-    return f"      {truncate(metric.name, 52):<52} {truncate(values, 30):>30} {change:>10}"
+    name = metric_title(metric, raw_names)
+    return f"      {truncate(name, 52):<52} {truncate(values, 30):>30} {change:>10}"
 
 
 def _kernel_head(kernel: KernelDiff, totals: bool, extra: int) -> str:
@@ -105,14 +107,15 @@ def _count(side: KernelSide | None) -> str:
     return "-" if side is None else str(side.launches)
 
 
-def _kernel_lines(kernel: KernelDiff, detail: bool, totals: bool, width: int) -> list[str]:
+def _kernel_lines(kernel: KernelDiff, detail: bool, totals: bool, width: int,
+                  raw_names: bool = False) -> list[str]:
     lines = [_kernel_head(kernel, totals, width - WIDTH)]
     if kernel.match != "matched":
         lines.append(f"      only in {'A' if kernel.match == 'only_a' else 'B'}")
     lines += [truncate(f"      note: {n}", width) for n in kernel_notes(kernel)]
     lines += _noise_lines(kernel.noise)
     if detail:
-        lines += _section_lines(kernel, width)
+        lines += _section_lines(kernel, width, raw_names)
     return lines
 
 
@@ -133,15 +136,19 @@ def _sides_lines(diff: DiffResult) -> list[str]:
     return lines
 
 
-def _section_lines(kernel: KernelDiff, width: int) -> list[str]:
+def _section_lines(kernel: KernelDiff, width: int, raw_names: bool) -> list[str]:
     lines = []
     for section in kernel.sections:
+        one_side = one_side_text(section)
+        if one_side:
+            lines.append(truncate(f"    [{section.section}]: {one_side}", width))
+            continue
         if not section.metrics and section.comparable and not section.unchanged:
             continue
         state = "" if section.comparable else f"  NOT COMPARABLE: {section.why}"
         unchanged = f"  ({section.unchanged} unchanged)" if section.unchanged else ""
         lines.append(truncate(f"    [{section.section}]{unchanged}{state}", width))
-        lines += [_metric_line(m) for m in section.metrics]
+        lines += [_metric_line(m, raw_names) for m in section.metrics]
     for side, rules in (("A", kernel.rules.only_a), ("B", kernel.rules.only_b)):
         for rule in rules:
             lines.append(truncate(f"    rule fired only in {side}: {rule.rule_id}"
@@ -186,8 +193,10 @@ def _summary_line(label: str, entry: SummaryChange, extra: int) -> str:
             f"{fmt_ns(total_b):>10} {change:>9}")
 
 
-def render_diff(diff: DiffResult, limit: int = 20, width: int | None = None) -> str:
-    """The diff for a terminal `width` columns wide (by default the terminal's, 100 piped)."""
+def render_diff(diff: DiffResult, limit: int = 20, width: int | None = None,
+                raw_names: bool = False) -> str:
+    """The diff for a terminal `width` columns wide (by default the terminal's, 100 piped);
+    metrics by their section labels, or by raw name with `raw_names`."""
     width = width or output_width()
     lines = [f"A: {_run_label(diff, 'a')}", f"B: {_run_label(diff, 'b')}", *_sides_lines(diff)]
     lines += _verdict_lines(diff, width) + (gate_lines(diff.gate) if diff.gate else [])
@@ -203,7 +212,7 @@ def render_diff(diff: DiffResult, limit: int = 20, width: int | None = None) -> 
         lines.append("  (every change below is NOT COMPARABLE: the verdict is invalid)")
     detail = diff.tools == ("ncu", "ncu")
     for kernel in kernels[:limit]:
-        lines += _kernel_lines(kernel, detail, totals, width)
+        lines += _kernel_lines(kernel, detail, totals, width, raw_names)
     if len(kernels) > limit:
         lines.append(f"  ... {len(kernels) - limit} more (use --json or --kernel REGEX)")
     if diff.nsys:

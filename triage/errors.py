@@ -23,6 +23,10 @@ class RunNotFound(TriageError):
     """A RUN reference (id, prefix, label, `latest`) that matches nothing."""
 
 
+class LabelNotFound(TriageError):
+    """A label NAME that `triage label -d` was asked to delete but that no label has."""
+
+
 class AmbiguousRun(TriageError):
     """A RUN prefix that matches several runs."""
 
@@ -57,6 +61,10 @@ class CorruptObject(StoreError):
 
 class CaptureFailed(TriageError):
     """A profiler run that produced no report; the attempt itself is still recorded."""
+
+
+class PatchNotStored(TriageError):
+    """`show --patch` of a run with no stored patch (clean tree, over the limit, no git)."""
 
 
 class ComparisonGate(TriageError):

@@ -24,7 +24,7 @@ from triage.archive.model import CaptureInfo, RunRecord
 from triage.compare.result import NO_SIDE, DiffOptions, DiffResult, DriftItem
 from triage.errors import UsageError
 from triage.textview import (clip_middle, drift_entries, drift_sides, drift_why, fmt_ns, fmt_pct,
-                             fmt_value, kernel_notes, short_id)
+                             fmt_value, kernel_notes, metric_title, one_side_text, short_id)
 from triage.compare.noise import Noise
 from triage.textview import fmt_noise, fmt_spread, gate_lines, printable
 from triage.units import fmt_bytes
@@ -304,11 +304,13 @@ def _environment(markdown: bool) -> jinja2.Environment:
                        short_id=short_id, short_kernel=svgcharts.short_kernel, rule_text=rule_text,
                        code=md_code, h=html_text, trend=trend,
                        number=fmt_number, bytes=fmt_bytes, change_ns=fmt_change_ns,
-                       clip_middle=clip_middle)
+                       clip_middle=clip_middle, metric_title=metric_title,
+                       one_side=one_side_text)
     return env
 
 
-def _context(diffs: list[DiffResult], show_unchanged: bool | None, charts: bool) -> dict:
+def _context(diffs: list[DiffResult], show_unchanged: bool | None, charts: bool,
+             raw_names: bool = False) -> dict:
     if not diffs:
         raise UsageError("a report needs at least one comparison (two runs)")
     runs = series_runs(diffs)
@@ -333,7 +335,7 @@ def _context(diffs: list[DiffResult], show_unchanged: bool | None, charts: bool)
             "verdict": worst_verdict(d.verdict for d in diffs),
             "provenance": provenance_rows(runs), "version": __version__,
             "tools": sorted({r.tool for r in runs}),
-            "show_unchanged": show_unchanged}
+            "show_unchanged": show_unchanged, "raw_names": raw_names}
 
 
 def noise_rows(diff: DiffResult) -> list[dict]:
@@ -375,21 +377,23 @@ def run_letter(index: int) -> str:
     return chr(ord("A") + index) if index < 26 else f"R{index + 1}"
 
 
-def render_html(diffs: list[DiffResult], show_unchanged: bool | None = None) -> str:
+def render_html(diffs: list[DiffResult], show_unchanged: bool | None = None,
+                raw_names: bool = False) -> str:
     """A self-contained HTML review (inline CSS and SVG; no scripts, fonts or remote loads).
 
-    show_unchanged: None shows the metrics each diff lists; False hides unchanged ones."""
+    show_unchanged: None shows the metrics each diff lists; False hides unchanged ones.
+    raw_names: metrics by raw name (gpu__time_duration.sum), not their labels (Duration)."""
     return _environment(False).get_template("report.html.j2").render(
-        **_context(diffs, show_unchanged, charts=True))
+        **_context(diffs, show_unchanged, charts=True, raw_names=raw_names))
 
 
 def render_markdown(diffs: list[DiffResult], show_unchanged: bool | None = None,
-                    max_chars: int = GITHUB_COMMENT_LIMIT) -> str:
+                    max_chars: int = GITHUB_COMMENT_LIMIT, raw_names: bool = False) -> str:
     """GitHub-flavoured Markdown for a PR comment: verdict and headline on top, details folded.
 
     Less detail is tried until the text fits `max_chars`; the last resort cuts it with a note."""
     template = _environment(True).get_template("report.md.j2")
-    context = _context(diffs, show_unchanged, charts=False)
+    context = _context(diffs, show_unchanged, charts=False, raw_names=raw_names)
     for limits in MD_LEVELS:
         text = template.render(**context, limits=limits)
         if len(text) <= max_chars:
@@ -420,18 +424,19 @@ def report_format(path: str | None, fmt: str | None) -> str:
     return "html"
 
 
-def render(diffs: list[DiffResult], fmt: str, show_unchanged: bool | None = None) -> str:
+def render(diffs: list[DiffResult], fmt: str, show_unchanged: bool | None = None,
+           raw_names: bool = False) -> str:
     if fmt == "md":
-        return render_markdown(diffs, show_unchanged)
-    return render_html(diffs, show_unchanged)
+        return render_markdown(diffs, show_unchanged, raw_names=raw_names)
+    return render_html(diffs, show_unchanged, raw_names)
 
 
 def write_report(path: str | Path, diffs: list[DiffResult], fmt: str | None = None,
-                 show_unchanged: bool | None = None) -> Path:
+                 show_unchanged: bool | None = None, raw_names: bool = False) -> Path:
     """Render and write the report atomically (a reader never sees half a file)."""
     from triage.archive.atomic import write_user_file
 
-    text = render(diffs, report_format(str(path), fmt), show_unchanged)
+    text = render(diffs, report_format(str(path), fmt), show_unchanged, raw_names)
     return write_user_file(Path(path), text.encode("utf-8"))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from triage.archive.model import CaptureInfo, ClockEvidence, GitState, Gpu, RunRecord, Setting
+from triage.units import fmt_bytes
 
 
 def _line(label: str, value: Any) -> str:
@@ -70,7 +71,7 @@ def render_show(record: RunRecord) -> str:
     lines += [f"note: {notice}" for notice in record.notices]
     lines += [f"note ({note.time[:10]}): {note.text}" for note in record.notes]
     if record.capture is not None:
-        lines += _capture_lines(record.capture)
+        lines += _capture_lines(record.capture, record.id)
     return "\n".join(lines)
 
 
@@ -85,13 +86,34 @@ def _git_text(git: GitState | None) -> str | None:
             f"({state}{untracked}) in {git.repository}")
 
 
-def _capture_lines(capture: CaptureInfo) -> list[str]:
+def _patch_text(git: GitState | None, run_id: str) -> str | None:
+    """A dirty tree's patch: stored (its size, what it lacks, how to apply it), or why not."""
+    if git is None or not git.repository or git.dirty is False:
+        return None
+    patch = git.patch
+    if patch is None:
+        return f"not stored: {git.why_no_patch}"
+    lacks = [f"{patch.redactions} value(s) redacted" if patch.redactions else None,
+             f"{git.untracked_count} untracked file(s) not in it" if git.untracked_count
+             else None,
+             f"binary changes left out: {', '.join(patch.binary_left_out)}"
+             if patch.binary_left_out else None]
+    return (f"stored, {fmt_bytes(patch.bytes)}"
+            + "".join(f"; {item}" for item in lacks if item)
+            + f"; `triage show {run_id[:12]} --patch | git apply` on a checkout of "
+            f"{(git.commit or '?')[:12]}")
+
+
+def _capture_lines(capture: CaptureInfo, run_id: str) -> list[str]:
     lines = ["capture",
              _line("argv", " ".join(capture.argv)),
              _line("cwd", capture.cwd),
              _line("exit code", capture.exit_code),
              _line("ran", f"{capture.started} for {capture.seconds} s"),
              _line("git", _git_text(capture.git))]
+    patch = _patch_text(capture.git, run_id)
+    if patch:
+        lines.append(_line("patch", patch))
     sections, sets = capture.ncu_sections, capture.ncu_sets
     if sections is not None or sets is not None:
         lines.append(_line("ncu knew", f"{sections.count if sections else None} sections, "

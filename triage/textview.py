@@ -13,11 +13,11 @@ import math
 import os
 import shutil
 import sys
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from triage.compare.result import DriftItem, KernelDiff
+    from triage.compare.result import DriftItem, KernelDiff, MetricDiff, SectionDiff
 
 
 def short_id(run_id: str | None, length: int = 12) -> str:
@@ -108,6 +108,30 @@ def table(rows: list[list], headers: list[str], max_widths: dict[int, int] | Non
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells])
 
 
+def fitted_table(rows: list[list], headers: list[str], width: int,
+                 give_way: Sequence[tuple[int, int]] = (),
+                 align_right: Collection[int] = frozenset()) -> str:
+    """`table` no wider than `width` where it can be (a terminal wraps a longer line into
+    two): each (column, narrowest) of `give_way` in turn gives up characters, down to
+    `narrowest` (0: the column is left out), until the lines fit."""
+    widths = [max([len(h)] + [len(printable(str(r[i]))) for r in rows])
+              for i, h in enumerate(headers)]
+    kept = list(range(len(headers)))
+
+    def over() -> int:
+        return sum(widths[i] for i in kept) + 2 * (len(kept) - 1) - width
+
+    for index, narrowest in give_way:
+        if over() > 0 and index in kept and narrowest == 0:
+            kept.remove(index)
+        elif over() > 0 and index in kept:
+            room = widths[index] - max(narrowest, len(headers[index]))
+            widths[index] -= max(min(over(), room), 0)
+    return table([[row[i] for i in kept] for row in rows], [headers[i] for i in kept],
+                 max_widths={n: widths[i] for n, i in enumerate(kept)},
+                 align_right={n for n, i in enumerate(kept) if i in align_right})
+
+
 def finite(data):
     """The same data with NaN and infinities as null: JSON has no such numbers."""
     if isinstance(data, float):
@@ -122,21 +146,55 @@ def finite(data):
 def to_json(data) -> str:
     """Indented JSON for people; long lists (ls of 10,000 runs) compact, one item per line,
     because the indenting encoder is pure Python and ten times slower. Always valid JSON."""
-    data = finite(data)
-    if isinstance(data, list) and len(data) > 100:
-        items = (json.dumps(item, default=str, ensure_ascii=False, allow_nan=False)
-                 for item in data)
-        return "[\n" + ",\n".join(items) + "\n]"
-    return json.dumps(data, indent=2, default=str, ensure_ascii=False, allow_nan=False)
+    if isinstance(data, list):
+        return "".join(json_chunks([data]))
+    return _json_text(data, indent=2)
+
+
+LONG_LIST = 100  # items above which a JSON list is written compact, one item per line
+
+
+def json_chunks(batches: Iterable[list]) -> Iterator[str]:
+    """`to_json` of a list whose items come a batch at a time, written as they come once the
+    list is long: `ls --json` of 100,000 runs never becomes one string."""
+    batches = iter(batches)
+    head: list = []
+    for batch in batches:
+        head.extend(batch)
+        if len(head) > LONG_LIST:
+            break
+    else:
+        yield _json_text(head, indent=2)
+        return
+    yield "[\n" + ",\n".join(_json_text(item) for item in head)
+    for batch in batches:
+        if batch:
+            yield ",\n" + ",\n".join(_json_text(item) for item in batch)
+    yield "\n]"
+
+
+def _json_text(data, indent: int | None = None) -> str:
+    return json.dumps(finite(data), indent=indent, default=str, ensure_ascii=False,
+                      allow_nan=False)
 
 
 def to_csv(columns: list[str], rows: list[tuple]) -> str:
     """CSV; list and struct values (a run's labels) as JSON, which other tools can parse."""
+    return "".join(csv_chunks(columns, [rows]))
+
+
+def csv_chunks(columns: list[str], batches: Iterable[Iterable[Sequence]]) -> Iterator[str]:
+    """CSV as `to_csv` writes it, the header and then a batch of rows at a time (`ls --csv`
+    of 100,000 runs streams)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)
-    writer.writerows([_csv_value(v) for v in row] for row in rows)
-    return out.getvalue()
+    for batch in batches:
+        writer.writerows([_csv_value(v) for v in row] for row in batch)
+        yield out.getvalue()
+        out.seek(0)
+        out.truncate()
+    yield out.getvalue()
 
 
 def _csv_value(value):
@@ -332,6 +390,24 @@ def kernel_notes(kernel: KernelDiff) -> list[str]:
         sides = " and ".join(s.upper() for s in kernel.no_data)
         notes.append(f"no data in {sides}: the profiler collected nothing for these launches")
     return notes
+
+
+def metric_title(metric: MetricDiff, raw_names: bool = False) -> str:
+    """What a view calls a metric: the label its section shows (Duration), which is what a
+    reader of ncu knows; the raw name (gpu__time_duration.sum) with --raw-names or where the
+    reports give no label (and in runs archived before labels were stored)."""
+    return metric.name if raw_names or not metric.label else metric.label
+
+
+def one_side_text(section: SectionDiff, letters: tuple[str, str] = ("A", "B")) -> str | None:
+    """'only in B, 27 metrics' for a section collected by one run only: one line, where a row
+    per metric would say 'only in B' 27 times; None for a section both runs collected.
+    `letters` name the runs (a report's series calls the later ones C, D, ...)."""
+    if section.only_in is None:
+        return None
+    count = section.metric_count
+    letter = letters[0] if section.only_in == "a" else letters[1]
+    return f"only in {letter}, {count} metric{'' if count == 1 else 's'}"
 
 
 GATE_KINDS = {"kernel": "kernel", "nvtx": "NVTX range", "gpu_total": "total"}

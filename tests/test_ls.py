@@ -1,0 +1,231 @@
+"""`triage ls` for a real archive: newest first, `-n`, filters, the terminal's width, CSV and
+JSON, on three real corpus runs (two ncu reports, one nsys export) of three GPUs.
+
+The runs are archived here in this process with the clock that stamps archive times set to
+days apart (runs archived on other days cannot exist in a test otherwise); everything else is
+what `triage archive` writes.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import pty
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from helpers import REPO, corpus_file
+from triage import textview
+from triage.archive import catalog, ingest, listing
+from triage.archive.store import Store
+from triage.cli import cli
+
+RUNS = {  # name: (report, archived)
+    "gemm": ("LakshyaSingh354__CudaCode__report.ncu-rep", "2026-01-10T09:00:00.000000Z"),
+    "soa": ("Lashi0812__CudaProgramming__simpleSOA.ncu-rep", "2026-01-20T09:00:00.000000Z"),
+    "async": ("0x822a5b87__test-cuda__report1.sqlite", "2026-01-30T09:00:00.000000Z"),
+}
+LABELS = {"gemm": "before/1", "soa": "before/2", "async": "after/1"}
+
+
+def run_cli(*args, expect: int = 0):
+    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code == expect, (args, result.output)
+    return result
+
+
+@pytest.fixture(scope="module")
+def archive_store(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """A store of the three runs, archived 10 days apart, each labelled; name -> run id."""
+    store = tmp_path_factory.mktemp("ls") / "store"
+    ids = {}
+    with pytest.MonkeyPatch.context() as patch:
+        for name, (report, archived) in RUNS.items():
+            patch.setattr(ingest, "utc_now", lambda precise=False, at=archived: at)
+            out = run_cli("--store", store, "archive", corpus_file(report), "--json").stdout
+            ids[name] = json.loads(out)[0]["id"]
+    for name, label in LABELS.items():
+        run_cli("--store", store, "label", label, ids[name])
+    return store, ids
+
+
+def listed(store: Path, *args) -> list[str]:
+    """The run ids `ls --json` lists, in its order."""
+    return [r["id"] for r in json.loads(run_cli("--store", store, "ls", "--json",
+                                                *args).stdout)]
+
+
+def text_ids(text: str) -> list[str]:
+    """The short ids of a text listing, in its order."""
+    return [line.split()[0] for line in text.splitlines()[2:] if re.match(r"^[0-9a-f]{12} ", line)]
+
+
+def test_newest_first_in_every_format(archive_store):
+    store, ids = archive_store
+    newest_first = [ids["async"], ids["soa"], ids["gemm"]]
+    assert listed(store) == newest_first
+    assert text_ids(run_cli("--store", store, "ls").stdout) == [i[:12] for i in newest_first]
+    rows = list(csv.DictReader(io.StringIO(run_cli("--store", store, "ls", "--csv").stdout)))
+    assert [r["id"] for r in rows] == newest_first
+
+
+def test_n_lists_the_newest_n_and_says_what_it_left_out(archive_store):
+    store, ids = archive_store
+    text = run_cli("--store", store, "ls", "-n", "2").stdout
+    assert text_ids(text) == [ids["async"][:12], ids["soa"][:12]]
+    assert text.splitlines()[-1] == ("1 older not shown (the newest 2 of 3); add -n all to list "
+                                     "every one")
+    assert listed(store, "-n", "1") == [ids["async"]]
+    assert len(listed(store, "-n", "all")) == len(listed(store, "-n", "3")) == 3
+    for bad in ("0", "-1", "two"):
+        result = run_cli("--store", store, "ls", "-n", bad, expect=2)
+        assert "give a number of runs (-n 20) or -n all" in result.stderr
+
+
+def test_the_text_listing_is_a_page_and_json_lists_every_run(archive_store, monkeypatch):
+    """The default page is 50 runs; with a page of 2, text shows 2 and JSON and CSV all 3."""
+    store, ids = archive_store
+    monkeypatch.setattr(listing, "DEFAULT_PAGE", 2)
+    text = run_cli("--store", store, "ls").stdout
+    assert len(text_ids(text)) == 2 and "1 older not shown" in text
+    assert len(listed(store)) == 3
+    assert len(run_cli("--store", store, "ls", "--csv").stdout.splitlines()) == 1 + 3
+
+
+@pytest.mark.parametrize(("options", "names"), [
+    (["--tool", "nsys"], ["async"]),
+    (["--tool", "ncu"], ["soa", "gemm"]),
+    (["--gpu", "rtx 40"], ["async", "soa"]),  # a part of the name, in any case
+    (["--gpu", "GTX 1660"], ["gemm"]),
+    (["--gpu", "A100"], []),
+    (["--label", "before/*"], ["soa", "gemm"]),
+    (["--label", "after/1"], ["async"]),
+    (["--label", "before"], []),  # a glob matches whole names
+    (["--since", "2026-01-15"], ["async", "soa"]),
+    (["--since", "2026-01-20T09:00"], ["async", "soa"]),  # at or after
+    (["--since", "2026-01-20 09:00:01Z"], ["async"]),
+    (["--since", "2026-01-20T10:00:01+01:00"], ["async"]),  # an offset is converted to UTC
+    (["--since", "100000d"], ["async", "soa", "gemm"]),
+    (["--since", "2999-01-01"], []),
+    (["--tool", "ncu", "--label", "before/*", "--since", "2026-01-15"], ["soa"]),
+])
+def test_filters(archive_store, options, names):
+    store, ids = archive_store
+    assert listed(store, *options) == [ids[n] for n in names]
+
+
+def test_a_filter_that_matches_nothing_says_so(archive_store):
+    store, _ids = archive_store
+    assert run_cli("--store", store, "ls", "--gpu", "A100").stdout == (
+        "no run matches these filters; `triage ls` lists all 3\n")
+
+
+@pytest.mark.parametrize("options", [["--since", "yesterday"], ["--since", "5y"],
+                                     ["--tool", "rocprof"], ["--json", "--csv"]])
+def test_bad_options_are_usage_errors(archive_store, options):
+    store, _ids = archive_store
+    assert "rror" in run_cli("--store", store, "ls", *options, expect=2).stderr
+
+
+def test_since_an_age_counts_back_from_now():
+    from datetime import datetime, timezone
+
+    now = datetime(2026, 2, 1, 12, 30, tzinfo=timezone.utc)
+    assert listing.parse_since("90m", now) == "2026-02-01T11:00:00"
+    assert listing.parse_since("2w", now) == "2026-01-18T12:30:00"
+
+
+def test_csv_is_like_query_with_labels_as_json(archive_store):
+    store, ids = archive_store
+    rows = list(csv.reader(io.StringIO(run_cli("--store", store, "ls", "--csv").stdout)))
+    assert rows[0] == [*listing.LIST_COLUMNS, "labels"]
+    by_id = {r[0]: dict(zip(rows[0], r, strict=True)) for r in rows[1:]}
+    assert json.loads(by_id[ids["soa"]]["labels"]) == ["before/2"]
+    assert by_id[ids["async"]]["tool"] == "nsys"
+    assert by_id[ids["gemm"]]["gpu"] == "NVIDIA GeForce GTX 1660 SUPER"
+
+
+def test_json_keys_are_the_ones_the_readme_lists(archive_store):
+    store, ids = archive_store
+    rows = json.loads(run_cli("--store", store, "ls", "--json").stdout)
+    assert [list(r) for r in rows] == [[*listing.LIST_COLUMNS, "labels"]] * 3
+    assert rows[0]["labels"] == ["after/1"] and rows[0]["archived"] == RUNS["async"][1]
+    readme = (REPO / "README.md").read_text()
+    documented = re.search(r"`ls --json` keys: (.*?)\.", readme, re.DOTALL)
+    assert documented, "the README lists the keys of `ls --json`"
+    assert re.findall(r"`(\w+)`", documented.group(1)) == [*listing.LIST_COLUMNS, "labels"]
+
+
+def ls_on_a_terminal(store: Path, columns: str) -> list[str]:
+    """`triage ls` in a new process whose stdout is a pseudo-terminal, with $COLUMNS set."""
+    leader, follower = pty.openpty()
+    env = {**os.environ, "TRIAGE_STORE": str(store), "COLUMNS": columns}
+    proc = subprocess.Popen([sys.executable, "-m", "triage", "ls"], stdout=follower, env=env,
+                            stderr=subprocess.PIPE)
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(leader)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
+    return out.decode().replace("\r\n", "\n").splitlines()
+
+
+@pytest.mark.parametrize("columns", ["60", "72", "90", "200"])
+def test_the_text_listing_fits_the_terminal_width(archive_store, columns):
+    store, ids = archive_store
+    lines = ls_on_a_terminal(store, columns)
+    assert max(map(len, lines)) <= int(columns), lines
+    assert text_ids("\n".join(lines)) == [ids[n][:12] for n in ("async", "soa", "gemm")]
+    if columns == "200":  # room for every name whole
+        assert lines[2].split()[-2:] == ["after/1", RUNS["async"][0]]
+
+
+def test_piped_text_is_100_columns_whatever_columns_says(archive_store, monkeypatch):
+    store, _ids = archive_store
+    monkeypatch.setenv("COLUMNS", "300")
+    lines = run_cli("--store", store, "ls").stdout.splitlines()
+    assert max(map(len, lines)) <= textview.PIPED_WIDTH < 150
+
+
+def test_a_run_indexed_again_is_listed_once_with_its_newest_row(archive_store, tmp_path):
+    """Adding a note writes a second catalog row for the run; ls, latest and a merge keep the
+    newer one."""
+    store, ids = archive_store
+    copy = Path(shutil.copytree(store, tmp_path / "store"))
+    run_cli("--store", copy, "archive", corpus_file(RUNS["soa"][0]), "--note", "rerun of 2")
+    rows = json.loads(run_cli("--store", copy, "ls", "--json").stdout)
+    assert [(r["id"], r["notes"]) for r in rows] == [
+        (ids["async"], None), (ids["soa"], "rerun of 2"), (ids["gemm"], None)]
+    assert json.loads(run_cli("--store", copy, "show", "latest", "--json").stdout)["id"] == \
+        ids["async"]
+    catalog.merge(Store.open(copy))
+    assert len(catalog.segments(Store.open(copy))) == 1
+    assert json.loads(run_cli("--store", copy, "ls", "--json").stdout) == rows
+
+
+def test_json_and_csv_stream_as_the_one_piece_writers_write():
+    """A long list comes out in batches byte for byte as `to_json`/`to_csv` write it whole."""
+    items = [{"id": f"{i:064x}", "kernels": i, "labels": ["a"] if i % 7 else [],
+              "x": float("nan")} for i in range(250)]
+    for size in (1, 100, 101, 250):
+        batches = [items[i:min(i + 40, size)] for i in range(0, size, 40)]
+        assert "".join(textview.json_chunks(batches)) == textview.to_json(items[:size])
+        rows = [tuple(item.values()) for item in items[:size]]
+        assert "".join(textview.csv_chunks(list(items[0]), [rows[:3], [], rows[3:]])) == \
+            textview.to_csv(list(items[0]), rows)
+    assert "".join(textview.json_chunks([])) == textview.to_json([]) == "[]"
