@@ -68,11 +68,21 @@ def default_store_path() -> Path:
 
 def store_path(option: str | os.PathLike | None) -> Path:
     """--store PATH, else $TRIAGE_STORE, else the per-user default."""
-    if option:
-        return Path(option).expanduser()
-    if os.environ.get("TRIAGE_STORE"):
-        return Path(os.environ["TRIAGE_STORE"]).expanduser()
-    return default_store_path()
+    chosen = option or os.environ.get("TRIAGE_STORE")
+    if not chosen:
+        return default_store_path()
+    _refuse_url(os.fspath(chosen))
+    return Path(chosen).expanduser()
+
+
+def _refuse_url(chosen: str) -> None:
+    """A URL is not a path: `s3://bucket/prefix` taken as one would archive into a local
+    folder `s3:/bucket/prefix` that nobody else sees."""
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", chosen)
+    if scheme:
+        raise StoreError(f"store {chosen}: {scheme.group(1)}:// stores are not supported yet; "
+                         "give a local directory or one on a shared filesystem with --store "
+                         "or $TRIAGE_STORE")
 
 
 def os_error(exc: OSError, path: Path, doing: str) -> StoreError:
