@@ -92,7 +92,7 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
                            redact_patterns=patterns, repair=repair) for p in paths]
     for request in requests:
         check_readable(request.inputs[0].path)
-    found = [_exported_before(store_path, request) for request in requests]
+    found = [_archived_before(store_path, request) for request in requests]
     prepared: list[list[PreparedReport]] = []
     exports = ExitStack()  # the leases of nsys exports staged before the store is opened
     root = resolve_store(store_path)
@@ -153,20 +153,29 @@ def _remove_new_store(root: Path, keep_root: bool) -> None:
             pass
 
 
-def _exported_before(store_path, request: RunRequest) -> tuple[str | None, str | None]:
-    """(run id, sha256) of a .nsys-rep/.qdrep archived before, found by the file's hash alone.
+def archived_run(store_path, path: str) -> str | None:
+    """The whole run `triage archive PATH` made before, found by the file's hash: nothing read
+    but the bytes, nothing written (a RUN that names a report, in a store that may be
+    read-only); None where there is none, or no store."""
+    return _archived_before(store_path, RunRequest([ReportInput(Path(path))]))[0]
 
-    Reading one means running `nsys export` (minutes for a large capture, and an nsys that may
-    be missing here); a report already in the store is the same bytes, validated then. The hash
-    is passed on, so a new report is not hashed twice.
+
+def _archived_before(store_path, request: RunRequest) -> tuple[str | None, str | None]:
+    """(run id, sha256) of a report archived before, found by the file's hash alone.
+
+    Reading a report means running `nsys export` (minutes for a large capture, and an nsys that
+    may be missing here) or parsing every ncu result (seconds, each time a RUN names the file:
+    `triage diff a.ncu-rep b.ncu-rep`); a report already in the store is the same bytes,
+    validated then. The hash is passed on, so a new nsys report is not hashed twice.
     """
     path = request.inputs[0].path
     try:
-        if len(request.inputs) != 1 or detect_format(path) not in ("nsys-rep", "qdrep"):
+        if len(request.inputs) != 1:
             return None, None
+        tool = "ncu" if detect_format(path) in ("ncu-rep", "nsight-cuprof-report") else "nsys"
         store = Store.open(store_path)
         digest = hash_file(path)[0]
-        run_id = store.lookup_key(dedup_key("nsys", [digest], request))
+        run_id = store.lookup_key(dedup_key(tool, [digest], request))
         if run_id and (request.repair or not _intact(store, store.read_manifest(run_id))):
             return None, digest  # to be exported again and rebuilt (archive_run)
         return run_id, digest

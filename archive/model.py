@@ -86,13 +86,15 @@ class Environment:
     host: Host = Host()
     working_directory: str | None = None
     variables: Mapping[str, str] = field(default_factory=lambda: EMPTY)
+    # "library": cuda_version is the installed CUDA driver library's, no GPU driver was loaded
+    cuda_version_of: str | None = None
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Environment:
         return cls(raw.get("driver_version"), raw.get("cuda_version"),
                    tuple(Gpu.from_dict(g) for g in _dicts(raw.get("gpus"))),
                    Host.from_dict(_mapping(raw.get("host"))), raw.get("working_directory"),
-                   _mapping(raw.get("variables")))
+                   _mapping(raw.get("variables")), raw.get("cuda_version_of"))
 
     @property
     def gpu(self) -> Gpu | None:

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from triage.archive import catalog
 from triage.archive.store import SHA256_RE, Store, check_label, looks_like_run
-from triage.errors import AmbiguousRun, RunNotFound
+from triage.errors import AmbiguousRun, RunNotFound, StoreError, UsageError
 
 if TYPE_CHECKING:  # imported by `load_record`: `ls` and `latest` need no model
     from triage.archive.model import RunRecord
@@ -52,6 +54,63 @@ def _by_prefix(store: Store, ref: str) -> str:
                           "`triage ls` lists runs")
     raise RunNotFound(f"run {ref!r} not found (not an id, prefix, label or 'latest'); "
                       "`triage ls` lists runs")
+
+
+def side_parts(side: str) -> list[str]:
+    """The RUNs of a diff side: one RUN, or RUN,RUN,... (a side of several runs)."""
+    parts = [part.strip() for part in side.split(",")]
+    if "" in parts:
+        raise UsageError(f"{side!r}: an empty run in a comma-separated list")
+    return parts
+
+
+@dataclass(frozen=True)
+class ReportRun:
+    """A report file named where a RUN goes, and the run that stands for it: `new` when it was
+    archived just now, else the run archived before from the same bytes."""
+
+    path: str
+    run_id: str
+    new: bool
+
+
+def reports_as_runs(store_path, refs: Sequence[str], sides: bool = False,
+                    nsys: str | None = None) -> tuple[list[str], tuple[ReportRun, ...]]:
+    """`refs` (RUNs, or with `sides` diff sides: RUN,RUN,...) with each report path in them
+    replaced by its run's id, so that `triage diff a.ncu-rep b.ncu-rep` works as a first try.
+    A report archived before is found by its hash (no write: the store may be read-only); the
+    others are archived, all validated before any is (`archive_files`). What was done is
+    returned, for the caller to say."""
+    split = [side_parts(ref) if sides and not os.path.isfile(ref) else [ref] for ref in refs]
+    words = [word for parts in split for word in parts]
+    labels = _labels_if_any(store_path) if any(map(os.path.isfile, words)) else {}
+    paths = list(dict.fromkeys(word for word in words if _is_report(word, labels)))
+    if not paths:
+        return list(refs), ()
+    from triage.archive.ingest import archive_files, archived_run
+
+    before = {path: archived_run(store_path, path) for path in paths}
+    missing = [path for path in paths if before[path] is None]
+    made = dict(zip(missing, archive_files(store_path, missing, nsys=nsys) if missing else [],
+                    strict=True))
+    found = {path: ReportRun(path, made[path].id, made[path].new) if path in made
+             else ReportRun(path, str(before[path]), False) for path in paths}
+    return ([",".join(found[p].run_id if p in found else p for p in parts) for parts in split],
+            tuple(found.values()))
+
+
+def _is_report(word: str, labels: dict[str, str]) -> bool:
+    """A RUN word that names a file, not a run: `latest`, an id prefix or a label of that name
+    is the run, whatever files the working directory holds."""
+    return not looks_like_run(word) and word not in labels and os.path.isfile(word)
+
+
+def _labels_if_any(store_path) -> dict[str, str]:
+    """The store's labels; none where there is no store yet (archiving the report makes it)."""
+    try:
+        return Store.open(store_path).labels()
+    except StoreError:
+        return {}
 
 
 @dataclass(frozen=True)

@@ -3,15 +3,26 @@
 Computed once at archive time and stored as Parquet, so `diff`, `top` and cross-run queries never
 rescan launch-level tables. Ingest runs these single-threaded so float sums, and so the stored
 bytes and the run id, do not depend on thread scheduling.
+
+An ncu run's only summary, kernel_summary of a few kernels, is computed in Python instead
+(`kernel_summary`), to DuckDB's last bit: importing and connecting DuckDB costs more than the
+rest of archiving a small report.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.parquet as pq
 
 from triage.duck import fetch_arrow, sql_string, summary_connection
+from triage.schemas.tables import rows_table
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from triage.archive.tables import TableSet
 
 KERNEL_SUMMARY = """
@@ -80,11 +91,124 @@ SUMMARIES = {
 }
 
 
+# Up to this many kernels, kernel_summary alone (an ncu run) is computed in Python. Beyond it
+# DuckDB stays: its hash aggregate may then combine partial states, which adds floats in
+# another order than `kernel_summary` does (and the time DuckDB costs no longer matters).
+PYTHON_SUMMARY_ROWS = 65536
+KERNEL_SUMMARY_COLUMNS = ("name", "short_name", "instances", "total_ns", "avg_ns", "median_ns",
+                          "min_ns", "max_ns", "stddev_ns", "share")
+
+
 def compute_summaries(tables: TableSet, names: list[str]) -> None:
     """Compute the named summary tables from the TableSet's own temp files and add them to it."""
+    if names == ["kernel_summary"]:
+        kernels = pq.ParquetFile(tables.path("kernels"))
+        if kernels.metadata.num_rows <= PYTHON_SUMMARY_ROWS:
+            rows = kernels.read(columns=["name", "short_name", "duration_ns"])
+            tables.writer("kernel_summary").write_arrow(kernel_summary(rows))
+            return
     con = summary_connection()
     for name in names:
         sql, sources = SUMMARIES[name]
         views = {src: f"read_parquet({sql_string(tables.path(src))})" for src in sources}
         tables.writer(name).write_arrow(fetch_arrow(con, sql.format(**views)))
 
+
+
+@dataclass
+class _Kernel:
+    """One kernel name's aggregates, updated row by row as DuckDB's (single-threaded) are."""
+
+    short_name: str | None = None
+    instances: int = 0
+    durations: list[float] = field(default_factory=list)  # the non-null ones, in row order
+    total: float = 0.0
+    mean: float = 0.0  # Welford's running mean and sum of squared deviations (stddev_samp)
+    dsquared: float = 0.0
+
+    def add(self, short_name: str | None, duration: float | None) -> None:
+        self.instances += 1
+        if short_name is not None and (self.short_name is None or short_name < self.short_name):
+            self.short_name = short_name
+        if duration is None:
+            return
+        self.durations.append(duration)
+        self.total += duration
+        mean = self.mean + (duration - self.mean) / len(self.durations)
+        self.dsquared += (duration - mean) * (duration - self.mean)
+        self.mean = mean
+
+    def row(self, name: str | None, all_total: float | None) -> tuple[Any, ...]:
+        count = len(self.durations)
+        total = self.total if count else None
+        return (name, self.short_name, self.instances, total,
+                self.total / count if count else None, _median(self.durations),
+                _min(self.durations), _max(self.durations),
+                _sqrt(self.dsquared / (count - 1)) if count > 1 else None,
+                total / all_total if total is not None and all_total else None)
+
+
+def kernel_summary(kernels: pa.Table) -> pa.Table:
+    """KERNEL_SUMMARY of a kernels table (name, short_name, duration_ns), bit for bit as DuckDB
+    gives it: floats added in row order (not `sum`, which compensates, nor math.fsum), NULL
+    durations skipped, NaN above every number (min skips it, max and median take it), the
+    median interpolated as DuckDB does, rows ranked by total (NaN first, NULL last), then name.
+    tests/test_summaries.py holds it to DuckDB on every corpus report."""
+    groups: dict[str | None, _Kernel] = {}
+    all_total, any_duration = 0.0, False
+    for name, short_name, duration in zip(*(kernels[c].to_pylist()
+                                            for c in ("name", "short_name", "duration_ns")),
+                                          strict=True):
+        groups.setdefault(name, _Kernel()).add(short_name, duration)
+        if duration is not None:
+            all_total += duration
+            any_duration = True
+    rows = [kernel.row(name, all_total if any_duration else None)
+            for name, kernel in groups.items()]
+    rows.sort(key=_ranking)
+    return rows_table("kernel_summary", KERNEL_SUMMARY_COLUMNS, rows)
+
+
+def _ranking(row: tuple[Any, ...]) -> tuple[int, float, int, str]:
+    """ORDER BY total_ns DESC NULLS LAST, name (NULLS LAST): DuckDB sorts NaN above +inf."""
+    name, total = row[0], row[3]
+    if total is None:
+        first = (2, 0.0)
+    elif math.isnan(total):
+        first = (0, 0.0)
+    else:
+        first = (1, -total)
+    return (*first, name is None, name or "")
+
+
+def _median(values: list[float]) -> float | None:
+    """DuckDB's median: the middle value, or lo * (1 - d) + hi * d between the two middle ones
+    (d = 0.5), NaN sorted last."""
+    if not values:
+        return None
+    ordered = sorted(v for v in values if not math.isnan(v))
+    ordered += [math.nan] * (len(values) - len(ordered))
+    position = (len(ordered) - 1) * 0.5
+    low, high = math.floor(position), math.ceil(position)
+    if low == high:
+        return ordered[low]
+    fraction = position - low
+    return ordered[low] * (1.0 - fraction) + ordered[high] * fraction
+
+
+def _min(values: list[float]) -> float | None:
+    """DuckDB's min: NaN only when every value is NaN."""
+    numbers = [v for v in values if not math.isnan(v)]
+    return min(numbers) if numbers else (math.nan if values else None)
+
+
+def _max(values: list[float]) -> float | None:
+    """DuckDB's max: NaN when any value is NaN."""
+    if not values:
+        return None
+    return math.nan if any(math.isnan(v) for v in values) else max(values)
+
+
+def _sqrt(value: float) -> float:
+    """sqrt as C has it: NaN, not an error, below zero (rounding can make dsquared -0.000...1)."""
+    return math.sqrt(value) if value >= 0 or math.isnan(value) else math.nan

@@ -51,7 +51,7 @@ SECTION_COLUMNS = ("report_index", "kernel_index", "section_id", "section_name",
                    "section_order", "part", "position", "metric_name", "metric_label")
 RULE_COLUMNS = ("report_index", "kernel_index", "rule_id", "rule_name", "section_id",
                 "message_type", "title", "message", "speedup_type", "speedup_pct",
-                "focus_metrics")
+                "focus_metrics", "error")
 COLUMNS = {"metrics": METRIC_COLUMNS, "sections": SECTION_COLUMNS, "rules": RULE_COLUMNS}
 
 
@@ -451,16 +451,23 @@ def _display_label(label: str | None, name: str) -> str | None:
 
 def _rule_rows(report_index: int, kernel_index: int, action: Any
                ) -> Iterator[tuple[Any, ...]]:
+    """One row per rule message. An error-type message is ncu saying the rule could not run
+    ("Rule Occupancy returned an error: Metric ... not found", then ncu_report's own "<built-in
+    function IAction_metric_by_name> returned a result with an error set" and the rule file's
+    line): no rule ncu ships (2022.3) sends one itself, and every one in the corpus is such a
+    failure. It goes to `error`, so `message` only ever holds what a rule said."""
     for rule in action.rule_results_as_dicts():
         message = rule.get("rule_message") or {}
+        kind = MESSAGE_TYPES.get(message.get("type"), str(message.get("type")))
+        text = message.get("message") or None
         speedup = rule.get("speedup_estimation") or {}
         focus = rule.get("focus_metrics")
+        failed = kind == "error"
         yield (report_index, kernel_index, rule.get("rule_identifier"), rule.get("name"),
-               rule.get("section_identifier") or None,
-               MESSAGE_TYPES.get(message.get("type"), str(message.get("type"))),
-               message.get("title") or None, message.get("message") or None,
+               rule.get("section_identifier") or None, kind,
+               message.get("title") or None, None if failed else text,
                SPEEDUP_TYPES.get(speedup.get("type")), speedup.get("speedup"),
-               json.dumps(focus, sort_keys=True) if focus else None)
+               json.dumps(focus, sort_keys=True) if focus else None, text if failed else None)
 
 
 def result_rows(report: NcuReport, report_index: int, low: int, high: int

@@ -135,15 +135,19 @@ def _application(capture: dict, rows, parsed: ParsedCommand) -> dict | None:
     return {"argv": parsed.application} if parsed.application else None
 
 
+TRACE_NAMES = {"Cuda": "cuda", "NvtxEvents": "nvtx", "OSRuntime": "osrt", "Graphics": "opengl"}
+
+
 def _trace(report: dict) -> str | None:
     """CAPTURE_EVENT_TYPE rows -> the --trace spelling, in nsys's own default order."""
-    names = {"Cuda": "cuda", "NvtxEvents": "nvtx", "OSRuntime": "osrt", "Graphics": "opengl"}
     kinds = [k for k in (report.get("CAPTURE_EVENT_TYPE") or "").split(",") if k]
-    if not kinds:
-        return None
-    spelled = [names.get(k, k.lower()) for k in kinds]
-    order = list(names.values())
-    return ",".join(sorted(spelled, key=lambda k: (order.index(k) if k in order else 99, k)))
+    return _trace_spelling([TRACE_NAMES.get(k, k.lower()) for k in kinds]) if kinds else None
+
+
+def _trace_spelling(kinds: list[str]) -> str:
+    """--trace values in nsys's own default order (cuda, nvtx, osrt, opengl), others after."""
+    order = list(TRACE_NAMES.values())
+    return ",".join(sorted(kinds, key=lambda k: (order.index(k) if k in order else 99, k)))
 
 
 def _perf_mode(report: dict, key: str) -> str | None:
@@ -184,16 +188,65 @@ SETTINGS = [
 ]
 
 
+def _switch(command: ParsedCommand, option: str, on: str, off: str) -> str | None:
+    """An nvprof on/off switch as the nsys setting it stands for; None when not given."""
+    value = command.last(option)
+    return None if value is None else on if value == "on" else off
+
+
+def _nvprof_trace(command: ParsedCommand) -> str | None:
+    """--trace from nvprof's switches (the user guide maps --profile-api-trace to cuda,
+    --cpu-thread-tracing to osrt, --annotate-mpi to mpi); None when none of them is given."""
+    api, threads, mpi = (command.last(o) for o in
+                         ("--profile-api-trace", "--cpu-thread-tracing", "--annotate-mpi"))
+    if api is None and threads is None and mpi is None:
+        return None
+    kinds = ["nvtx"] + ([] if api == "none" else ["cuda"]) + (["osrt"] if threads == "on" else [])
+    return _trace_spelling(kinds + ([] if mpi in (None, "off") else ["mpi"]))
+
+
+def _unknown(command: ParsedCommand) -> None:
+    return None
+
+
+# `nsys nvprof` takes nvprof's switches, mapped to nsys settings as the nsys user guide's
+# "Migrating from NVIDIA nvprof" says, and has its own defaults: `nsys nvprof --help` (2022.4)
+# for sampling (--cpu-profiling off) and the capture range (--profile-from-start on); for trace,
+# what its reports record (cuda,nvtx: cardiac-simulation, nsys 2021.3.3; NVIDIA_SGEMM_PRACTICE,
+# 2023.2.3); delay, GPU metrics and memory usage have no nvprof switch, so stay off. Context
+# switches and the capture range's end are not documented: unknown. {setting: (from argv,
+# default)}.
+NVPROF_SETTINGS: dict[str, tuple[Callable[[ParsedCommand], str | None], str | None]] = {
+    "trace": (_nvprof_trace, "cuda,nvtx"),
+    "sample": (lambda c: _switch(c, "--cpu-profiling", "process-tree", "none"), "none"),
+    "cpuctxsw": (_unknown, None),
+    "capture_range": (lambda c: _switch(c, "--profile-from-start", "none", "cudaProfilerApi"),
+                      "none"),
+    "capture_range_end": (_unknown, None),
+    "delay": (_unknown, "0"),
+    "duration": (lambda c: c.last("--timeout"), "0"),
+    "cuda_memory_usage": (_unknown, "false"),
+    "gpu_metrics": (_unknown, "none"),
+}
+
+
 def derive_settings(report: dict, command: ParsedCommand) -> tuple[dict, dict]:
     """Each setting's value and source: "report" (META_DATA_CAPTURE), "command" or "default".
 
-    Defaults are `nsys profile`'s; other subcommands (`nsys nvprof`) have their own, so their
-    settings stay unknown (None) unless recorded.
+    Defaults are `nsys profile`'s, and `nsys nvprof`'s for its nvprof-style switches
+    (NVPROF_SETTINGS); other subcommands' settings stay unknown (None) unless recorded.
     """
-    profile = command.subcommand in (None, "profile")
-    return resolve((name, from_report(report), joined_option(command, *options),
-                    default if profile else None)
-                   for name, from_report, options, default in SETTINGS)
+    rows = []
+    for name, from_report, options, profile_default in SETTINGS:
+        default: str | None
+        if command.subcommand == "nvprof":
+            from_command, default = NVPROF_SETTINGS[name]
+            given = from_command(command)
+        else:
+            given = joined_option(command, *options)
+            default = profile_default if command.subcommand in (None, "profile") else None
+        rows.append((name, from_report(report), given, default))
+    return resolve(rows)
 
 
 def _export_meta(export: Export) -> dict:
@@ -223,20 +276,35 @@ def _notices(counts: dict, system: dict, tool_version: str | None) -> list[str]:
     return notices
 
 
-def _recorded(rows: list[tuple[str, str]]) -> dict[str, str]:
-    """META_DATA_CAPTURE as {name: value}; CAPTURE_EVENT_TYPE repeats, so its values are joined."""
+def _recorded(rows: list[tuple[str, str]], info: NsysFileInfo | None) -> dict[str, str]:
+    """META_DATA_CAPTURE as {name: value}; CAPTURE_EVENT_TYPE repeats, so its values are joined.
+    An export without it (nsys 2023.2 and older write no META_DATA_CAPTURE) takes the trace kinds
+    the report file itself lists (nsys_file: "Analysis Options Data")."""
     out: dict[str, str] = {}
     for name, value in rows:
         joined = name == "CAPTURE_EVENT_TYPE" and name in out
         out[name] = f"{out[name]},{value}" if joined else value
+    if "CAPTURE_EVENT_TYPE" not in out and info is not None and info.trace_kinds:
+        out["CAPTURE_EVENT_TYPE"] = ",".join(info.trace_kinds)
     return out
+
+
+def _cuda_version_of(system: dict) -> dict[str, str]:
+    """{"cuda_version_of": "library"} when CudaDriverVersion is not a running driver's: with no
+    GPU driver loaded (NvDriverVersion 0) it is what the installed CUDA driver library (libcuda)
+    answers without a GPU, e.g. 12.2 from Debian's libcuda1 535 on a machine with no GPU (not
+    nsys's: it bundles CUPTI 10.0-11.8). Empty otherwise, so other manifests stay as they were."""
+    if (system.get("NvDriverVersion") or "").strip() == "0" and \
+            cuda_version(system.get("CudaDriverVersion")):
+        return {"cuda_version_of": "library"}
+    return {}
 
 
 def provenance(export: Export, info: NsysFileInfo | None, by: str, exporter: str | None,
                counts: dict, export_format: str = "sqlite") -> dict:
     """The manifest parts an nsys report supplies, with the same keys as the ncu reader's."""
     capture_rows = export.pairs("META_DATA_CAPTURE")
-    report = _recorded(capture_rows)
+    report = _recorded(capture_rows, info)
     system = dict(reversed(export.pairs("TARGET_INFO_SYSTEM_ENV")))
     meta = _export_meta(export)
     exported_by = meta.get("EXPORT_PRODUCT_VERSION") or version_number(exporter)
@@ -253,6 +321,7 @@ def provenance(export: Export, info: NsysFileInfo | None, by: str, exporter: str
         "environment": {
             "driver_version": driver_version(system.get("NvDriverVersion")),
             "cuda_version": cuda_version(system.get("CudaDriverVersion")),
+            **_cuda_version_of(system),
             "gpus": gpus(export),
             "host": _host(system, info, report),
             "working_directory": report.get("PROCESS_0:WORKING_DIR") or None,

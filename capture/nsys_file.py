@@ -12,6 +12,14 @@ bytes b"U3w[END]". The bytes from that offset up to the last 16 are a protobuf m
 repeated field 1 lists the sections as {1: name, 2: offset, 3: size}. The section "UI Data" is a
 message with string fields 4 (capture start, local time without zone), 5 and 40 (host name),
 6 (nsys version, e.g. "2026.1.1.204-261137176666v0") and 25 (the nsys command line).
+
+The section "Analysis Options Data" holds what was traced: its field 2 is a message whose
+repeated varint field 1 lists the trace kinds, in the order the report's META_DATA_CAPTURE
+lists them as CAPTURE_EVENT_TYPE (TRACE_KINDS). Checked against every corpus report that has
+both (0x822a5b87 report1/2, streamSimple, unschlagbar prof: the same kinds, in the same order)
+and against `--trace` on the command line (demo: nvtx,osrt; unschlagbar: cuda; DongHun:
+mpi,cuda,nvtx). Exports by nsys 2023.2 and older have no META_DATA_CAPTURE, and
+`nsys nvprof` takes no --trace, so this is the only record of what such a report traced.
 """
 
 from __future__ import annotations
@@ -34,10 +42,18 @@ TRAILER_SIZE = 16
 # is not a real index, and reading it whole could exhaust memory.
 MAX_INDEX = 1 << 20
 MAX_UI_DATA = 1 << 20
+MAX_OPTIONS = 1 << 20
+# How far back from the end an end marker followed by appended bytes is looked for.
+TAIL_SCAN = 1 << 20
 UI_DATA = {
     4: Field("created_local", "str"), 5: Field("host", "str"), 6: Field("version", "str"),
     25: Field("command", "str"), 40: Field("target_host", "str"),
 }
+ANALYSIS_OPTIONS = {2: Field("trace", {1: Field("kinds", "uint", repeated=True)})}
+# Trace kind codes as META_DATA_CAPTURE's CAPTURE_EVENT_TYPE names them. Reports of nsys 2019.5
+# to 2021.3 list one more, 1, under every `nsys profile` whatever --trace said: its meaning is
+# unknown, so a list holding it (or any code not here) is not read (the command line is asked).
+TRACE_KINDS = {123: "Cuda", 12: "NvtxEvents", 127: "OSRuntime", 124: "Graphics"}
 VERSION = re.compile(r"(\d{4})\.(\d+)(?:\.(\d+))?(?:\.(\d+))?")
 
 
@@ -50,6 +66,8 @@ class NsysFileInfo:
     created_local: str | None = None
     host: str | None = None
     command: str | None = None
+    # What "Analysis Options Data" says was traced, as CAPTURE_EVENT_TYPE names (None: unknown)
+    trace_kinds: tuple[str, ...] | None = None
 
 
 def version_number(version: str | None) -> str | None:
@@ -113,15 +131,54 @@ def read_nsys_file(path: str | os.PathLike) -> NsysFileInfo:
         if stream.read(len(NSYS_MAGIC)) != NSYS_MAGIC:
             raise UnsupportedReport(f"{path}: not an Nsight Systems report (no report header)")
         size = stream.seek(0, os.SEEK_END)
-        index_offset, index_size = _index_bounds(path, stream, size)
-        sections = _sections(path, _read_at(stream, index_offset, index_size), index_offset)
-        info = NsysFileInfo(sections=sections)
-        if "UI Data" in sections:
-            offset, length = sections["UI Data"]
-            if length > MAX_UI_DATA:
-                raise _corrupt(path, "oversized UI Data section")
-            _fill_ui_data(path, info, _read_at(stream, offset, length))
+        framed = _framed_size(stream, size)
+        info = _read_framed(path, stream, framed)
+    if framed != size:
+        version = version_number(info.version) or "an unknown version"
+        raise UnsupportedReport(
+            f"{path}: {size - framed} stray bytes after the end marker of an Nsight Systems "
+            f"report written by nsys {version} (appended to, or a bad copy); copy the report "
+            f"again from the machine that captured it, or cut it to its first {framed} bytes")
     return info
+
+
+def _framed_size(stream, size: int) -> int:
+    """Where the report's own end marker ends: `size`, unless bytes were appended after it
+    (then the report is whole and can name its version); `size` when no marker is found."""
+    if _read_at(stream, max(0, size - len(TRAILER_MAGIC)), len(TRAILER_MAGIC)) == TRAILER_MAGIC:
+        return size
+    start = max(0, size - TAIL_SCAN)
+    found = _read_at(stream, start, size - start).rfind(TRAILER_MAGIC)
+    return size if found < 0 else start + found + len(TRAILER_MAGIC)
+
+
+def _read_framed(path, stream, size: int) -> NsysFileInfo:
+    """The index and "UI Data" of a report whose end marker ends at `size`."""
+    index_offset, index_size = _index_bounds(path, stream, size)
+    sections = _sections(path, _read_at(stream, index_offset, index_size), index_offset)
+    info = NsysFileInfo(sections=sections)
+    if "UI Data" in sections:
+        offset, length = sections["UI Data"]
+        if length > MAX_UI_DATA:
+            raise _corrupt(path, "oversized UI Data section")
+        _fill_ui_data(path, info, _read_at(stream, offset, length))
+    if "Analysis Options Data" in sections:
+        offset, length = sections["Analysis Options Data"]
+        if length <= MAX_OPTIONS:
+            info.trace_kinds = _trace_kinds(_read_at(stream, offset, length))
+    return info
+
+
+def _trace_kinds(raw: bytes) -> tuple[str, ...] | None:
+    """The trace kinds "Analysis Options Data" lists; None when it lists none, a code not in
+    TRACE_KINDS, or cannot be decoded (an optional record: the report is still read)."""
+    try:
+        codes = decode(raw, ANALYSIS_OPTIONS).get("trace", {}).get("kinds")
+    except WireError:
+        return None
+    if not codes or any(code not in TRACE_KINDS for code in codes):
+        return None
+    return tuple(TRACE_KINDS[code] for code in codes)
 
 
 def _fill_ui_data(path, info: NsysFileInfo, raw: bytes) -> None:

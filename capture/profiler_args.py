@@ -73,6 +73,29 @@ NSYS_ALIASES = {
     "-w": "--show-output", "-e": "--env-var", "-n": "--inherit-environment",
     "-p": "--nvtx-capture", "-x": "--stop-on-exit",
 }
+# `nsys nvprof` takes nvprof's options instead (transcribed from nsys 2022.4's
+# `nsys nvprof --help`, where a value option is spelled `--opt=`; nvprof also took `--opt value`).
+NVPROF_VALUE_OPTIONS = {
+    "--aggregate-mode", "--annotate-mpi", "--concurrent-kernels", "--context-name",
+    "--continuous-sampling-interval", "--cpu-profiling", "--cpu-profiling-explain-ccff",
+    "--cpu-profiling-frequency", "--cpu-profiling-max-depth", "--cpu-profiling-mode",
+    "--cpu-profiling-percentage-threshold", "--cpu-profiling-scope", "--cpu-profiling-show-ccff",
+    "--cpu-profiling-show-library", "--cpu-profiling-thread-mode", "--cpu-profiling-unwind-stack",
+    "--cpu-thread-tracing", "--demangling", "--device-buffer-size", "--device-cdp-buffer-size",
+    "--devices", "--event-collection-mode", "--events", "--export-profile", "--import-profile",
+    "--kernel-latency-timestamps", "--kernels", "--log-file", "--metrics",
+    "--normalized-time-unit", "--openacc-profiling", "--openacc-summary-mode",
+    "--openmp-profiling", "--pc-sampling-period", "--process-name", "--profile-api-trace",
+    "--profile-from-start", "--profiling-semaphore-pool-size", "--replay-mode",
+    "--skip-kernel-replay-save-restore", "--source-level-analysis", "--stream-name",
+    "--system-profiling", "--timeout", "--trace", "--track-memory-allocations",
+    "--unified-memory-profiling", "-a", "-e", "-i", "-m", "-o", "-t", "-u",
+}
+NVPROF_ALIASES = {
+    "-e": "--events", "-m": "--metrics", "-a": "--source-level-analysis", "-t": "--timeout",
+    "-u": "--normalized-time-unit", "-s": "--print-summary", "-o": "--export-profile",
+    "-f": "--force-overwrite", "-i": "--import-profile", "-h": "--help", "-V": "--version",
+}
 NSYS_SUBCOMMANDS = {"profile", "launch", "start", "stop", "cancel", "export", "stats", "analyze",
                     "status", "shutdown", "sessions", "recipe", "nvprof", "service"}
 
@@ -125,8 +148,12 @@ def parse_command(argv: list[str] | str) -> ParsedCommand:
     rest = argv[start + 1:]
     if tool == "nsys" and rest and rest[0] in NSYS_SUBCOMMANDS:
         parsed.subcommand, rest = rest[0], rest[1:]
-    values, aliases = ((NCU_VALUE_OPTIONS, NCU_ALIASES) if tool == "ncu"
-                       else (NSYS_VALUE_OPTIONS, NSYS_ALIASES))
+    if tool == "ncu":
+        values, aliases = NCU_VALUE_OPTIONS, NCU_ALIASES
+    elif parsed.subcommand == "nvprof":
+        values, aliases = NVPROF_VALUE_OPTIONS, NVPROF_ALIASES
+    else:
+        values, aliases = NSYS_VALUE_OPTIONS, NSYS_ALIASES
     _parse_options(rest, values, aliases, parsed)
     return parsed
 

@@ -96,4 +96,4 @@ def diff_runs(store: Store, ref_a: str, ref_b: str,
     grade_ = verdict(items)
     return DiffResult(run_a.record, run_b.record, grade_, tuple(items), tuple(kernels), nsys,
                       opts, sides=(tuple(r.id for r in runs_a), tuple(r.id for r in runs_b)),
-                      gate=regression_gate(grade_, kernels, nsys, opts))
+                      gate=regression_gate(grade_, kernels, nsys, opts), refs=(ref_a, ref_b))

@@ -211,9 +211,17 @@ def _section_entry(sid: str, display: str | None, in_a: bool, in_b: bool, metric
 
 
 def _fired(rules: list[dict]) -> dict[tuple[str, str], FiredRule]:
-    return {(r["rule_id"], r["title"] or ""): FiredRule(
-        r["rule_id"], r["rule_name"], r["section_id"], r["message_type"], r["title"],
-        r["message"], r["speedup_pct"]) for r in rules if r["message_type"] in FIRED}
+    """The rules that fired, one per rule and title (the last message of each). A rule that
+    could not run keeps its first error: ncu records the reason ("... Metric X not found")
+    before ncu_report's own failure and the rule file's line."""
+    out: dict[tuple[str, str], FiredRule] = {}
+    for r in rules:
+        key = (r["rule_id"], r["title"] or "")
+        if r["message_type"] not in FIRED or (r["error"] and key in out):
+            continue
+        out[key] = FiredRule(r["rule_id"], r["rule_name"], r["section_id"], r["message_type"],
+                             r["title"], r["message"], r["speedup_pct"], r["error"])
+    return out
 
 
 def _rule_entries(match: Match, side_a: Side, side_b: Side) -> RuleChanges:

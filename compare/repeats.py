@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from triage.archive.runs import resolve
+from triage.archive.runs import resolve, side_parts
 from triage.archive.store import Store
 from triage.compare.matching import group_kernels, match_key
 from triage.compare.noise import (LAUNCHES, MAX_SAMPLES, RUNS, Sample, Spread, compare,
@@ -41,9 +41,7 @@ def _natural(label: str) -> list[Any]:
 def side_refs(store: Store, side: str) -> list[str]:
     """The run ids a side names: RUN, RUN,RUN,... or a label glob; each run once."""
     ids: list[str] = []
-    for ref in (part.strip() for part in side.split(",")):
-        if not ref:
-            raise UsageError(f"{side!r}: an empty run in a comma-separated list")
+    for ref in side_parts(side):
         if GLOB.search(ref):
             labels = store.labels()
             names = sorted((n for n in labels if fnmatch.fnmatchcase(n, ref)), key=_natural)

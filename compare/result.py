@@ -215,11 +215,13 @@ class FiredRule:
     title: str | None
     message: str | None
     speedup_pct: float | None
+    error: str | None = None  # why the rule could not run (then message is None)
 
     def to_json(self) -> JsonDict:
         return {"rule_id": self.rule_id, "rule_name": self.rule_name,
                 "section_id": self.section_id, "message_type": self.message_type,
-                "title": self.title, "message": self.message, "speedup_pct": self.speedup_pct}
+                "title": self.title, "message": self.message, "speedup_pct": self.speedup_pct,
+                "error": self.error}
 
 
 @dataclass(frozen=True)
@@ -440,6 +442,13 @@ class DiffResult:
     options: DiffOptions
     sides: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())  # every run of A and of B
     gate: Gate | None = None
+    refs: tuple[str, str] = ("", "")  # what the user named A and B by: a label is shown first
+
+    def named_labels(self, side: str) -> tuple[str, ...]:
+        """The labels of a side's run, the one the user typed first (`conv/naive`, not the
+        alphabetically first `conv/again` of the same run)."""
+        run, ref = (self.run_a, self.refs[0]) if side == "a" else (self.run_b, self.refs[1])
+        return (ref, *(n for n in run.labels if n != ref)) if ref in run.labels else run.labels
 
     @property
     def runs_of(self) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -343,6 +343,29 @@ def _command_notes(run: RunData, launches: list[dict]) -> list[str]:
 
 # -- top ---------------------------------------------------------------------------------------
 
+
+def cpu_hot_spots(run: RunData) -> dict[str, list[dict]]:
+    """Where the host's time went, for a run with no GPU kernels to rank (a CPU program, or a
+    capture that missed --trace=cuda): the NVTX ranges, OS runtime calls and CUDA API calls
+    with most total time, so `top` still answers "what deserves attention"."""
+    shown = PARAMETERS["shown"]
+    return {"nvtx": _rows(run, "nvtx_summary", ["text", "domain", "kind", "instances",
+                                                "total_ns"])[:shown],
+            "osrt": _osrt_summary(run)[:shown],
+            "api": _rows(run, "api_summary", ["api", "name", "calls", "total_ns"])[:shown]}
+
+
+def _osrt_summary(run: RunData) -> list[dict]:
+    """OS runtime calls by function, most total time first (no summary table is stored)."""
+    calls = run.table("osrt_calls", ["name", "duration_ns"])
+    if calls is None or not calls.num_rows:
+        return []
+    grouped = calls.group_by("name").aggregate([("duration_ns", "count"),
+                                                ("duration_ns", "sum")])
+    rows = [{"name": r["name"], "calls": r["duration_ns_count"], "total_ns": r["duration_ns_sum"]}
+            for r in grouped.to_pylist()]
+    return sorted(rows, key=lambda r: (-(r["total_ns"] or 0), r["name"] or ""))
+
 KERNEL_COLUMNS = ["name", "short_name", "start_ns", "end_ns", "duration_ns", "device_id",
                   "correlation_id", "process_id"]
 
@@ -361,7 +384,8 @@ def top_run(run: RunData, k: int = 3) -> dict:
            "settings": dict(PARAMETERS), "kernel_activity": bool(kernels)}
     if not kernels:
         return out | {"message": "no kernel activity recorded", "ranking": None,
-                      "memops": _rows(run, "memop_summary"), "next": []}
+                      "memops": _rows(run, "memop_summary"), "cpu": cpu_hot_spots(run),
+                      "next": []}
     busy, copies = _by_device(kernels), _by_device(memops)
     ranked = ranking(_rows(run, "kernel_summary"), max(k, PARAMETERS["shown"]))
     nvtx = _rows(run, "nvtx_ranges", ["text", "domain", "kind", "start_ns", "end_ns",

@@ -150,7 +150,7 @@ def test_nsys_capture_archives_one_run_with_how_it_ran(triage, workdir, nsys_exe
     assert shown["source"] == "capture" and shown["command"] == " ".join(argv)
     assert shown["tool_version"] == capture["tool_version"] == "2022.4.2.1"
     settings, source = shown["settings"], shown["settings_source"]
-    assert (settings["trace"], source["trace"]) == ("nvtx,osrt", "command")
+    assert (settings["trace"], source["trace"]) == ("nvtx,osrt", "report")
     assert (settings["sample"], source["sample"]) == ("none", "command")
     assert source["capture_range"] == "default" and source["duration"] == "default"
     assert capture["git"]["commit"] == head(workdir)

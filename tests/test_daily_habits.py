@@ -140,3 +140,17 @@ def test_a_store_url_is_refused_not_made_a_local_folder(triage, tmp_path, monkey
                              "give a local directory or one on a shared filesystem with --store "
                              "or $TRIAGE_STORE\n")
     assert list(tmp_path.iterdir()) == []  # no `s3:` folder archived into
+
+
+# -- item 7: the label the user typed names the side -----------------------------------------
+
+
+def test_the_diff_names_each_side_by_the_label_typed(triage, runs, tmp_path):
+    for name in ("conv/naive", "conv/again"):
+        triage("label", name, runs[0])
+    text = triage("diff", "conv/naive", runs[1]).stdout
+    assert text.startswith(f"A: {runs[0][:12]} (conv/naive, conv/again) ")
+    assert triage("diff", "conv/again", runs[1]).stdout.startswith(
+        f"A: {runs[0][:12]} (conv/again, conv/naive) ")
+    triage("report", "conv/naive", runs[1], "-o", tmp_path / "review.md")
+    assert "Performance review: conv/naive vs " in (tmp_path / "review.md").read_text()

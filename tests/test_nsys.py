@@ -61,7 +61,7 @@ def test_capture_archives_with_its_provenance(triage, steps_capture, nsys_exe):
     assert shown["environment"]["host"]["name"] == os.uname().nodename
     assert shown["environment"]["host"]["platform"] == "linux"
     settings = {k: (shown["settings"][k], shown["settings_source"][k]) for k in shown["settings"]}
-    assert settings["trace"] == ("nvtx,osrt", "command")
+    assert settings["trace"] == ("nvtx,osrt", "report")  # the report file lists what it traced
     assert settings["sample"] == ("none", "command")
     assert settings["cpuctxsw"] == ("none", "command")
     assert settings["cuda_memory_usage"] == ("false", "default")

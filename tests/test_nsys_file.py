@@ -65,6 +65,24 @@ def test_truncated_report_leaves_the_store_untouched(triage, store_dir, tmp_path
     assert not [p for p in (store_dir / "objects").rglob("*") if p.is_file()]
 
 
+@pytest.mark.parametrize("extra", [b"\0", b"\n" * 100, bytes(range(256)) * 40])
+def test_bytes_after_the_end_marker_are_named_with_the_reports_version(triage, store_dir,
+                                                                        tmp_path, extra):
+    data = DEMO_REPORT.read_bytes()
+    path = tmp_path / "appended.nsys-rep"
+    path.write_bytes(data + extra)
+    version = version_number(read_nsys_file(DEMO_REPORT).version)
+    result = triage("archive", path, expect=1)
+    assert result.stderr == (
+        f"triage: error: {path}: {len(extra)} stray bytes after the end marker of an Nsight "
+        f"Systems report written by nsys {version} (appended to, or a bad copy); copy the "
+        f"report again from the machine that captured it, or cut it to its first {len(data)} "
+        "bytes\n")
+    assert not [p for p in (store_dir / "objects").rglob("*") if p.is_file()]
+    path.write_bytes(data)  # cut as the message says: the report reads again
+    assert version_number(read_nsys_file(path).version) == version
+
+
 # -- nesting depth ---------------------------------------------------------------------------
 
 

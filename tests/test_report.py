@@ -16,6 +16,8 @@ import struct
 import subprocess
 import zlib
 from dataclasses import replace
+from html import escape as html_escape
+from html import unescape as html_unescape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -570,3 +572,135 @@ def test_corpus_families_are_the_manifest_pairs():
     for family, files in FAMILIES.items():
         assert set(files) <= groups[family]
     assert set(NSYS_PAIR) <= groups["0x822-async"]
+
+
+# -- every corpus family: what the drift cells say, and nothing overflows -----------------------
+
+
+LAYOUT_WIDTHS = (1400, 800)
+# Runs in a page beside the reports (theirs forbid scripts): opens every section, then lists
+# the page and each table cell whose content is wider than its box.
+MEASURE_LAYOUT = """
+addEventListener("load", () => {
+  const found = [];
+  for (const frame of document.querySelectorAll("iframe")) {
+    const doc = frame.contentDocument, page = doc.documentElement;
+    doc.querySelectorAll("details").forEach(d => { d.open = true; });
+    const cells = Array.from(doc.querySelectorAll("td, th"));
+    const boxes = [[page, "the page"], ...cells.map(c => [c, c.textContent.trim().slice(0, 80)])];
+    found.push({frame: frame.name, width: page.clientWidth, cells: cells.length,
+                over: boxes.filter(([box]) => box.scrollWidth > box.clientWidth)
+                           .map(([box, what]) => [what, box.scrollWidth, box.clientWidth])});
+  }
+  const out = document.createElement("pre");
+  out.id = "layout";
+  out.textContent = JSON.stringify(found);
+  document.body.append(out);
+});
+"""
+
+
+@pytest.fixture(scope="module")
+def every_family(store) -> dict[str, tuple[str, str]]:
+    """One comparison per before/after family of MANIFEST.csv (its first two reports this
+    machine's tools read; a family with one such report compared with itself), and the invalid
+    pair of two families, whose INVALIDATES rows are the widest severity."""
+    from triage.errors import ToolMissing, ToolTooOld, UnsupportedReport
+
+    # a report from an nsys newer than this one, or `ncu --csv` text: refused, with a reason
+    refused: tuple[type[Exception], ...] = (ToolTooOld, UnsupportedReport)
+    if os.environ.get("TRIAGE_REQUIRE_TOOLS") != "1":
+        refused += (ToolMissing,)
+    families: dict[str, list[str]] = {}
+    for row in corpus_manifest():
+        if row["pair_group"]:
+            families.setdefault(row["pair_group"], [])
+            try:
+                families[row["pair_group"]] += run_ids(store, [row["file"]])
+            except refused:
+                pass
+    readable = {r["pair_group"] for r in corpus_manifest()
+                if r["pair_group"] and r["kind"] in ("ncu", "nsys-sqlite")}
+    pairs = {family: (ids[0], ids[1 % len(ids)]) for family, ids in families.items() if ids}
+    assert readable <= set(pairs), readable - set(pairs)
+    pairs["invalid pair"] = (pairs["lakshya-gemm"][0], pairs["armleth-mlp"][0])
+    return pairs
+
+
+def drift_cells(markdown: str) -> dict[str, tuple[str, str]]:
+    """The A and B cells of the Markdown drift table, by field."""
+    rows = table_rows(markdown)
+    start = next(i for i, row in enumerate(rows) if row[0].strip() == "severity")
+    cells = {}
+    for row in rows[start + 2:]:
+        if len(row) != 5:
+            break
+        cells[row[1].strip().strip("`")] = (row[2].strip(), row[3].strip())
+    return cells
+
+
+def test_drift_cells_say_what_each_run_has(triage, store, every_family, tmp_path):
+    """No `?` in A or B: a section is collected (with its metric count) or not, a renamed
+    kernel shows each side's name, differing launch counts their counts, a field neither run
+    recorded says so."""
+    found: dict[str, dict[str, tuple[str, str]]] = {}
+    for family, (a, b) in every_family.items():
+        html = report(triage, store, tmp_path / f"{family}.html", a, b)
+        markdown = report(triage, store, tmp_path / f"{family}.md", a, b)
+        assert '<td class="val">?</td>' not in html, family
+        found[family] = cells = drift_cells(markdown)
+        assert all("`?`" not in side for pair in cells.values() for side in pair), (family, cells)
+    assert found["gpudemo-transpose"]["section:LaunchStats"] == ("`not collected`",
+                                                                 "`collected, 18 metrics`")
+    assert found["gpudemo-transpose"]["section:section0"] == ("`collected, 3 metrics`",
+                                                              "`not collected`")
+    assert found["lakshya-gemm"]["kernels.renamed"] == ("`naive_gemm`",
+                                                        "`sgemm_global_mem_coalesce`")
+    launches = found["yandong-de"]["kernels.launches"]
+    assert launches[0].startswith("`124 × gemv2T_kernel_val<") and launches[1].startswith("`70 × ")
+    unrecorded = found["lakshya-gemm"]["environment.working_directory, git.commit, git.dirty"]
+    assert unrecorded == ("`not recorded`", "`not recorded`")
+
+
+def test_no_family_report_overflows_at_1400_or_800_px(triage, store, every_family, tmp_path):
+    """Each family's report at 1400 and 800 px, all sections open: neither the page nor any
+    table cell is wider than its box (no badge spilling into the next column, no id into A, no
+    horizontal scroll). One Chromium start for all of them: each report is an iframe."""
+    need_chromium()
+    frames = []
+    for family, (a, b) in every_family.items():
+        text = report(triage, store, tmp_path / "review.html", a, b)
+        frames += [f'<iframe name="{family} @ {width} px" width="{width}" height="900" '
+                   f'srcdoc="{html_escape(text)}"></iframe>' for width in LAYOUT_WIDTHS]
+    assert "INVALIDATES" in text  # the invalid pair, last: the widest badge is measured too
+    page = tmp_path / "layout.html"
+    page.write_text(f"<!DOCTYPE html><html><body>{''.join(frames)}"
+                    f"<script>{MEASURE_LAYOUT}</script></body></html>", encoding="utf-8")
+    dom = chromium(page, tmp_path, "--disable-quic", "--window-size=1400,900", "--dump-dom")
+    measured = json.loads(html_unescape(re.search(r'<pre id="layout">(.*?)</pre>', dom.stdout,
+                                                  re.S).group(1)))
+    assert len(measured) == len(frames)
+    for frame in measured:
+        width = int(frame["frame"].split(" @ ")[1].split()[0])
+        assert width - 20 <= frame["width"] <= width and frame["cells"] > 10, frame
+    assert [(f["frame"], f["over"]) for f in measured if f["over"]] == []
+
+
+def test_a_section_with_metrics_on_one_side_counts_each_sides_metrics(store):
+    """A section both runs collected, one of whose metrics only A has (derived from the gemm
+    pair's first section: no corpus pair has one): A and B give each side's metric count."""
+    from triage.report import drift_rows
+
+    diff = family_diff(store, "lakshya-gemm")
+    kernel = diff.kernels[0]
+    section = kernel.sections[0]
+    metrics = (replace(section.metrics[0], status="only_a"),) + section.metrics[1:]
+    section = replace(section, reason="section.metrics", why="1 metric(s) on one side only",
+                      metrics=metrics)
+    item = DriftItem(f"section:{section.section}", "section.metrics", None, None, "different",
+                     "not_comparable", f"not comparable: {section.why}")
+    diff = replace(diff, kernels=(replace(kernel, sections=(section,) + kernel.sections[1:]),)
+                   + diff.kernels[1:], drift=diff.drift + (item,))
+    row = next(r for r in drift_rows(diff) if r["field"] == item.field)
+    count = section.metric_count
+    assert (row["a"], row["b"]) == (f"{count} metrics", f"{count - 1} metrics")

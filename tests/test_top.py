@@ -216,3 +216,35 @@ def test_nvtx_include_command():
     assert words[words.index("--nvtx-include") + 1] == "app@train\\/step/"
     assert "--nvtx" in words
     assert (out["launch"], words[words.index("-s") + 1]) == (2, "1")  # 2nd launch in the range
+
+
+# -- no kernels: the host's hot spots ----------------------------------------------------------
+
+
+def test_no_kernels_shows_the_cuda_api_calls_instead(triage):
+    run = archived(triage, "haroonsyed__NVIDIA_SGEMM_PRACTICE__report1.sqlite")
+    api = triage.json("query", "--run", run, "select name, calls, total_ns from api_summary "
+                      "order by total_ns desc, name limit 1")[0]
+    result = triage.json("top", run)
+    top_call = result["cpu"]["api"][0]
+    assert {key: top_call[key] for key in api} == api
+    text = triage("top", run).stdout
+    assert "CUDA API calls by total time (host side):" in text
+    assert f"{api['calls']:>8} x  {api['name']}" in text
+
+
+def test_no_kernels_shows_nvtx_ranges_and_os_runtime_calls(triage, nvtx_program, nsys_exe,
+                                                            tmp_path):
+    from nvtx_capture import capture
+
+    report = capture(nvtx_program, [3, 100, 200], tmp_path / "steps", nsys=nsys_exe)
+    run = triage.json("archive", report)[0]["id"]
+    cpu = triage.json("top", run)["cpu"]
+    ranges = {row["text"]: row["instances"] for row in cpu["nvtx"]}
+    assert ranges["step"] == 3 and ranges["forward"] == 3
+    assert cpu["osrt"] and all(row["calls"] >= 1 for row in cpu["osrt"])
+    totals = [row["total_ns"] for row in cpu["osrt"]]
+    assert totals == sorted(totals, reverse=True)
+    text = triage("top", run).stdout
+    assert "NVTX ranges by total time (host side):" in text and "x  forward" in text
+    assert "OS runtime calls by total time (host side):" in text

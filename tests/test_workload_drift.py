@@ -205,7 +205,7 @@ def test_fields_unknown_in_both_runs_are_listed_and_cap_the_verdict(tmp_path):
     assert "unknown not recorded in either run: workload.program, workload.arguments" in text
     markdown = run(store, "diff", before, after, "--format", "md")
     cells = row(markdown, "gpu.name, gpu.sm_count, gpu.compute_capability")
-    assert cells[0] == "| ⚠️ caution" and cells[2:4] == ["`?`", "`?`"]
+    assert cells[0] == "| ⚠️ caution" and cells[2:4] == ["`not recorded`", "`not recorded`"]
     run(store, "report", before, after, "-o", tmp_path / "review.html")
     assert '<td class="mono">gpu.name, gpu.sm_count, gpu.compute_capability</td>' in \
         (tmp_path / "review.html").read_text()

@@ -147,6 +147,22 @@ def _archive_line(info: dict) -> str:
     return line + "".join(f"\n    note: {n}" for n in info["notices"])
 
 
+def _runs_named(store, refs: list[str], sides: bool = False) -> list[str]:
+    """RUN arguments with a run id for each report path among them (`triage diff a.ncu-rep
+    b.ncu-rep`): the report is found by its hash or archived now, and that is said in one line
+    on stderr, so that stdout (--json) holds only what the command prints."""
+    import os
+
+    from triage.archive.runs import reports_as_runs
+
+    named, reports = reports_as_runs(store, refs, sides=sides, nsys=os.environ.get("TRIAGE_NSYS"))
+    for report in reports:
+        run = textview.short_id(report.run_id)
+        click.echo(f"triage: {textview.printable(report.path)}: " + (
+            f"archived as run {run}" if report.new else f"run {run} (archived before)"), err=True)
+    return named
+
+
 @cli.command(name="ls")
 @click.option("-n", "count", metavar="N|all",
               help="The newest N runs, or all (default: 50 as text; every run with --json or "
@@ -241,6 +257,7 @@ def show(run, as_json, patch, output, store):
         raise UsageError("--patch writes the patch itself, not JSON; give one of them")
     if output and not patch:
         raise UsageError("-o FILE writes the stored patch: triage show RUN --patch -o FILE")
+    run = _runs_named(store, [run])[0]
     st = Store.open(store)
     record = load_record(st, run)
     if patch:
@@ -277,14 +294,15 @@ def label(name, run, delete, store):
     where RUN is a run id, an id prefix or `latest`, which no label can be; any other two
     words are read as NAME RUN."""
     from triage.archive import runs
-    from triage.archive.store import Store
+    from triage.archive.store import Store, check_label
 
-    st = Store.open(store)
     if name is None or delete:
-        _label_list_or_delete(st, name, run, delete)
+        _label_list_or_delete(Store.open(store), name, run, delete)
         return
     name, run, old_order = runs.label_arguments(name, run)
-    change = runs.point_label(st, name, run)
+    check_label(name)  # before a report named as RUN is archived for it
+    run = _runs_named(store, [run])[0]
+    change = runs.point_label(Store.open(store), name, run)
     click.echo(f"{name} -> {textview.short_id(change.run_id)}" + (
         f" (was {_label_target(change.was)})" if change.was not in (None, change.run_id)
         else ""))
@@ -338,7 +356,7 @@ def query(sql, runs, as_json, as_csv, store):
         click.echo(textview.to_csv(result.column_names, [tuple(r.values()) for r in rows]),
                    nl=False)
     else:
-        body = [[textview.fmt_value(v) for v in r.values()] for r in rows]
+        body = textview.fmt_values_apart(r.values() for r in rows)
         click.echo(textview.table(body, result.column_names,
                                   max_widths={i: 60 for i in range(result.num_columns)}))
 
@@ -500,7 +518,8 @@ def diff(run_a, run_b, sections, kernel, metric, show_all, threshold, strict, as
     section only one run collected is one line.
 
     A side may be several runs: RUN,RUN,... or a quoted label glob ('before/*'); each change
-    then carries the noise measured over the runs (one run: over its launches).
+    then carries the noise measured over the runs (one run: over its launches). A RUN may be a
+    report file (`triage diff a.ncu-rep b.ncu-rep`): its run, found by hash or archived now.
 
     Exit codes: 0 when the diff ran; with --strict, 3 when the verdict is invalid; with
     --strict=caution, 3 when it is caution or invalid; with --max-slowdown PCT, 4 when a time
@@ -515,6 +534,7 @@ def diff(run_a, run_b, sections, kernel, metric, show_all, threshold, strict, as
     fmt = "json" if as_json else (fmt or _format_from_suffix(output) or "text")
     opts = DiffOptions(sections=tuple(sections), kernel=kernel, metric=metric,
                        show_all=show_all, threshold_pct=threshold, max_slowdown_pct=max_slowdown)
+    run_a, run_b = _runs_named(store, [run_a, run_b], sides=True)
     result = diff_runs(Store.open(store), run_a, run_b, opts)
     _emit(_render_diff(result, fmt, limit, to_file=output is not None, raw_names=raw_names),
           output)
@@ -715,7 +735,7 @@ def report(runs, output, fmt, sections, kernel, metric, show_all, threshold, str
     # Every metric is fetched (charts draw unchanged ones too); --all only decides the listing.
     opts = DiffOptions(sections=tuple(sections), kernel=kernel, metric=metric, show_all=True,
                        threshold_pct=threshold)
-    diffs = diff_series(Store.open(store), list(runs), opts)
+    diffs = diff_series(Store.open(store), _runs_named(store, list(runs), sides=True), opts)
     if output:
         write_report(output, diffs, fmt, show_unchanged=show_all, raw_names=raw_names)
         click.echo(f"wrote {output}", err=True)
@@ -736,12 +756,14 @@ def report(runs, output, fmt, sections, kernel, metric, show_all, threshold, str
 def top(run, k, as_json, store):
     """Where an nsys run spends GPU time: kernels by total time with cumulative share, GPU idle
     gaps and what the host did meanwhile, copies serialised against kernels, NCCL overlap, NVTX
-    ranges; then the ncu commands that profile one typical launch of each of the top K kernels."""
+    ranges; then the ncu commands that profile one typical launch of each of the top K kernels.
+    A run with no kernels shows the host's NVTX ranges, OS runtime and CUDA API calls instead."""
     from triage.archive.store import Store
     from triage.compare.rundata import RunData
     from triage.compare.top import top_run
     from triage.topview import render_top
 
+    run = _runs_named(store, [run])[0]
     _print(top_run(RunData(Store.open(store), run), k=k), as_json, render_top)
 
 
@@ -760,4 +782,5 @@ def explain(run, kernel, as_json, store):
     from triage.compare.rundata import RunData
     from triage.explainview import render_explain
 
+    run = _runs_named(store, [run])[0]
     _print(explain_run(RunData(Store.open(store), run), kernel=kernel), as_json, render_explain)

@@ -12,7 +12,7 @@ from triage.compare.noise import Noise
 from triage.textview import (drift_change, drift_entries, drift_why, fmt_ns, fmt_pct, fmt_value,
                              kernel_notes, metric_title, one_side_text, output_width, short_id,
                              truncate, value_text)
-from triage.textview import fmt_noise, fmt_spread, gate_lines
+from triage.textview import fmt_noise, fmt_spread, gate_lines, rule_failure, rule_heading
 
 WIDTH = 100  # the layout's columns; a wider or narrower terminal widens or narrows the names
 UNRECORDED_LABEL = "not recorded in either run:"
@@ -22,7 +22,8 @@ SEVERITY_LABEL = {"invalidates": "INVALIDATES", "caution": "caution", "info": "i
 
 def _run_label(diff: DiffResult, side: str) -> str:
     run = diff.run_a if side == "a" else diff.run_b
-    labels = f" ({', '.join(run.labels)})" if run.labels else ""
+    named = diff.named_labels(side)
+    labels = f" ({', '.join(named)})" if named else ""
     return f"{short_id(run.id)}{labels} {run.tool} {run.tool_version or '?'}"
 
 
@@ -88,19 +89,17 @@ def _metric_line(metric: MetricDiff, raw_names: bool) -> str:
 
 
 def _kernel_head(kernel: KernelDiff, totals: bool, extra: int) -> str:
-    """One kernel: mean duration per launch (ncu), or total time and launches (nsys ranking);
-    `extra` columns more (or fewer) than 100 go to the name."""
+    """One kernel: mean duration per launch (ncu), or total time (nsys ranking), then the
+    launches of each side (a mean over 1 launch or 30 is not the same evidence); `extra`
+    columns more (or fewer) than 100 go to the name."""
     a, b = kernel.a or NO_SIDE, kernel.b or NO_SIDE
     name = kernel.name + (f" -> {kernel.name_b}" if kernel.name_b else "")
-    if totals:
-        launches = f"{_count(kernel.a)} -> {_count(kernel.b)}"
-        room = max(48 + extra, 20)
-        return (f"  {truncate(name, room):<{room}} {fmt_ns(a.total_ns):>10} -> "
-                f"{fmt_ns(b.total_ns):>10} {fmt_pct(kernel.delta_total_pct):>8}"
-                f" {truncate(launches, 14):>14}")
-    room = max(58 + extra, 20)
-    return (f"  {truncate(name, room):<{room}} {fmt_ns(a.duration_ns):>10} -> "
-            f"{fmt_ns(b.duration_ns):>10} {fmt_pct(kernel.delta_pct):>8}")
+    launches = f"{_count(kernel.a)} -> {_count(kernel.b)}"
+    room = max(48 + extra, 20)
+    times, change = ((a.total_ns, b.total_ns), kernel.delta_total_pct) if totals else \
+        ((a.duration_ns, b.duration_ns), kernel.delta_pct)
+    return (f"  {truncate(name, room):<{room}} {fmt_ns(times[0]):>10} -> "
+            f"{fmt_ns(times[1]):>10} {fmt_pct(change):>8} {truncate(launches, 14):>14}")
 
 
 def _count(side: KernelSide | None) -> str:
@@ -151,8 +150,10 @@ def _section_lines(kernel: KernelDiff, width: int, raw_names: bool) -> list[str]
         lines += [_metric_line(m, raw_names) for m in section.metrics]
     for side, rules in (("A", kernel.rules.only_a), ("B", kernel.rules.only_b)):
         for rule in rules:
-            lines.append(truncate(f"    rule fired only in {side}: {rule.rule_id}"
-                                  f" ({rule.message_type}) {rule.title or ''}".rstrip(), width))
+            failed = f" ({rule_failure(rule.error)})" if rule.error else ""
+            lines.append(truncate(f"    rule {'failed' if rule.error else 'fired'} only in "
+                                  f"{side}: {rule_heading(rule)} ({rule.message_type}){failed}",
+                                  width))
     if kernel.conclusion:
         c = kernel.conclusion
         lines.append(f"    conclusion: {c.a or '?'} -> {c.b or '?'}")
@@ -205,7 +206,7 @@ def render_diff(diff: DiffResult, limit: int = 20, width: int | None = None,
     if not kernels:
         lines += ["", "kernels: no kernel activity recorded in either run"]
     totals = diff.tools == ("nsys", "nsys")
-    what = "total GPU time and launches" if totals else "mean duration per launch"
+    what = "total GPU time and launches" if totals else "mean duration per launch, launches"
     if kernels:
         lines += ["", f"kernels ({len(kernels)}; {what}, ranked by time changed):"]
     if diff.verdict == "invalid" and (kernels or diff.nsys):

@@ -21,12 +21,15 @@ from markupsafe import Markup, escape
 from triage import __version__, svgcharts
 from triage.compare.drift import worst_verdict
 from triage.archive.model import CaptureInfo, RunRecord
-from triage.compare.result import NO_SIDE, DiffOptions, DiffResult, DriftItem
+from triage.compare.result import (KERNEL_LAUNCHES, KERNEL_RENAMED, NO_SIDE, SECTION_ONLY_A,
+                                   SECTION_ONLY_B, DiffOptions, DiffResult, DriftItem,
+                                   KernelDiff)
 from triage.errors import UsageError
-from triage.textview import (clip_middle, drift_entries, drift_sides, drift_why, fmt_ns, fmt_pct,
-                             fmt_value, kernel_notes, metric_title, one_side_text, short_id)
+from triage.textview import (clip_middle, distinct_names, drift_entries, drift_sides, drift_why,
+                             fmt_ns, fmt_pct, fmt_value, kernel_notes, metric_title,
+                             one_side_text, short_id)
 from triage.compare.noise import Noise
-from triage.textview import fmt_noise, fmt_spread, gate_lines, printable
+from triage.textview import cuda_text, fmt_noise, fmt_spread, gate_lines, printable, rule_failure
 from triage.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -42,10 +45,12 @@ MD_LEVELS = ({"kernels": None, "rows": None}, {"kernels": 20, "rows": 40},
 # -- reading the diff ------------------------------------------------------------------------
 
 
-def run_name(run: RunRecord) -> str:
-    """How a run is called in legends and headers: its label, else report file, else id."""
-    if run.labels:
-        return run.labels[0]
+def run_name(run: RunRecord, labels: tuple[str, ...] | None = None) -> str:
+    """How a run is called in legends and headers: its label (`labels`: in the order to
+    prefer, the one the user typed first), else report file, else id."""
+    labels = run.labels if labels is None else labels
+    if labels:
+        return labels[0]
     return run.reports[0].name if run.reports else short_id(run.id)
 
 
@@ -190,7 +195,7 @@ PROVENANCE_ROWS: tuple[tuple[str, Callable[[RunRecord], str | None]], ...] = (
     ("triage command", lambda r: " ".join(_capture(r).argv) or None),
     ("GPU", _gpu),
     ("driver", lambda r: r.environment.driver_version),
-    ("CUDA", lambda r: r.environment.cuda_version),
+    ("CUDA", lambda r: cuda_text(r.environment)),
     ("clock control (source)", lambda r: _setting(r, "clock_control")),
     ("clock evidence", _clock_evidence),
     ("cache control (source)", lambda r: _setting(r, "cache_control")),
@@ -227,8 +232,11 @@ def provenance_rows(runs: list[RunRecord]) -> list[dict]:
 # -- rendering -------------------------------------------------------------------------------
 
 
-def rule_text(message: str | None) -> str:
-    """ncu rule messages link sections as `@section:Id:Name@`; a report shows the name."""
+def rule_text(message: str | None, error: str | None = None) -> str:
+    """ncu rule messages link sections as `@section:Id:Name@`; a report shows the name. A rule
+    that could not run has no message: why it could not, in one line."""
+    if message is None and error:
+        return rule_failure(error)
     return re.sub(r"@section:[^:@]*:([^@]*)@", r"\1", message or "")
 
 
@@ -314,7 +322,8 @@ def _context(diffs: list[DiffResult], show_unchanged: bool | None, charts: bool,
     if not diffs:
         raise UsageError("a report needs at least one comparison (two runs)")
     runs = series_runs(diffs)
-    names = [run_name(r) for r in runs]
+    names = [run_name(diffs[0].run_a, diffs[0].named_labels("a")),
+             *(run_name(d.run_b, d.named_labels("b")) for d in diffs)]
     letters = [run_letter(i) for i in range(len(runs))]
     steps = []
     for i, diff in enumerate(diffs):
@@ -322,7 +331,7 @@ def _context(diffs: list[DiffResult], show_unchanged: bool | None, charts: bool,
         colors = [0, i + 1] if charts else None
         rows = headline(diff)
         steps.append({"diff": diff, "letters": ("A", letters[i + 1]), "legend": legend,
-                      "headline": rows, "drift": drift_rows(diff.drift),
+                      "headline": rows, "drift": drift_rows(diff),
                       "charts": svgcharts.overview_charts(rows, legend, colors) if colors else [],
                       "details": [kernel_view(r, legend, colors, show_unchanged) for r in rows
                                   if r["kernel"].sections or r["notes"]],
@@ -356,20 +365,85 @@ def chart_legend(letter: str, name: str) -> str:
     return f"{letter}: {svgcharts.clip_left(name, 26)}"
 
 
-def drift_rows(items: tuple[DriftItem, ...]) -> list[dict]:
+NOT_RECORDED = "not recorded"
+
+
+def drift_rows(diff: DiffResult) -> list[dict]:
     """Worst first (what invalidates the comparison, then cautions, sections, unknowns,
     information), each with its why as the views word it and its values with what differs
-    whole; the fields neither run recorded in one row per severity."""
+    whole; the fields neither run recorded in one row per severity. A and B always say
+    something: a value, what the diff found on that side, or "not recorded" (a `?` in a
+    review reads as a bug in the report, not as an unknown)."""
     rows = []
-    for entry in drift_entries(items):
+    for entry in drift_entries(diff.drift):
         if isinstance(entry, list):
             rows.append({"severity": entry[0].severity, "field": ", ".join(i.field for i in entry),
-                         "a": None, "b": None, "why": entry[0].why})
+                         "a": NOT_RECORDED, "b": NOT_RECORDED, "why": entry[0].why})
             continue
-        a, b = drift_sides(entry)
-        rows.append({"severity": entry.severity, "field": entry.field, "a": a, "b": b,
-                     "why": drift_why(entry)})
+        found = entry.a is None and entry.b is None and entry.state == "different"
+        a, b = found_sides(entry, diff.kernels) if found else drift_sides(entry)
+        rows.append({"severity": entry.severity, "field": entry.field,
+                     "a": NOT_RECORDED if a is None else a,
+                     "b": NOT_RECORDED if b is None else b, "why": drift_why(entry)})
     return rows
+
+
+def found_sides(item: DriftItem,
+                kernels: tuple[KernelDiff, ...]) -> tuple[str | None, str | None]:
+    """Each side of a difference the diff found in the data rather than read from the runs'
+    records (which is why the item has no values): a section collected or not and how many
+    metrics it has, the names of kernels paired by launch order, differing launch counts."""
+    if item.code == KERNEL_RENAMED:
+        pairs = [_pair_names(a, b) for a, b in zip(item.kernels_a, item.kernels_b, strict=True)]
+        return _listed_cell([p[0] for p in pairs]), _listed_cell([p[1] for p in pairs])
+    if item.code == KERNEL_LAUNCHES:
+        shown = {k.name: k for k in kernels}  # kernels_b holds B's names: look up by A's
+        return (_listed_cell([_launches(shown.get(n), "a", n) for n in item.kernels_a]),
+                _listed_cell([_launches(shown.get(n), "b", m)
+                              for n, m in zip(item.kernels_a, item.kernels_b, strict=True)]))
+    if item.field.startswith("section:"):
+        return _section_sides(item, kernels)
+    return None, None
+
+
+def _pair_names(a: str, b: str) -> tuple[str, str]:
+    """A renamed kernel's two names as short as they can be and still differ."""
+    short_a, short_b = svgcharts.short_kernel(a), svgcharts.short_kernel(b)
+    return (short_a, short_b) if short_a != short_b else distinct_names(a, b, 48)
+
+
+def _launches(kernel: KernelDiff | None, side: str, name: str) -> str:
+    """'12 × gemv2T_kernel<…>': a kernel's launch count on one side (its name alone where
+    --kernel left the kernel out of the diff)."""
+    short = clip_middle(svgcharts.short_kernel(name), 48)
+    numbers = getattr(kernel, side) if kernel else None
+    return f"{numbers.launches} × {short}" if numbers and numbers.launches is not None else short
+
+
+def _listed_cell(texts: list[str]) -> str:
+    """Three entries say which, the count says how many (as the why lists kernels)."""
+    more = f" and {len(texts) - 3} more" if len(texts) > 3 else ""
+    return "; ".join(texts[:3]) + more
+
+
+def _section_sides(item: DriftItem, kernels: tuple[KernelDiff, ...]) -> tuple[str, str]:
+    """'collected, 27 metrics' / 'not collected', or each side's metric count where some
+    metrics were collected on one side only."""
+    sid = item.field.removeprefix("section:")
+    section = next((s for k in kernels for s in k.sections if s.section == sid
+                    and not s.comparable), None)
+    if item.code in (SECTION_ONLY_A, SECTION_ONLY_B):
+        collected = f"collected, {_metrics(section.metric_count)}" if section else "collected"
+        return (collected, "not collected") if item.code == SECTION_ONLY_A else \
+            ("not collected", collected)
+    if section is None:
+        return "collected", "collected"
+    only = {side: sum(m.status == f"only_{side}" for m in section.metrics) for side in "ab"}
+    return _metrics(section.metric_count - only["b"]), _metrics(section.metric_count - only["a"])
+
+
+def _metrics(count: int) -> str:
+    return f"{count} metric{'' if count == 1 else 's'}"
 
 
 def run_letter(index: int) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from triage.archive.model import CaptureInfo, ClockEvidence, GitState, Gpu, RunRecord, Setting
+from triage.textview import cuda_text
 from triage.units import fmt_bytes
 
 
@@ -51,7 +52,7 @@ def _head_lines(record: RunRecord) -> list[str]:
         _line("source", record.source),
         _line("command", record.command),
         _line("driver", env.driver_version),
-        _line("CUDA", env.cuda_version),
+        _line("CUDA", cuda_text(env)),
         _line("host", " / ".join(p for p in (host.name, host.os) if p)),
     ]
 

@@ -17,7 +17,8 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from triage.compare.result import DriftItem, KernelDiff, MetricDiff, SectionDiff
+    from triage.archive.model import Environment
+    from triage.compare.result import DriftItem, FiredRule, KernelDiff, MetricDiff, SectionDiff
 
 
 def short_id(run_id: str | None, length: int = 12) -> str:
@@ -44,28 +45,42 @@ def fmt_pct(value, signed: bool = True) -> str:
     return f"{value:+.1f}%" if signed else f"{value:.1f}%"
 
 
-def fmt_value(value) -> str:
-    if value is None:
+def fmt_value(value, digits: int = 4) -> str:
+    """A value in a narrow column: `digits` significant digits (more where integral)."""
+    if not _is_number(value):
+        return "-" if value is None else str(value)
+    if isinstance(value, float) and math.isnan(value):
         return "-"
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if isinstance(value, float) and math.isnan(value):
-            return "-"
-        if abs(value) >= 1e6:
-            return _si(value)
-        if value == int(value):
-            return f"{int(value):,}"
-        if abs(value) >= 1000:  # 27,204 beside 30,730, not 2.72e+04
-            return f"{value:,.0f}"
-        return f"{value:.4g}"
-    return str(value)
+    if abs(value) >= 1e6:
+        return _si(value, digits)
+    if value == int(value):
+        return f"{int(value):,}"
+    if abs(value) >= 1000:  # 27,204 beside 30,730, not 2.72e+04
+        return f"{value:,.{digits - 4}f}"
+    return f"{value:.{digits}g}"
 
 
-def _si(value: float) -> str:
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def fmt_values_apart(rows: Iterable[Sequence]) -> list[list[str]]:
+    """Rows of cells as fmt_value shows them, with as many significant digits as it takes for
+    no two different numbers to look alike (the min, avg and max of a kernel's launches are not
+    all `33.33M` when they differ): `query` shows data, and data must tell values apart."""
+    rows = [list(row) for row in rows]
+    numbers = {v for row in rows for v in row if _is_number(v) and not math.isnan(v)}
+    digits = next((d for d in range(4, 17)
+                   if len({fmt_value(v, d) for v in numbers}) == len(numbers)), 17)
+    return [[fmt_value(v, digits) for v in row] for row in rows]
+
+
+def _si(value: float, digits: int = 4) -> str:
     """1234567 -> '1.235M': large counters stay readable in a narrow column."""
     for suffix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6)):
         if abs(value) >= scale:
-            return f"{value / scale:.4g}{suffix}"
-    return f"{value:.4g}"
+            return f"{value / scale:.{digits}g}{suffix}"
+    return f"{value:.{digits}g}"
 
 
 _NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
@@ -408,6 +423,30 @@ def one_side_text(section: SectionDiff, letters: tuple[str, str] = ("A", "B")) -
     count = section.metric_count
     letter = letters[0] if section.only_in == "a" else letters[1]
     return f"only in {letter}, {count} metric{'' if count == 1 else 's'}"
+
+
+def cuda_text(env: Environment) -> str | None:
+    """The CUDA version and, where it is not a running driver's, whose it is."""
+    if env.cuda_version and env.cuda_version_of == "library":
+        return f"{env.cuda_version} (the installed CUDA driver library's; no GPU driver loaded)"
+    return env.cuda_version
+
+
+def rule_heading(rule: FiredRule) -> str:
+    """What a fired ncu rule is called: its id and message title; where ncu left the title
+    empty (most rules), its display name and section, not the bare id (IssueSlotUtilization)."""
+    if rule.title:
+        return f"{rule.rule_id}: {rule.title}"
+    where = f", section {rule.section_id}" if rule.section_id else ""
+    return f"{rule.rule_name or rule.rule_id}{where}"
+
+
+def rule_failure(error: str) -> str:
+    """Why a rule could not run, in one line: ncu's reason ("Metric X not found") without its
+    "Rule <name> returned an error:" preamble; ncu_report's internals are left to `query`."""
+    first = error.strip().splitlines()[0] if error.strip() else error
+    reason = first.split(" returned an error: ", 1)[-1]
+    return f"could not run: {reason}"
 
 
 GATE_KINDS = {"kernel": "kernel", "nvtx": "NVTX range", "gpu_total": "total"}

@@ -123,6 +123,24 @@ def _next_lines(suggestions: list[dict]) -> list[str]:
     return lines
 
 
+CPU_SECTIONS = (("nvtx", "NVTX ranges", "text", "instances"),
+                ("osrt", "OS runtime calls", "name", "calls"),
+                ("api", "CUDA API calls", "name", "calls"))
+
+
+def _cpu_lines(cpu: dict) -> list[str]:
+    """The host's hot spots, by total time, where there are no kernels to rank."""
+    lines = []
+    for key, title, name, count in CPU_SECTIONS:
+        if cpu[key]:
+            lines += ["", f"{title} by total time (host side):"]
+            lines += [truncate(f"  {fmt_ns(row['total_ns']):>10}  {row[count]:>8} x  "
+                               f"{printable(row[name] or '?')}", WIDTH) for row in cpu[key]]
+    if not lines:
+        lines = ["no NVTX ranges, OS runtime or CUDA API calls recorded either"]
+    return lines
+
+
 def render_top(result: dict) -> str:
     argv = " ".join(result.get("application") or []) or "command unknown"
     lines = [truncate(f"run {short_id(result['run'])}  nsys {result.get('tool_version') or '?'}"
@@ -132,7 +150,7 @@ def render_top(result: dict) -> str:
                      "(check --trace=cuda, or a WSL2 capture without GPU activity)")
         lines += [f"  {m['op']} {m['kind']}: {m['count']} x, {fmt_ns(m['total_ns'])}"
                   for m in result.get("memops") or []]
-        return "\n".join(lines)
+        return "\n".join(lines + _cpu_lines(result["cpu"]))
     lines += _ranking_lines(result["ranking"]) + _gpu_lines(result["gpu"])
     lines += _copy_lines(result["copies"]) + _nccl_lines(result["nccl"])
     lines += _nvtx_lines(result["nvtx"]) + _next_lines(result["next"])
