@@ -111,6 +111,7 @@ class Noise:
     ci_pct: tuple[float, float] | None
     significance: str
     needed: int | None = None
+    confidence: float = CONFIDENCE
 
     @property
     def slower(self) -> bool:
@@ -118,7 +119,7 @@ class Noise:
         return self.significance == SIGNIFICANT and self.ci_pct is not None and self.ci_pct[0] > 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"samples": self.samples, "method": METHOD, "confidence": CONFIDENCE,
+        return {"samples": self.samples, "method": METHOD, "confidence": self.confidence,
                 "a": self.a.to_json() if self.a else None,
                 "b": self.b.to_json() if self.b else None,
                 "change_pct": self.change_pct, "median_change_pct": self.median_change_pct,
@@ -154,21 +155,23 @@ def critical_rank(m: int, n: int, confidence: float = CONFIDENCE) -> int:
     return max(int(math.floor(m * n / 2 - z * math.sqrt(m * n * (m + n + 1) / 12))), 0)
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=4)
 def fewest_per_side(confidence: float = CONFIDENCE) -> int:
     """The fewest samples per side (equal counts) for which an interval exists."""
     return next(n for n in range(1, 1000) if critical_rank(n, n, confidence) > 0)
 
 
-def compare(a: Sample | None, b: Sample | None, samples: str) -> Noise:
-    """B against A: Hodges-Lehmann shift and its interval, change of the median, verdict."""
+def compare(a: Sample | None, b: Sample | None, samples: str,
+            confidence: float = CONFIDENCE) -> Noise:
+    """B against A: Hodges-Lehmann shift and its interval, change of the median, verdict (at
+    `confidence`: a history's steps are tested at 95%, see compare/steps.py)."""
     spread_a, spread_b = (s.spread if s else None for s in (a, b))
     change = _pct(spread_b.median - spread_a.median, spread_a.median) \
         if spread_a and spread_b and spread_a.median else None
-    k = critical_rank(len(a.values), len(b.values)) if a and b else 0
+    k = critical_rank(len(a.values), len(b.values), confidence) if a and b else 0
     if not (a and b) or k == 0 or spread_a is None or spread_a.median == 0:
         return Noise(samples, spread_a, spread_b, change, change, None, UNKNOWN,
-                     fewest_per_side())
+                     fewest_per_side(confidence), confidence)
     differences = sorted(y - x for x in a.values for y in b.values)  # at most 100 x 100
     total = len(differences)
     shift = (differences[(total - 1) // 2] + differences[total // 2]) / 2
@@ -176,7 +179,8 @@ def compare(a: Sample | None, b: Sample | None, samples: str) -> Noise:
     base = spread_a.median
     ci = (_pct(low, base), _pct(high, base))
     verdict = SIGNIFICANT if low > 0 or high < 0 else WITHIN_NOISE
-    return Noise(samples, spread_a, spread_b, _pct(shift, base), change, ci, verdict)
+    return Noise(samples, spread_a, spread_b, _pct(shift, base), change, ci, verdict,
+                 confidence=confidence)
 
 
 def _pct(delta: float, base: float) -> float:

@@ -53,7 +53,7 @@ def side_refs(store: Store, side: str) -> list[str]:
     return list(dict.fromkeys(ids))
 
 
-def _array_sample(values: pa.Array) -> Sample | None:
+def array_sample(values: pa.Array) -> Sample | None:
     """`sample_of` an Arrow column, its quantiles computed in Arrow when there are many."""
     if len(values) <= 4 * MAX_SAMPLES:
         return sample_of(values.to_pylist())
@@ -83,7 +83,7 @@ def _grouped_samples(table: pa.Table | None, keys: Sequence[str], value: str,
     parts: dict[Key, list[pa.Array]] = {}
     for i, key in enumerate(zip(*columns, strict=True)):
         parts.setdefault(key_of(key), []).append(lists[i].values)
-    return {key: _array_sample(pa.concat_arrays(arrays)) for key, arrays in parts.items()}
+    return {key: array_sample(pa.concat_arrays(arrays)) for key, arrays in parts.items()}
 
 
 def _codes(column: pa.ChunkedArray) -> pa.Array:

@@ -57,3 +57,15 @@ def strings_in(value) -> Iterator[str]:
     elif isinstance(value, (list, tuple)):
         for v in value:
             yield from strings_in(v)
+
+
+def checked_schema(name: str) -> dict:
+    """A JSON schema of schemas/ (as installed), itself checked against its metaschema."""
+    import json
+    from importlib import resources
+
+    import jsonschema
+
+    schema = json.loads(resources.files("triage.schemas").joinpath(name).read_text("utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return schema

@@ -43,11 +43,12 @@ def nvtx_include_dir() -> Path:
                           "pip install nvidia-nvtx")
 
 
-def build_program(directory: Path) -> Path:
-    """Compile nvtx_steps into `directory` (NVTX v3 is header-only; it dlopens the injection)."""
+def build_program(directory: Path, source: Path = SOURCE) -> Path:
+    """Compile nvtx_steps (or a variant's `source`) into `directory` (NVTX v3 is header-only;
+    it dlopens the injection)."""
     gcc = require_tool("gcc")
     program = Path(directory) / "nvtx_steps"
-    subprocess.run([gcc, "-O2", f"-I{nvtx_include_dir()}", "-o", str(program), str(SOURCE),
+    subprocess.run([gcc, "-O2", f"-I{nvtx_include_dir()}", "-o", str(program), str(source),
                     "-ldl"], check=True, capture_output=True, text=True)
     return program
 

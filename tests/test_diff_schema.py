@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import copy
 import json
-from importlib import resources
 from pathlib import Path
 
 import jsonschema
 import pytest
 
-from helpers import CORPUS, corpus_manifest, require_tool
+from helpers import CORPUS, checked_schema, corpus_manifest, require_tool
 from triage.archive.ingest import archive_files
 
 NEW_NSYS = ("nsys 2023", "nsys 2024", "nsys 2025", "nsys 2026")
@@ -37,10 +36,7 @@ def families() -> dict[str, list[str]]:
 
 @pytest.fixture(scope="module")
 def schema() -> dict:
-    text = resources.files("triage.schemas").joinpath("diff.schema.json").read_text("utf-8")
-    schema = json.loads(text)
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return schema
+    return checked_schema("diff.schema.json")
 
 
 @pytest.fixture(scope="module")

@@ -784,3 +784,58 @@ def explain(run, kernel, as_json, store):
 
     run = _runs_named(store, [run])[0]
     _print(explain_run(RunData(Store.open(store), run), kernel=kernel), as_json, render_explain)
+
+
+# -- history -----------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("selector")
+@click.option("--kernel", help="Follow the launches of the kernels whose name matches this "
+              "regex (with --metric: whose metric to follow).")
+@click.option("--nvtx", help="Follow the NVTX ranges of this text (nsys runs).")
+@click.option("--metric", help="Follow this ncu metric (raw name, e.g. "
+              "dram__throughput.avg.pct_of_peak_sustained_elapsed) over the launches.")
+@click.option("--workload", "workload_of", is_flag=True,
+              help="SELECTOR is one run: follow every run of its tool and workload (program "
+              "and arguments).")
+@click.option("--min-step", "min_step", default=5.0, show_default=True,
+              type=click.FloatRange(min=0), metavar="PCT",
+              help="Smallest step named, in % of the level before it.")
+@click.option("--json", "as_json", is_flag=True, help="Print the history as JSON.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "md"]), default=None,
+              help="Output format (md: GitHub Markdown).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Write to this file (the suffix .json, .md picks the format).")
+@store_option
+def history(selector, kernel, nvtx, metric, workload_of, min_step, as_json, fmt, output,
+            store):
+    """One kernel, NVTX range or ncu metric across a series of runs, one row per run in
+    capture order (report creation time, then archive time): its median over the run's
+    launches with n, IQR and min..max, the commit, and the drift from the run before.
+
+    SELECTOR is RUN, RUN,RUN,... or a quoted label glob ('nightly/*'); with --workload, one
+    run whose tool and workload (program and arguments) the series shares.
+
+    Boundaries are drift fields that differ from the run before with severity invalidates or
+    caution (GPU, clock control, profiler version, driver major, ...). Steps: Pettitt's
+    change-point test applied by binary segmentation (permutation p <= 5%), each step kept when
+    the Hodges-Lehmann shift between the levels has a 95% interval excluding 0 and is at least
+    --min-step % (one value per run); never across an invalidating boundary."""
+    from triage.archive.store import Store
+    from triage.compare.history import Measure
+    from triage.compare.history import history as history_of
+
+    if as_json and fmt not in (None, "json"):
+        raise UsageError(f"--json and --format {fmt} ask for two formats; give one")
+    suffix = output.rsplit(".", 1)[-1].lower() if output and "." in output else ""
+    fmt = "json" if as_json else (fmt or {"json": "json", "md": "md"}.get(suffix, "text"))
+    result = history_of(Store.open(store), selector, Measure(kernel, nvtx, metric),
+                        workload_of=workload_of, min_step_pct=min_step)
+    if fmt == "json":
+        text = textview.to_json(result.to_json())
+    else:
+        from triage.historyview import render_history, render_history_markdown
+
+        text = render_history_markdown(result) if fmt == "md" else render_history(result)
+    _emit(text, output)

@@ -1,0 +1,371 @@
+"""`triage history SELECTOR`: one kernel, NVTX range or ncu metric across a series of runs.
+
+The series is the runs a diff side names (RUN, RUN,RUN,... or a label glob: compare/repeats.py),
+or with `workload=True` every run of the tool and workload (program and arguments, as drift
+compares them) of the one run SELECTOR names. Runs are put in capture order: the time the report
+was made (`created`), then the time it was archived, then the order the selector names them.
+
+Each run gives one sample, read from the one table it needs: the durations of the launches of
+the kernels whose name matches --kernel (`kernels`; ncu: its results), of the NVTX ranges named
+--nvtx (`nvtx_ranges`), or the values of the ncu metric --metric over those launches (`metrics`).
+Its value is their median; n, min/max and the quartiles are its spread.
+
+Each run is graded against the one before it with the drift table `diff` uses
+(compare/drift.py). A field known on both sides and different, of severity `invalidates` or
+`caution`, is a boundary. An invalidating boundary splits the series: steps are found within the
+segments between them (compare/steps.py), never across one, since the numbers on either side of
+it are not comparable. A caution boundary (profiler version, driver major, host CPU ...) is
+marked, and a step found there says so.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from triage.archive import catalog
+from triage.archive.model import RunRecord
+from triage.archive.runs import resolve
+from triage.archive.store import Store
+from triage.compare import steps as step_method
+from triage.compare.drift import CAUTION, INVALIDATES, UNKNOWN, VERDICT_OF, grade, workload
+from triage.compare.noise import LAUNCHES, Noise, Sample, Spread, compare, sample_of
+from triage.compare.repeats import array_sample, side_refs
+from triage.compare.result import DriftItem, JsonDict
+from triage.compare.rundata import RunData
+from triage.errors import TriageError, UsageError
+
+HISTORY_FORMAT = 1
+KERNEL, NVTX, METRIC = "kernel", "nvtx", "metric"
+ORDER = "capture_time"  # created, then archived, then the selector's order
+BOUNDARY_SEVERITIES = (INVALIDATES, CAUTION)
+
+
+@dataclass(frozen=True)
+class Measure:
+    """What a history follows: kernels matching `kernel` (a regex), the NVTX range `nvtx`, or
+    the ncu metric `metric` over the launches of the kernels matching `kernel` (all if None)."""
+
+    kernel: str | None = None
+    nvtx: str | None = None
+    metric: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return METRIC if self.metric else NVTX if self.nvtx else KERNEL
+
+    def describe(self) -> str:
+        """What is followed, in the words of errors and titles."""
+        if self.metric:
+            return f"metric {self.metric!r}" + (f" of kernels matching {self.kernel!r}"
+                                                if self.kernel else "")
+        if self.nvtx:
+            return f"NVTX range {self.nvtx!r}"
+        return f"kernels matching {self.kernel!r}"
+
+    def to_json(self) -> JsonDict:
+        return {"kind": self.kind, "kernel": self.kernel, "nvtx": self.nvtx,
+                "metric": self.metric}
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One run of the series: its sample's spread (None: the run has no such launch), its drift
+    from the run before it (fields that differ or are known on one side only) and the change
+    from the run before it, measured over both runs' launches as `diff` measures one run per
+    side."""
+
+    index: int
+    run: RunRecord
+    label: str | None  # the label the selector named the run by
+    spread: Spread | None
+    unit: str | None
+    drift: tuple[DriftItem, ...]
+    change: Noise | None
+
+    @property
+    def boundary(self) -> str | None:
+        """'invalid' or 'caution' where a field known in both runs differs at that severity."""
+        found = [VERDICT_OF[i.severity] for i in self.drift
+                 if i.state == "different" and i.severity in BOUNDARY_SEVERITIES]
+        return "invalid" if "invalid" in found else found[0] if found else None
+
+    @property
+    def boundary_items(self) -> tuple[DriftItem, ...]:
+        return tuple(i for i in self.drift
+                     if i.state == "different" and i.severity in BOUNDARY_SEVERITIES)
+
+    @property
+    def commit(self) -> str | None:
+        git = self.run.capture.git if self.run.capture is not None else None
+        return git.commit if git is not None else None
+
+    @property
+    def dirty(self) -> bool | None:
+        git = self.run.capture.git if self.run.capture is not None else None
+        return git.dirty if git is not None else None
+
+    def to_json(self) -> JsonDict:
+        return {"index": self.index, "run": self.run.id, "label": self.label,
+                "labels": list(self.run.labels), "created": self.run.created,
+                "archived": self.run.archived, "tool": self.run.tool,
+                "tool_version": self.run.tool_version, "gpu": self.run.gpu_name,
+                "commit": self.commit, "dirty": self.dirty,
+                "value": self.spread.median if self.spread else None, "unit": self.unit,
+                "spread": self.spread.to_json() if self.spread else None,
+                "boundary": self.boundary, "drift": [i.to_json() for i in self.drift],
+                "change": self.change.to_json() if self.change else None}
+
+
+@dataclass(frozen=True)
+class HistoryStep:
+    """A step change: the level from run `at` on against the level before it, `noise` at the
+    method's confidence (one value per run); `boundary` is the caution boundary it falls on."""
+
+    at: int
+    start: int
+    end: int
+    noise: Noise
+    boundary: str | None
+
+    def to_json(self) -> JsonDict:
+        return {"at": self.at, "before": [self.start, self.at], "after": [self.at, self.end],
+                "change_pct": self.noise.change_pct, "ci_pct": list(self.noise.ci_pct or ()),
+                "confidence": self.noise.confidence, "boundary": self.boundary,
+                "noise": self.noise.to_json()}
+
+
+@dataclass(frozen=True)
+class HistoryResult:
+    """A series of runs and what they show: points in capture order, the segments between
+    invalidating boundaries, and the steps found within them."""
+
+    selector: str
+    measure: Measure
+    points: tuple[HistoryPoint, ...]
+    segments: tuple[tuple[int, int], ...]
+    steps: tuple[HistoryStep, ...]
+    min_step_pct: float = step_method.MIN_STEP_PCT
+
+    def to_json(self) -> JsonDict:
+        """The `history --json` document (schemas/history.schema.json)."""
+        return {"format": HISTORY_FORMAT, "selector": self.selector,
+                "measure": self.measure.to_json(), "order": ORDER,
+                "method": {"steps": step_method.METHOD,
+                           "confidence": step_method.STEP_CONFIDENCE,
+                           "permutations": step_method.PERMUTATIONS,
+                           "min_step_pct": self.min_step_pct,
+                           "value": "median over the run's launches",
+                           "boundaries": list(BOUNDARY_SEVERITIES),
+                           "split_at": INVALIDATES},
+                "points": [p.to_json() for p in self.points],
+                "segments": [list(s) for s in self.segments],
+                "steps": [s.to_json() for s in self.steps]}
+
+
+# -- the series ----------------------------------------------------------------------------------
+
+
+def _moment(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
+def _seconds(text: str | None) -> tuple[bool, float]:
+    """A time as a sort key: unknown times last."""
+    moment = _moment(text)
+    return (moment is None, moment.timestamp() if moment else 0.0)
+
+
+def _capture_order(records: Sequence[RunRecord]) -> list[RunRecord]:
+    """Created (else archived), then archived, then the selector's order (a stable sort)."""
+    return sorted(records, key=lambda r: (_seconds(r.created or r.archived),
+                                          _seconds(r.archived)))
+
+
+def workload_runs(store: Store, ref: str) -> list[str]:
+    """Every run of the tool and workload of the run `ref` names. The catalog says which runs'
+    command lines name the program; only those manifests are read, to compare workloads."""
+    seed = RunData(store, resolve(store, ref)).record
+    wanted = workload(seed)
+    if wanted.program is None:
+        raise UsageError(f"run {seed.id[:12]} recorded no command or application: it names no "
+                         "workload; give the runs (a label glob or RUN,RUN,...) instead")
+    word = re.split(r"[\\/]", wanted.program.split()[-1])[-1]
+    table = catalog.scan_unordered(store, ["id", "tool", "command"]).table
+    ids = [run_id for run_id, tool, command in zip(*(table.column(c).to_pylist() for c in
+                                                     ("id", "tool", "command")), strict=True)
+           if tool == seed.tool and command and word in command]
+    found = []
+    for run_id in ids:
+        record = RunData(store, run_id).record if run_id != seed.id else seed
+        mine = workload(record)
+        if (mine.program, mine.arguments) == (wanted.program, wanted.arguments):
+            found.append(run_id)
+    return found
+
+
+def _label_named(record: RunRecord, parts: Sequence[str]) -> str | None:
+    """The label a selector part names this run by (itself, or one its glob matches)."""
+    import fnmatch
+
+    for part in parts:
+        for name in record.labels:
+            if name == part or fnmatch.fnmatchcase(name, part):
+                return name
+    return None
+
+
+# -- one run's sample ----------------------------------------------------------------------------
+
+
+def _matching(column: pa.ChunkedArray, keep) -> pa.Array:
+    """A boolean mask of a dictionary column's rows whose word `keep` accepts (each distinct
+    word tested once)."""
+    column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if not pa.types.is_dictionary(column.type):
+        return pa.array([v is not None and keep(v) for v in column.to_pylist()], pa.bool_())
+    wanted = [i for i, word in enumerate(column.dictionary.to_pylist()) if keep(word)]
+    return pc.fill_null(pc.is_in(column.indices, value_set=pa.array(wanted, column.indices.type)),
+                        False)
+
+
+def _kernel_sample(run: RunData, pattern: re.Pattern[str] | None) -> Sample | None:
+    if run.tool == "ncu":
+        from triage.compare.ncu_diff import kernel_rows
+
+        return sample_of([r["duration_ns"] for r in kernel_rows(run)
+                          if pattern is None or pattern.search(r["name"] or "")])
+    table = run.table("kernels", columns=["name", "duration_ns"], dictionary=("name",))
+    if table is None or table.num_rows == 0:
+        return None
+    if pattern is not None:
+        table = table.filter(_matching(table.column("name"), pattern.search))
+    return array_sample(table.column("duration_ns").combine_chunks())
+
+
+def _nvtx_sample(run: RunData, text: str) -> Sample | None:
+    table = run.table("nvtx_ranges", columns=["text", "duration_ns"], dictionary=("text",))
+    if table is None or table.num_rows == 0:
+        return None
+    table = table.filter(_matching(table.column("text"), lambda word: word == text))
+    return array_sample(table.column("duration_ns").combine_chunks())
+
+
+def _metric_sample(run: RunData, name: str, pattern: re.Pattern[str] | None
+                   ) -> tuple[Sample | None, str | None]:
+    """The metric's value over the launches of the matching kernels, and its unit."""
+    launches = run.kernels
+    if pattern is not None:
+        launches = launches.filter(_matching(launches.column("name"), pattern.search))
+    wanted = set(zip(launches.column("report_index").to_pylist(),
+                     launches.column("kernel_index").to_pylist(), strict=True))
+    columns = ["report_index", "kernel_index", "name", "unit", "value"]
+    table = run.rows_for("metrics", [k for _r, k in wanted], columns)
+    table = table.filter(pc.fill_null(pc.equal(table.column("name"), name), False))
+    values, unit = [], None
+    for report, kernel, _name, found_unit, value in zip(
+            *(table.column(c).to_pylist() for c in columns), strict=True):
+        if (report, kernel) in wanted and value is not None:
+            values.append(value)
+            unit = unit or found_unit
+    return sample_of(values), unit
+
+
+def run_sample(run: RunData, measure: Measure) -> tuple[Sample | None, str | None]:
+    """The run's sample of the measure and its unit (durations: ns)."""
+    pattern = re.compile(measure.kernel) if measure.kernel else None
+    if measure.metric:
+        return _metric_sample(run, measure.metric, pattern)
+    if measure.nvtx:
+        return _nvtx_sample(run, measure.nvtx), "ns"
+    return _kernel_sample(run, pattern), "ns"
+
+
+def _check_measure(measure: Measure, records: Sequence[RunRecord]) -> None:
+    if not (measure.kernel or measure.nvtx or measure.metric):
+        raise UsageError("history follows one thing: give --kernel REGEX, --nvtx NAME or "
+                         "--metric NAME")
+    if measure.nvtx and (measure.kernel or measure.metric):
+        raise UsageError("--nvtx follows an NVTX range; --kernel and --metric follow kernels: "
+                         "give one of them")
+    if measure.kernel:
+        try:
+            re.compile(measure.kernel)
+        except re.error as exc:
+            raise UsageError(f"--kernel {measure.kernel!r} is not a regular expression "
+                             f"({exc})") from None
+    others = sorted({r.tool for r in records} - {"ncu"})
+    if measure.metric and others:
+        raise UsageError(f"--metric follows an ncu metric; the series holds {others[0]} runs")
+    if measure.nvtx and "ncu" in {r.tool for r in records}:
+        raise UsageError("--nvtx follows an NVTX range of nsys runs; the series holds ncu runs")
+
+
+# -- drift and steps -------------------------------------------------------------------------------
+
+
+def _drift(previous: RunRecord | None, record: RunRecord) -> tuple[DriftItem, ...]:
+    """What differs from the run before (known on both sides), or is known on one side only."""
+    if previous is None:
+        return ()
+    return tuple(i for i in grade(previous, record)
+                 if i.state == "different" or i.state == UNKNOWN)
+
+
+def _segments(points: Sequence[HistoryPoint]) -> list[tuple[int, int]]:
+    cuts = [p.index for p in points if p.boundary == "invalid"]
+    bounds = [0, *cuts, len(points)]
+    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False) if hi > lo]
+
+
+def _steps(points: Sequence[HistoryPoint], segments: Sequence[tuple[int, int]],
+           min_pct: float) -> list[HistoryStep]:
+    """Steps within each segment, over the runs that have a value (indexes back to runs)."""
+    found = []
+    for lo, hi in segments:
+        known = [p for p in points[lo:hi] if p.spread is not None]
+        values = [p.spread.median for p in known if p.spread is not None]
+        for step in step_method.detect_steps(values, min_pct):
+            at = known[step.at].index
+            found.append(HistoryStep(at, known[step.start].index, known[step.end - 1].index + 1,
+                                     step.noise, points[at].boundary))
+    return found
+
+
+def history(store: Store, selector: str, measure: Measure, workload_of: bool = False,
+            min_step_pct: float = step_method.MIN_STEP_PCT) -> HistoryResult:
+    """The series SELECTOR names, each run's sample of `measure`, boundaries and steps."""
+    ids = workload_runs(store, selector) if workload_of else side_refs(store, selector)
+    runs = [RunData(store, run_id) for run_id in ids]
+    records = _capture_order([r.record for r in runs])
+    _check_measure(measure, records)
+    by_id = {r.id: r for r in runs}
+    parts = [p.strip() for p in selector.split(",")]
+    points: list[HistoryPoint] = []
+    previous: tuple[RunRecord, Sample | None] | None = None
+    for index, record in enumerate(records):
+        sample, unit = run_sample(by_id[record.id], measure)
+        change = compare(previous[1], sample, LAUNCHES) if previous and previous[1] and sample \
+            else None
+        points.append(HistoryPoint(index, record, _label_named(record, parts),
+                                   sample.spread if sample else None, unit,
+                                   _drift(previous[0] if previous else None, record), change))
+        previous = (record, sample)
+    if not any(p.spread for p in points):
+        raise TriageError(f"no run of {selector!r} has {measure.describe()}; `triage top RUN` "
+                          "lists a run's kernels and NVTX ranges")
+    segments = _segments(points)
+    return HistoryResult(selector, measure, tuple(points), tuple(segments),
+                         tuple(_steps(points, segments, min_step_pct)), min_step_pct)
+

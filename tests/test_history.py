@@ -1,0 +1,221 @@
+"""`triage history` over real nsys captures of tests/programs/nvtx_steps.c made here.
+
+The series: 8 `triage capture`s of one command line in a git repository, labelled h/1..h/8, in
+turn. Runs 1-4 are built from commit A (the program as it is); runs 5-8 from commit B, whose
+"forward" spins twice as long (a slow-down brought by a commit, not by the command line: the
+workload is the same in every run). "backward" is the same in every run.
+
+Why nothing here depends on timing luck: a run's value is the median of its 40 launches, which
+preemption on a loaded 2-core machine moves only if it hits more than 20 of them. Forward goes
+from 200 us to 400 us, so every run after the step is above every run before it, which is all
+the step test needs (4 runs a side at 95%). An unchanged range shows no step unless its runs'
+medians drift apart by 5% (--min-step), 10 us on a 400 us spin.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from helpers import checked_schema
+from triage.archive import catalog
+from triage.archive.runs import resolve
+from triage.archive.store import Store
+from triage.errors import CaptureFailed
+
+RUNS, SLOW_FROM = 8, 5  # runs h/5..h/8 are slower
+COMMAND = ["nsys", "profile", "--trace=nvtx,osrt", "--sample=none", "--cpuctxsw=none",
+           "--force-overwrite", "true", "-o", "step", "./nvtx_steps", "40", "200", "400"]
+
+
+def _git(work: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=work, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def _commit(work: Path, source: str, message: str) -> str:
+    """Commit the program's source and build it (the binary and reports are ignored)."""
+    from nvtx_capture import build_program
+
+    (work / "steps.c").write_text(source)
+    _git(work, "add", "steps.c", ".gitignore")
+    _git(work, "commit", "-qm", message)
+    build_program(work, work / "steps.c")
+    return _git(work, "rev-parse", "HEAD")
+
+
+def _capture(store: Path, work: Path, label: str) -> None:
+    """One capture, tried up to three times (an nsys session started by another process at the
+    same moment can leave no report: the attempt is recorded, the label moves on)."""
+    from triage.archive.captured import capture
+    from triage.capture.session import CaptureRequest
+
+    for attempt in range(3):
+        try:
+            capture(CaptureRequest(COMMAND, store=str(store), label=label, cwd=work),
+                    on_output=lambda _line: None, on_warning=lambda _w: None)
+            return
+        except CaptureFailed:
+            if attempt == 2:
+                raise
+
+
+@pytest.fixture(scope="module")
+def series(nvtx_program, nsys_exe, tmp_path_factory) -> dict:
+    """The store of h/1..h/8 and the commits of the two halves."""
+    from nvtx_capture import SOURCE
+
+    root = tmp_path_factory.mktemp("history")
+    work, store = root / "work", root / "store"
+    work.mkdir()
+    _git(work, "init", "-q")
+    _git(work, "config", "user.email", "t@example.com")
+    _git(work, "config", "user.name", "t")
+    (work / ".gitignore").write_text("nvtx_steps\n*.nsys-rep\n*.qdstrm\n")
+    source = SOURCE.read_text()
+    assert source.count("spin(forward);") == 1
+    commits = [_commit(work, source, "A")]
+    for i in range(1, RUNS + 1):
+        if i == SLOW_FROM:
+            commits.append(_commit(work, source.replace("spin(forward);", "spin(2 * forward);"),
+                                   "B: forward twice as long"))
+        _capture(store, work, f"h/{i}")
+    return {"store": store, "commits": commits}
+
+
+def history_json(triage, store: Path, *args: str) -> dict:
+    return json.loads(triage("history", "h/*", *args, "--json", "--store", store).stdout)
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict:
+    return checked_schema("history.schema.json")
+
+
+def fake(series: dict, tmp_path: Path, changes: dict) -> Path:
+    """A copy of the store in which each labelled run's manifest is changed by its function in
+    `changes` (a new run: an id is its manifest's hash), its label moved to it. The reports are
+    not touched."""
+    copy = tmp_path / "store"
+    shutil.copytree(series["store"], copy)
+    store = Store.open(copy)
+    for label, change in changes.items():
+        old = resolve(store, label)
+        manifest = store.read_manifest(old)
+        change(manifest)
+        new = store.write_manifest(manifest)
+        annotations = store.annotate(new, store.read_annotations(old)["archived"], None)
+        catalog.add_rows(store, [catalog.catalog_row(store, new, manifest, annotations)])
+        store.set_label(label, new)
+    return copy
+
+
+def steps_of(doc: dict) -> list[tuple[int, float, list[float]]]:
+    return [(s["at"], s["change_pct"], s["ci_pct"]) for s in doc["steps"]]
+
+
+def test_the_slow_down_is_one_step_at_the_fifth_run(triage, series, schema):
+    doc = history_json(triage, series["store"], "--nvtx", "forward")
+    jsonschema.validate(doc, schema)
+    points = doc["points"]
+    assert [p["label"] for p in points] == [f"h/{i}" for i in range(1, RUNS + 1)]
+    assert [p["index"] for p in points] == list(range(RUNS))
+    assert all(p["spread"]["n"] == 40 and p["unit"] == "ns" for p in points)
+    first, second = series["commits"]
+    assert [p["commit"] for p in points] == [first] * 4 + [second] * 4
+    assert not any(p["dirty"] for p in points)
+    assert [p["boundary"] for p in points] == [None] * RUNS  # one workload, one machine
+    [(at, change, ci)] = steps_of(doc)
+    assert at == SLOW_FROM - 1 and 80 < change < 120 and ci[0] > 50  # twice as long: +100%
+    assert doc["segments"] == [[0, RUNS]] and doc["order"] == "capture_time"
+    assert doc["method"]["steps"].startswith("pettitt") and doc["method"]["confidence"] == 0.95
+    slower = points[SLOW_FROM - 1]["change"]
+    assert slower["significance"] == "significant" and slower["ci_pct"][0] > 50
+    text = triage("history", "h/*", "--nvtx", "forward", "--store", series["store"]).stdout
+    step = next(line.strip() for line in text.splitlines() if line.strip().startswith("step at"))
+    assert step.startswith("step at run 5 (h/5): +") and "(4 runs before, 4 from it on)" in step
+    assert "Pettitt" in text and first[:10] in text and second[:10] in text
+
+
+def test_an_unchanged_range_shows_no_step(triage, series, schema):
+    doc = history_json(triage, series["store"], "--nvtx", "backward")
+    jsonschema.validate(doc, schema)
+    assert len(doc["points"]) == RUNS and doc["steps"] == []
+    text = triage("history", "h/*", "--nvtx", "backward", "--store", series["store"]).stdout
+    assert "no step: every run is at one level within noise" in text
+
+
+def test_a_different_profiler_version_is_a_caution_boundary(triage, series, schema, tmp_path):
+    """h/3 recorded by another nsys: boundaries where it starts and ends; caution does not split
+    the series, so the step at run 5 is still found."""
+    def newer(manifest: dict) -> None:
+        manifest["tool_version"] = "2024.1.1.59"
+    store = fake(series, tmp_path, {"h/3": newer})
+    doc = history_json(triage, store, "--nvtx", "forward")
+    jsonschema.validate(doc, schema)
+    assert [p["boundary"] for p in doc["points"]] == [None, None, "caution", "caution"] + \
+        [None] * 4
+    item = next(i for i in doc["points"][2]["drift"] if i["field"] == "tool_version")
+    assert (item["a"], item["b"], item["severity"]) == ("2022.4.2.1", "2024.1.1.59", "caution")
+    assert [s["at"] for s in doc["steps"]] == [SLOW_FROM - 1] and doc["segments"] == [[0, RUNS]]
+    text = triage("history", "h/*", "--nvtx", "forward", "--store", store).stdout
+    assert "run 3 (h/3): caution: tool_version 2022.4.2.1 -> 2024.1.1.59" in text
+    assert "run 4 (h/4): caution: tool_version 2024.1.1.59 -> 2022.4.2.1" in text
+
+
+def test_another_gpu_splits_the_series_and_no_step_is_claimed_across_it(triage, series, schema,
+                                                                         tmp_path):
+    """h/1-4 recorded on one GPU, h/5-8 on another: an invalidating boundary at run 5, two
+    segments, and the level change there is not called a step (the numbers are not
+    comparable)."""
+    def on(name: str):
+        def change(manifest: dict) -> None:
+            manifest["environment"]["gpus"] = [{"name": name, "sm_count": 108}]
+        return change
+    store = fake(series, tmp_path, {f"h/{i}": on("NVIDIA A100-SXM4-80GB" if i < SLOW_FROM
+                                               else "NVIDIA H100 80GB HBM3")
+                                    for i in range(1, RUNS + 1)})
+    doc = history_json(triage, store, "--nvtx", "forward")
+    jsonschema.validate(doc, schema)
+    assert [p["boundary"] for p in doc["points"]] == [None] * 4 + ["invalid"] + [None] * 3
+    assert doc["points"][4]["gpu"] == "NVIDIA H100 80GB HBM3"
+    assert doc["segments"] == [[0, 4], [4, RUNS]] and doc["steps"] == []
+    text = triage("history", "h/*", "--nvtx", "forward", "--store", store).stdout
+    assert "run 5 (h/5): INVALID: gpu.name NVIDIA [A100-SXM4-80GB → H100 80GB HBM3]" in text
+    assert "no step within any of the 2 segments" in text
+
+
+def test_every_run_of_one_workload(triage, series):
+    doc = json.loads(triage("history", "h/1", "--workload", "--nvtx", "forward", "--json",
+                            "--store", series["store"]).stdout)
+    assert len(doc["points"]) == RUNS and [s["at"] for s in doc["steps"]] == [SLOW_FROM - 1]
+
+
+def test_markdown_has_a_row_per_run(triage, series):
+    text = triage("history", "h/*", "--nvtx", "forward", "--format", "md", "--store",
+                  series["store"]).stdout
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "h/" in line]
+    assert len(rows) == RUNS and "- step at run 5 (h/5): +" in text
+
+
+def test_bad_selectors_and_measures_are_one_line(triage, series):
+    store = series["store"]
+    cases = [(["h/*"], 2, "give --kernel REGEX, --nvtx NAME or --metric NAME"),
+             (["h/*", "--metric", "sm__throughput.avg"], 2, "the series holds nsys runs"),
+             (["h/*", "--kernel", "("], 2, "is not a regular expression"),
+             (["h/*", "--nvtx", "nope"], 1, "no run of 'h/*' has NVTX range 'nope'"),
+             (["nothing/*", "--nvtx", "forward"], 1, "no label matches 'nothing/*'")]
+    for args, code, message in cases:
+        result = triage("history", *args, "--store", store, expect=code)
+        assert message in result.output and len(result.output.strip().splitlines()) == 1, result
+
+
+def test_the_schema_shares_the_diff_definitions(schema):
+    diff = checked_schema("diff.schema.json")
+    for name in ("run_id", "spread", "noise", "number", "names", "drift_item", "tool"):
+        assert schema["$defs"][name] == diff["$defs"][name], name
