@@ -15,14 +15,18 @@ medians drift apart by 5% (--min-step), 10 us on a 400 us spin.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
+from html import escape as html_escape
+from html import unescape as html_unescape
 from pathlib import Path
 
 import jsonschema
 import pytest
 
 from helpers import checked_schema
+from test_report import MEASURE_LAYOUT, assert_self_contained, chromium
 from triage.archive import catalog
 from triage.archive.runs import resolve
 from triage.archive.store import Store
@@ -115,6 +119,23 @@ def fake(series: dict, tmp_path: Path, changes: dict) -> Path:
     return copy
 
 
+def newer_nsys(manifest: dict) -> None:
+    manifest["tool_version"] = "2024.1.1.59"
+
+
+def on_gpu(name: str):
+    def change(manifest: dict) -> None:
+        manifest["environment"]["gpus"] = [{"name": name, "sm_count": 108}]
+    return change
+
+
+def two_gpus(series: dict, tmp_path: Path) -> Path:
+    """h/1-4 recorded on one GPU, h/5-8 on another."""
+    return fake(series, tmp_path, {f"h/{i}": on_gpu("NVIDIA A100-SXM4-80GB" if i < SLOW_FROM
+                                                    else "NVIDIA H100 80GB HBM3")
+                                   for i in range(1, RUNS + 1)})
+
+
 def steps_of(doc: dict) -> list[tuple[int, float, list[float]]]:
     return [(s["at"], s["change_pct"], s["ci_pct"]) for s in doc["steps"]]
 
@@ -153,9 +174,7 @@ def test_an_unchanged_range_shows_no_step(triage, series, schema):
 def test_a_different_profiler_version_is_a_caution_boundary(triage, series, schema, tmp_path):
     """h/3 recorded by another nsys: boundaries where it starts and ends; caution does not split
     the series, so the step at run 5 is still found."""
-    def newer(manifest: dict) -> None:
-        manifest["tool_version"] = "2024.1.1.59"
-    store = fake(series, tmp_path, {"h/3": newer})
+    store = fake(series, tmp_path, {"h/3": newer_nsys})
     doc = history_json(triage, store, "--nvtx", "forward")
     jsonschema.validate(doc, schema)
     assert [p["boundary"] for p in doc["points"]] == [None, None, "caution", "caution"] + \
@@ -173,13 +192,7 @@ def test_another_gpu_splits_the_series_and_no_step_is_claimed_across_it(triage, 
     """h/1-4 recorded on one GPU, h/5-8 on another: an invalidating boundary at run 5, two
     segments, and the level change there is not called a step (the numbers are not
     comparable)."""
-    def on(name: str):
-        def change(manifest: dict) -> None:
-            manifest["environment"]["gpus"] = [{"name": name, "sm_count": 108}]
-        return change
-    store = fake(series, tmp_path, {f"h/{i}": on("NVIDIA A100-SXM4-80GB" if i < SLOW_FROM
-                                               else "NVIDIA H100 80GB HBM3")
-                                    for i in range(1, RUNS + 1)})
+    store = two_gpus(series, tmp_path)
     doc = history_json(triage, store, "--nvtx", "forward")
     jsonschema.validate(doc, schema)
     assert [p["boundary"] for p in doc["points"]] == [None] * 4 + ["invalid"] + [None] * 3
@@ -219,3 +232,69 @@ def test_the_schema_shares_the_diff_definitions(schema):
     diff = checked_schema("diff.schema.json")
     for name in ("run_id", "spread", "noise", "number", "names", "drift_item", "tool"):
         assert schema["$defs"][name] == diff["$defs"][name], name
+
+
+# Runs in a page beside the history pages (theirs forbid scripts): per page, the chart's points
+# (x), spread bars, boundary markers (kind, x) and steps (x).
+MEASURE_CHART = """
+addEventListener("load", () => {
+  const found = [];
+  for (const frame of document.querySelectorAll("iframe")) {
+    const svg = frame.contentDocument.querySelector("svg.chart");
+    const x = (nodes, at) => Array.from(nodes).map(n => parseFloat(n.getAttribute(at)));
+    found.push({frame: frame.name, scripts: frame.contentDocument.scripts.length,
+                points: x(svg.querySelectorAll("circle.point"), "cx"),
+                spreads: svg.querySelectorAll("line.spread").length,
+                boundaries: Array.from(svg.querySelectorAll("line.boundary")).map(
+                  l => [l.classList[1], parseFloat(l.getAttribute("x1"))]),
+                steps: x(svg.querySelectorAll("g.step line"), "x1")});
+  }
+  const out = document.createElement("pre");
+  out.id = "chart";
+  out.textContent = JSON.stringify(found);
+  document.body.append(out);
+});
+"""
+
+
+def before(points: list[float], x: float) -> int:
+    """The run (1-based) a marker at `x` stands before."""
+    return next(i + 1 for i, p in enumerate(points) if p > x)
+
+
+def test_html_page_in_chromium(triage, series, tmp_path):
+    """The page of the series with a profiler change at run 3 and of the series on two GPUs,
+    each at 1400 and 800 px in one Chromium start: one point and one spread bar per run, a
+    boundary marker between the runs where the record changes (amber for the profiler, red for
+    the GPU), a step marker between runs 4 and 5 only where a step is named; nothing wider than
+    its box; no script, nothing loaded from anywhere."""
+    pages = {"profiler": fake(series, tmp_path / "profiler", {"h/3": newer_nsys}),
+             "gpu": two_gpus(series, tmp_path / "gpu")}
+    frames = []
+    for name, store in pages.items():
+        out = tmp_path / f"{name}.html"
+        triage("history", "h/*", "--nvtx", "forward", "--html", out, "--store", store)
+        html = out.read_text(encoding="utf-8")
+        assert_self_contained(html)
+        frames += [f'<iframe name="{name} @ {width} px" width="{width}" height="900" '
+                   f'srcdoc="{html_escape(html)}"></iframe>' for width in (1400, 800)]
+    page = tmp_path / "history.html"
+    page.write_text(f"<!DOCTYPE html><html><body>{''.join(frames)}<script>{MEASURE_LAYOUT}"
+                    f"</script><script>{MEASURE_CHART}</script></body></html>", encoding="utf-8")
+    dom = chromium(page, tmp_path, "--disable-quic", "--window-size=1400,900", "--dump-dom")
+    found = {tag: json.loads(html_unescape(re.search(rf'<pre id="{tag}">(.*?)</pre>', dom.stdout,
+                                                     re.S).group(1)))
+             for tag in ("layout", "chart")}
+    assert [(f["frame"], f["over"]) for f in found["layout"] if f["over"]] == []
+    assert len(found["chart"]) == 4
+    for chart in found["chart"]:
+        points = chart["points"]
+        assert len(points) == RUNS == chart["spreads"] and points == sorted(points)
+        assert chart["scripts"] == 0
+
+        marks = [(kind, before(points, x)) for kind, x in chart["boundaries"]]
+        steps = [before(points, x) for x in chart["steps"]]
+        if chart["frame"].startswith("profiler"):
+            assert marks == [("caution", 3), ("caution", 4)] and steps == [SLOW_FROM]
+        else:
+            assert marks == [("invalid", SLOW_FROM)] and steps == []

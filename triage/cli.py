@@ -803,13 +803,15 @@ def explain(run, kernel, as_json, store):
               type=click.FloatRange(min=0), metavar="PCT",
               help="Smallest step named, in % of the level before it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the history as JSON.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "md"]), default=None,
-              help="Output format (md: GitHub Markdown).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "md", "html"]), default=None,
+              help="Output format (md: GitHub Markdown; html: a page with a trend chart).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
-              help="Write to this file (the suffix .json, .md picks the format).")
+              help="Write to this file (the suffix .json, .md, .html picks the format).")
+@click.option("--html", "html_file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write the HTML page to FILE (same as --format html -o FILE).")
 @store_option
 def history(selector, kernel, nvtx, metric, workload_of, min_step, as_json, fmt, output,
-            store):
+            html_file, store):
     """One kernel, NVTX range or ncu metric across a series of runs, one row per run in
     capture order (report creation time, then archive time): its median over the run's
     launches with n, IQR and min..max, the commit, and the drift from the run before.
@@ -826,14 +828,23 @@ def history(selector, kernel, nvtx, metric, workload_of, min_step, as_json, fmt,
     from triage.compare.history import Measure
     from triage.compare.history import history as history_of
 
+    if html_file:
+        if output or as_json or fmt not in (None, "html"):
+            raise UsageError("--html FILE writes the page; give it alone, or --format and -o")
+        fmt, output = "html", html_file
     if as_json and fmt not in (None, "json"):
         raise UsageError(f"--json and --format {fmt} ask for two formats; give one")
     suffix = output.rsplit(".", 1)[-1].lower() if output and "." in output else ""
-    fmt = "json" if as_json else (fmt or {"json": "json", "md": "md"}.get(suffix, "text"))
+    fmt = "json" if as_json else (fmt or {"json": "json", "md": "md", "html": "html",
+                                          "htm": "html"}.get(suffix, "text"))
     result = history_of(Store.open(store), selector, Measure(kernel, nvtx, metric),
                         workload_of=workload_of, min_step_pct=min_step)
     if fmt == "json":
         text = textview.to_json(result.to_json())
+    elif fmt == "html":
+        from triage.historypage import render_history_html
+
+        text = render_history_html(result)
     else:
         from triage.historyview import render_history, render_history_markdown
 

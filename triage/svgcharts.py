@@ -317,3 +317,100 @@ def short_kernel(name: str) -> str:
             name = name[:i]
             break
     return name.removeprefix("void ").strip() or name
+
+
+# -- a history's trend -------------------------------------------------------------------------
+
+TREND_W, TREND_H = 960, 320
+TREND_LEFT, TREND_RIGHT, TREND_TOP, TREND_BOTTOM = 78, 16, 44, 46
+BOUNDARY_COLORS = {"invalid": "#cf222e", "caution": "#d4a72c"}
+
+
+def _nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """About `count` round values spanning low..high (1, 2 or 5 times a power of ten apart)."""
+    span = high - low or abs(high) or 1.0
+    raw = span / count
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    first = math.ceil(low / step) * step
+    return [first + i * step for i in range(int((high - first) / step) + 1)]
+
+
+def trend_chart(title: str, runs: Sequence[str], values: Sequence[tuple | None],
+                boundaries: Sequence[tuple[int, str, str]], steps: Sequence[tuple[int, str]],
+                fmt: Callable[[float], str]) -> str:
+    """One point per run at its median with a bar over its spread (`values`: (median, low,
+    high), None where the run has no value), joined within segments; a dashed vertical marker
+    before each run that is a boundary ((index, 'invalid'|'caution', what differs)) and a solid
+    one before each step ((index, its change)). Runs are numbered 1..N on the x axis."""
+    known = [v for v in values if v is not None]
+    low = min(v[1] for v in known) if known else 0.0
+    high = max(v[2] for v in known) if known else 1.0
+    pad = (high - low) * 0.08 or abs(high) * 0.05 or 1.0
+    ticks = _nice_ticks(low - pad, high + pad)
+    bottom_value, top_value = min(ticks[0], low - pad), max(ticks[-1], high + pad)
+    plot_w = TREND_W - TREND_LEFT - TREND_RIGHT
+    plot_h = TREND_H - TREND_TOP - TREND_BOTTOM
+    gap = plot_w / max(len(runs), 1)
+
+    def x(index: float) -> float:
+        return TREND_LEFT + gap * (index + 0.5)
+
+    def y(value: float) -> float:
+        return TREND_TOP + plot_h * (1 - (value - bottom_value) / (top_value - bottom_value))
+
+    body = [_text(0, 16, clip(title, TREND_W // 7), title, style="font-weight:600;font-size:13px"),
+            f'<rect x="{TREND_LEFT}" y="{TREND_TOP}" width="{plot_w}" height="{plot_h}" '
+            f'fill="none" stroke="#d0d7de"/>']
+    for tick in ticks:
+        body.append(f'<line x1="{TREND_LEFT}" y1="{y(tick):.1f}" x2="{TREND_LEFT + plot_w}" '
+                    f'y2="{y(tick):.1f}" stroke="#eaeef2"/>')
+        body.append(_text(TREND_LEFT - 6, y(tick) + 4, fmt(tick), anchor="end",
+                          style="fill:#57606a;font-size:10px"))
+    every = max(1, math.ceil(len(runs) / 30))  # at most 30 run numbers on the axis
+    for i, name in enumerate(runs):
+        if i % every == 0 or i == len(runs) - 1:
+            body.append(_text(x(i), TREND_TOP + plot_h + 14, str(i + 1), name, anchor="middle",
+                              style="fill:#57606a;font-size:10px"))
+    body.append(_text(TREND_LEFT + plot_w / 2, TREND_H - 8, "run (capture order)",
+                      anchor="middle", style="fill:#57606a;font-size:11px"))
+    for index, severity, what in boundaries:
+        edge = x(index - 0.5)
+        body.append(f'<line class="boundary {severity}" x1="{edge:.1f}" y1="{TREND_TOP}" '
+                    f'x2="{edge:.1f}" y2="{TREND_TOP + plot_h}" '
+                    f'stroke="{BOUNDARY_COLORS[severity]}" stroke-width="2" '
+                    f'stroke-dasharray="5,3"><title>{esc(what)}</title></line>')
+        body.append(_text(edge + 3, TREND_TOP - 4, clip(what, 24), what,
+                          style=f"fill:{BOUNDARY_COLORS[severity]};font-size:10px"))
+    for index, change in steps:
+        edge = x(index - 0.5)
+        body.append(f'<g class="step"><line x1="{edge:.1f}" y1="{TREND_TOP}" x2="{edge:.1f}" '
+                    f'y2="{TREND_TOP + plot_h}" stroke="#1f6feb" stroke-width="2"/>'
+                    + _text(edge + 3, TREND_TOP + 12, f"step {change}",
+                            style="fill:#1f6feb;font-size:11px;font-weight:600") + "</g>")
+    cuts = {index for index, severity, _what in boundaries if severity == "invalid"}
+    line: list[str] = []
+    for i, value in enumerate(values):
+        if i in cuts or value is None:
+            body += _polyline(line)
+            line = []
+        if value is not None:
+            line.append(f"{x(i):.1f},{y(value[0]):.1f}")
+    body += _polyline(line)
+    for i, value in enumerate(values):
+        if value is None:
+            continue
+        median, lo, hi = value
+        tip = f"{runs[i]}: {fmt(median)} ({fmt(lo)}..{fmt(hi)})"
+        body.append(f'<line class="spread" x1="{x(i):.1f}" y1="{y(lo):.1f}" x2="{x(i):.1f}" '
+                    f'y2="{y(hi):.1f}" stroke="#57606a" stroke-width="2"/>')
+        body.append(f'<circle class="point" cx="{x(i):.1f}" cy="{y(median):.1f}" r="4" '
+                    f'fill="#1f6feb"><title>{esc(tip)}</title></circle>')
+    return _svg(TREND_W, TREND_H, title, body)
+
+
+def _polyline(points: list[str]) -> list[str]:
+    if len(points) < 2:
+        return []
+    return [f'<polyline points="{" ".join(points)}" fill="none" stroke="#8c959f" '
+            f'stroke-width="1.5"/>']
