@@ -234,7 +234,8 @@ def _matching(column: pa.ChunkedArray, keep) -> pa.Array:
     word tested once)."""
     column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     if not pa.types.is_dictionary(column.type):
-        return pa.array([v is not None and keep(v) for v in column.to_pylist()], pa.bool_())
+        return pa.array([v is not None and bool(keep(v)) for v in column.to_pylist()],
+                        pa.bool_())
     wanted = [i for i, word in enumerate(column.dictionary.to_pylist()) if keep(word)]
     return pc.fill_null(pc.is_in(column.indices, value_set=pa.array(wanted, column.indices.type)),
                         False)
@@ -363,9 +364,14 @@ def history(store: Store, selector: str, measure: Measure, workload_of: bool = F
                                    _drift(previous[0] if previous else None, record), change))
         previous = (record, sample)
     if not any(p.spread for p in points):
-        raise TriageError(f"no run of {selector!r} has {measure.describe()}; `triage top RUN` "
-                          "lists a run's kernels and NVTX ranges")
+        raise TriageError(f"no run of {selector!r} has {measure.describe()}; {_listing(measure)}")
     segments = _segments(points)
     return HistoryResult(selector, measure, tuple(points), tuple(segments),
                          tuple(_steps(points, segments, min_step_pct)), min_step_pct)
 
+
+def _listing(measure: Measure) -> str:
+    """Where the names to follow are listed."""
+    if measure.metric:
+        return '`triage query "select distinct name from metrics"` lists the metrics'
+    return "`triage top RUN` lists a run's kernels and NVTX ranges"

@@ -298,3 +298,68 @@ def test_html_page_in_chromium(triage, series, tmp_path):
             assert marks == [("caution", 3), ("caution", 4)] and steps == [SLOW_FROM]
         else:
             assert marks == [("invalid", SLOW_FROM)] and steps == []
+
+
+MLP = [f"armleth__cuda-mlp-inference__mlp_{v}.ncu-rep"
+       for v in ("v1", "v2", "v3_loop_unroll", "v4_8_per_thread")]
+NSYS_PAIR = ["0x822a5b87__test-cuda__report1.sqlite", "0x822a5b87__test-cuda__report2.sqlite"]
+
+
+@pytest.fixture(scope="module")
+def corpus_store(tmp_path_factory) -> Path:
+    """The four versions of the corpus MLP kernel (ncu) as mlp/1..4, and an nsys pair as ns/1..2."""
+    from helpers import corpus_file
+    from triage.archive.ingest import archive_files
+
+    store = tmp_path_factory.mktemp("history-corpus") / "store"
+    for prefix, files in (("mlp", MLP), ("ns", NSYS_PAIR)):
+        for i, name in enumerate(files, 1):
+            archive_files(store, [str(corpus_file(name))], label=f"{prefix}/{i}")
+    return store
+
+
+def test_an_ncu_metric_and_a_kernel_of_corpus_runs(triage, corpus_store, schema):
+    """The ncu metric gpu__time_duration.sum of the MLP kernel across its four versions (what
+    `triage query` reads from the metrics table), and an nsys kernel's launches."""
+    doc = json.loads(triage("history", "mlp/*", "--kernel", "matrix", "--metric",
+                            "gpu__time_duration.sum", "--json", "--store", corpus_store).stdout)
+    jsonschema.validate(doc, schema)
+    stored = triage.json("query", "select m.value from metrics m join runs r using (run_id) "
+                         "where m.name = 'gpu__time_duration.sum' order by r.created",
+                         "--store", corpus_store)
+    assert [p["value"] for p in doc["points"]] == [row["value"] for row in stored]
+    assert [p["label"] for p in doc["points"]] == ["mlp/1", "mlp/2", "mlp/3", "mlp/4"]
+    assert all(p["unit"] == "ns" and p["spread"]["n"] == 1 for p in doc["points"])
+    assert doc["measure"] == {"kind": "metric", "kernel": "matrix", "nvtx": None,
+                              "metric": "gpu__time_duration.sum"}
+    nsys = json.loads(triage("history", "ns/*", "--kernel", ".", "--json", "--store",
+                             corpus_store).stdout)
+    jsonschema.validate(nsys, schema)
+    launches = triage.json("query", "select r.created, k.duration_ns from kernels k join runs r "
+                           "using (run_id) where r.tool = 'nsys'", "--store", corpus_store)
+    for point in nsys["points"]:
+        mine = sorted(row["duration_ns"] for row in launches if row["created"] ==
+                      point["created"])
+        assert point["spread"]["n"] == len(mine) and point["spread"]["max"] == mine[-1]
+    refused = triage("history", "mlp/*", "--metric", "nope", "--store", corpus_store, expect=1)
+    assert "`triage query \"select distinct name from metrics\"` lists the metrics" in \
+        refused.output
+
+
+def test_only_the_series_runs_and_tables_are_read(triage, corpus_store, monkeypatch):
+    """A history of ns/* opens the manifests of those two runs and their kernels tables alone,
+    not the MLP runs' beside them."""
+    from triage.compare.rundata import RunData
+
+    series = {resolve(Store.open(corpus_store), f"ns/{i}") for i in (1, 2)}
+    manifests, tables = [], []
+    real_manifest, real_parquet = Store.read_manifest, RunData.parquet
+    monkeypatch.setattr(Store, "read_manifest",
+                        lambda self, run_id: manifests.append(run_id) or
+                        real_manifest(self, run_id))
+    monkeypatch.setattr(RunData, "parquet",
+                        lambda self, name, dictionary=(): tables.append((self.id, name)) or
+                        real_parquet(self, name, dictionary))
+    triage("history", "ns/*", "--kernel", ".", "--store", corpus_store)
+    assert set(manifests) == series
+    assert sorted(tables) == sorted((run_id, "kernels") for run_id in series)
