@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -178,7 +178,7 @@ def _moment(text: str | None) -> datetime | None:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return moment if moment.tzinfo is not None else None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
 
 def _seconds(text: str | None) -> tuple[bool, float]:
@@ -193,25 +193,27 @@ def _capture_order(records: Sequence[RunRecord]) -> list[RunRecord]:
                                           _seconds(r.archived)))
 
 
-def workload_runs(store: Store, ref: str) -> list[str]:
-    """Every run of the tool and workload of the run `ref` names. The catalog says which runs'
-    command lines name the program; only those manifests are read, to compare workloads."""
-    seed = RunData(store, resolve(store, ref)).record
-    wanted = workload(seed)
+def workload_runs(store: Store, ref: str) -> list[RunData]:
+    """Every run of the tool and workload of the run `ref` names (failed captures left out: no
+    report, nothing to follow). The catalog says which runs' command lines name the program;
+    only those manifests are read, to compare workloads."""
+    seed = RunData(store, resolve(store, ref))
+    wanted = workload(seed.record)
     if wanted.program is None:
         raise UsageError(f"run {seed.id[:12]} recorded no command or application: it names no "
                          "workload; give the runs (a label glob or RUN,RUN,...) instead")
     word = re.split(r"[\\/]", wanted.program.split()[-1])[-1]
-    table = catalog.scan_unordered(store, ["id", "tool", "command"]).table
-    ids = [run_id for run_id, tool, command in zip(*(table.column(c).to_pylist() for c in
-                                                     ("id", "tool", "command")), strict=True)
-           if tool == seed.tool and command and word in command]
+    columns = ("id", "tool", "source", "command")
+    table = catalog.scan_unordered(store, list(columns)).table
     found = []
-    for run_id in ids:
-        record = RunData(store, run_id).record if run_id != seed.id else seed
-        mine = workload(record)
+    for run_id, tool, source, command in zip(*(table.column(c).to_pylist() for c in columns),
+                                             strict=True):
+        if tool != seed.tool or source == "capture-failed" or not command or word not in command:
+            continue
+        run = seed if run_id == seed.id else RunData(store, run_id)
+        mine = workload(run.record)
         if (mine.program, mine.arguments) == (wanted.program, wanted.arguments):
-            found.append(run_id)
+            found.append(run)
     return found
 
 
@@ -306,6 +308,11 @@ def _check_measure(measure: Measure, records: Sequence[RunRecord]) -> None:
         except re.error as exc:
             raise UsageError(f"--kernel {measure.kernel!r} is not a regular expression "
                              f"({exc})") from None
+    tools = sorted({r.tool for r in records})
+    if len(tools) > 1:
+        raise UsageError(f"the series holds {' and '.join(tools)} runs; a history follows one "
+                         "tool's measurements (ncu replays kernels with locked clocks, nsys "
+                         "times them live)")
     others = sorted({r.tool for r in records} - {"ncu"})
     if measure.metric and others:
         raise UsageError(f"--metric follows an ncu metric; the series holds {others[0]} runs")
@@ -347,8 +354,8 @@ def _steps(points: Sequence[HistoryPoint], segments: Sequence[tuple[int, int]],
 def history(store: Store, selector: str, measure: Measure, workload_of: bool = False,
             min_step_pct: float = step_method.MIN_STEP_PCT) -> HistoryResult:
     """The series SELECTOR names, each run's sample of `measure`, boundaries and steps."""
-    ids = workload_runs(store, selector) if workload_of else side_refs(store, selector)
-    runs = [RunData(store, run_id) for run_id in ids]
+    runs = workload_runs(store, selector) if workload_of else \
+        [RunData(store, run_id) for run_id in side_refs(store, selector)]
     records = _capture_order([r.record for r in runs])
     _check_measure(measure, records)
     by_id = {r.id: r for r in runs}

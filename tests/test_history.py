@@ -203,10 +203,25 @@ def test_another_gpu_splits_the_series_and_no_step_is_claimed_across_it(triage, 
     assert "no step within any of the 2 segments" in text
 
 
-def test_every_run_of_one_workload(triage, series):
+def test_every_run_of_one_workload(triage, series, tmp_path):
+    """--workload h/1: the 8 runs of its program and arguments, not a failed capture of the
+    same command (made here in a folder without the program: recorded, no report)."""
+    from triage.archive.captured import capture
+    from triage.capture.session import CaptureRequest
+
+    store = tmp_path / "store"
+    shutil.copytree(series["store"], store)
+    empty = tmp_path / "elsewhere"
+    empty.mkdir()
+    with pytest.raises(CaptureFailed):
+        capture(CaptureRequest(COMMAND, store=str(store), cwd=empty),
+                on_output=lambda _line: None, on_warning=lambda _w: None)
+    failed = triage.json("ls", "--store", store)
+    assert [r["source"] for r in failed].count("capture-failed") >= 1
     doc = json.loads(triage("history", "h/1", "--workload", "--nvtx", "forward", "--json",
-                            "--store", series["store"]).stdout)
-    assert len(doc["points"]) == RUNS and [s["at"] for s in doc["steps"]] == [SLOW_FROM - 1]
+                            "--store", store).stdout)
+    assert [p["labels"] for p in doc["points"]] == [[f"h/{i}"] for i in range(1, RUNS + 1)]
+    assert [s["at"] for s in doc["steps"]] == [SLOW_FROM - 1]
 
 
 def test_markdown_has_a_row_per_run(triage, series):
@@ -341,6 +356,8 @@ def test_an_ncu_metric_and_a_kernel_of_corpus_runs(triage, corpus_store, schema)
         mine = sorted(row["duration_ns"] for row in launches if row["created"] ==
                       point["created"])
         assert point["spread"]["n"] == len(mine) and point["spread"]["max"] == mine[-1]
+    mixed = triage("history", "mlp/1,ns/1", "--kernel", ".", "--store", corpus_store, expect=2)
+    assert "the series holds ncu and nsys runs" in mixed.output
     refused = triage("history", "mlp/*", "--metric", "nope", "--store", corpus_store, expect=1)
     assert "`triage query \"select distinct name from metrics\"` lists the metrics" in \
         refused.output

@@ -122,7 +122,10 @@ def render_history(result: HistoryResult) -> str:
 
 
 def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("`", "'") or " "
+    """Renders as itself in GitHub Markdown, a table cell included (see triage/report.py)."""
+    from triage.report import md_escape
+
+    return md_escape(text) or " "
 
 
 def render_history_markdown(result: HistoryResult) -> str:
