@@ -237,7 +237,9 @@ def test_bad_selectors_and_measures_are_one_line(triage, series):
              (["h/*", "--metric", "sm__throughput.avg"], 2, "the series holds nsys runs"),
              (["h/*", "--kernel", "("], 2, "is not a regular expression"),
              (["h/*", "--nvtx", "nope"], 1, "no run of 'h/*' has NVTX range 'nope'"),
-             (["nothing/*", "--nvtx", "forward"], 1, "no label matches 'nothing/*'")]
+             (["nothing/*", "--nvtx", "forward"], 1, "no label matches 'nothing/*'"),
+             (["h/*", "--nvtx", "forward", "--html", "x.html", "--json"], 2,
+              "--html FILE writes the page; give it alone")]
     for args, code, message in cases:
         result = triage("history", *args, "--store", store, expect=code)
         assert message in result.output and len(result.output.strip().splitlines()) == 1, result
