@@ -149,18 +149,28 @@ def _archive_line(info: dict) -> str:
 
 def _runs_named(store, refs: list[str], sides: bool = False) -> list[str]:
     """RUN arguments with a run id for each report path among them (`triage diff a.ncu-rep
-    b.ncu-rep`): the report is found by its hash or archived now, and that is said in one line
-    on stderr, so that stdout (--json) holds only what the command prints."""
+    b.ncu-rep`): see _runs_and_files."""
+    return _runs_and_files(store, refs, sides)[0]
+
+
+def _runs_and_files(store, refs: list[str],
+                    sides: bool = False) -> tuple[list[str], list[str | None]]:
+    """RUN arguments with a run id for each report path among them, and the file name each
+    argument (its first run, for a side) was given as, for headers to name it by. The report is
+    found by its hash or archived now, and that is said in one line on stderr, so that stdout
+    (--json) holds only what the command prints."""
     import os
 
-    from triage.archive.runs import reports_as_runs
+    from triage.archive.runs import reports_as_runs, side_parts
 
     named, reports = reports_as_runs(store, refs, sides=sides, nsys=os.environ.get("TRIAGE_NSYS"))
     for report in reports:
         run = textview.short_id(report.run_id)
         click.echo(f"triage: {textview.printable(report.path)}: " + (
             f"archived as run {run}" if report.new else f"run {run} (archived before)"), err=True)
-    return named
+    paths = {report.path for report in reports}
+    firsts = [ref if ref in paths or not sides else side_parts(ref)[0] for ref in refs]
+    return named, [os.path.basename(first) if first in paths else None for first in firsts]
 
 
 @cli.command(name="ls")
@@ -348,7 +358,9 @@ def query(sql, runs, as_json, as_csv, store):
 
     if as_json and as_csv:
         raise UsageError("--json and --csv ask for two formats; give one")
-    result = run_query(Store.open(store), _one_statement(sql), list(runs) or None)
+    statement = _one_statement(sql)  # a usage error before a report path is archived
+    named = _runs_named(store, list(runs)) or None  # before the store opens: it may make it
+    result = run_query(Store.open(store), statement, named)
     rows = result.to_pylist()
     if as_json:
         click.echo(textview.to_json(rows))
@@ -392,6 +404,8 @@ def capture(command, label, note, shell, group, from_run, nsys, redact, as_json,
 
     if repeat > 1 and not label:
         raise UsageError("--repeat N needs --label NAME: the runs are labelled NAME/1 .. NAME/N")
+    if from_run:  # a report path: its run (archived now if need be)
+        from_run = _runs_named(store, [from_run])[0]
     request = CaptureRequest(list(command), store=store, label=label, note=note, shell=shell,
                              group=group, from_run=from_run, nsys=nsys,
                              redact_patterns=tuple(redact))
@@ -534,8 +548,8 @@ def diff(run_a, run_b, sections, kernel, metric, show_all, threshold, strict, as
     fmt = "json" if as_json else (fmt or _format_from_suffix(output) or "text")
     opts = DiffOptions(sections=tuple(sections), kernel=kernel, metric=metric,
                        show_all=show_all, threshold_pct=threshold, max_slowdown_pct=max_slowdown)
-    run_a, run_b = _runs_named(store, [run_a, run_b], sides=True)
-    result = diff_runs(Store.open(store), run_a, run_b, opts)
+    (run_a, run_b), files = _runs_and_files(store, [run_a, run_b], sides=True)
+    result = diff_runs(Store.open(store), run_a, run_b, opts, files=(files[0], files[1]))
     _emit(_render_diff(result, fmt, limit, to_file=output is not None, raw_names=raw_names),
           output)
     _gate(result.verdict, strict)
@@ -610,7 +624,8 @@ def verify(runs, as_json, store):
     from triage.archive.store import Store
     from triage.errors import CorruptObject
 
-    report = verify_store(Store.open(store), list(runs))
+    named = _runs_named(store, list(runs))  # before the store opens: it may make it
+    report = verify_store(Store.open(store), named)
     _print(report.to_dict(), as_json, _verify_text)
     if not report.ok:
         raise CorruptObject(f"{len(report.errors)} problem(s) in the store; the list above says "
@@ -673,7 +688,8 @@ def export_command(runs, output, labels, store):
     from triage.archive.bundle import export_runs
     from triage.archive.store import Store
 
-    result = export_runs(Store.open(store), list(runs), output, labels=labels)
+    named = _runs_named(store, list(runs))  # before the store opens: it may make it
+    result = export_runs(Store.open(store), named, output, labels=labels)
     click.echo(f"wrote {result.path}: {len(result.runs)} run(s), {result.objects} objects "
                f"({fmt_bytes(result.bytes)})")
 
@@ -735,7 +751,8 @@ def report(runs, output, fmt, sections, kernel, metric, show_all, threshold, str
     # Every metric is fetched (charts draw unchanged ones too); --all only decides the listing.
     opts = DiffOptions(sections=tuple(sections), kernel=kernel, metric=metric, show_all=True,
                        threshold_pct=threshold)
-    diffs = diff_series(Store.open(store), _runs_named(store, list(runs), sides=True), opts)
+    refs, files = _runs_and_files(store, list(runs), sides=True)
+    diffs = diff_series(Store.open(store), refs, opts, files)
     if output:
         write_report(output, diffs, fmt, show_unchanged=show_all, raw_names=raw_names)
         click.echo(f"wrote {output}", err=True)
