@@ -440,32 +440,29 @@ def env_command(nsys, as_json):
 
 @cli.command()
 @click.option("--keep", is_flag=True, help="Keep the throwaway store and print its path.")
-@click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
-def demo(keep, as_json):
-    """Archive the bundled before/after captures into a throwaway store and print their diff."""
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Write the review page here (default: review.html in a new temp folder).")
+@click.option("--json", "as_json", is_flag=True, help="Print the diffs as JSON.")
+def demo(keep, output, as_json):
+    """Archive the bundled captures (5 before, 5 after) into a throwaway store and show what
+    triage is for: a valid diff, the regression gate, a comparison to distrust, a review page."""
     import shutil
     import tempfile
     from pathlib import Path
 
     from triage.demo import run_demo
+    from triage.demoview import demo_json, render_demo
 
-    root = Path(tempfile.mkdtemp(prefix="triage-demo-"))
+    root = Path(tempfile.mkdtemp(prefix="triage-demo-"))  # the page stays; the rest goes
+    outcome = run_demo(root, Path(output) if output else None)
     try:
-        outcome = run_demo(root / "store")
-        if as_json:
-            click.echo(textview.to_json(outcome["diff"].to_json()))
-        else:
-            from triage.diffview import render_diff
-
-            for result in outcome["runs"]:
-                click.echo(_archive_line(_archive_json(result)))
-            click.echo("")
-            click.echo(render_diff(outcome["diff"]))
+        click.echo(textview.to_json(demo_json(outcome)) if as_json else render_demo(outcome))
         if keep:
-            click.echo(f"\nstore kept: triage ls --store {outcome['store']}", err=True)
+            click.echo(f"\nstore kept: triage ls --store {outcome.store}", err=True)
     finally:
         if not keep:
-            shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(outcome.store, ignore_errors=True)
+            shutil.rmtree(root / "captures", ignore_errors=True)
 
 
 class GateChoice(click.Choice):
