@@ -15,6 +15,7 @@ redaction takes (about 0.8 s per MB here). Over the limit,
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 
 from triage.archive import lease
@@ -71,8 +72,11 @@ def _archive(store: Store, request: CaptureRequest, captured: Captured,
     provenance = session.attempt_provenance(ready.parsed, ready.version, ready.facts,
                                             captured.outcome, run.overrides["command"])
     result = record_attempt(store, run, provenance)
-    raise CaptureFailed(f"{provenance['notices'][0]}; the attempt is recorded as run "
-                        f"{result.id[:12]} (`triage show {result.id[:12]}`)")
+    failed = CaptureFailed(f"{provenance['notices'][0]}; the attempt is recorded as run "
+                           f"{result.id[:12]} (`triage show {result.id[:12]}`)")
+    if captured.outcome.interrupted:  # the shell's code for a signal: 130 for SIGINT
+        failed.exit_code = 128 + signal.Signals[captured.outcome.interrupted].value
+    raise failed
 
 
 def _stored_git(store: Store, snapshot: GitSnapshot, patterns: tuple[str, ...]) -> dict:
