@@ -12,6 +12,7 @@ capture. A profiler run that leaves no report is still recorded as a run, and sa
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import os
 import shlex
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from triage.capture import profilers, redact
+from triage.capture.progress import Elapsed, LineCollapser, OutputLine, ProgressEvent
 from triage.capture.outputs import FoundReport, find_reports, output_pattern, snapshot
 from triage.capture.profiler_args import ParsedCommand, parse_command
 from triage.errors import ToolMissing, UsageError
@@ -169,27 +171,48 @@ def _signals_interrupt() -> Iterator[None]:
 
 
 def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str],
-                 on_output: Callable[[str], None]) -> Outcome:
-    """Run the command, streaming its merged output line by line; keep the tail. Interrupted
-    (SIGINT, SIGTERM), the profiler is passed the signal and given STOP_SECONDS to stop its
-    application, then killed; the Outcome says which signal."""
+                 on_output: Callable[[ProgressEvent], None], tick_after: float = 1.0) -> Outcome:
+    """Run the command, streaming its merged output as OutputLines (a `\r` progress bar
+    collapsed to one line: capture/progress.py), and an Elapsed tick each second once it has
+    run `tick_after` seconds; keep the tail. Interrupted (SIGINT, SIGTERM), the profiler is
+    passed the signal and given STOP_SECONDS to stop its application, then killed; the Outcome
+    says which signal."""
     started, clock = utc_now(), time.monotonic()
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     command = " ".join(argv) if shell else argv
     interrupted = None
+    done = threading.Event()
+
+    def emit(lines: list[OutputLine]) -> None:
+        for line in lines:
+            on_output(line)
+            if line.final:
+                tail.append(line.text)
+
+    def tick() -> None:
+        wait = tick_after
+        while not done.wait(wait):
+            on_output(Elapsed(round(time.monotonic() - clock, 1)))
+            wait = 1.0
+
     with subprocess.Popen(command, shell=shell, cwd=cwd, env=dict(env),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, errors="replace", bufsize=1) as process:
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as process:
         assert process.stdout is not None  # stdout=PIPE: for the type checker
+        collapser, decoder = LineCollapser(), codecs.getincrementaldecoder("utf-8")("replace")
+        ticker = threading.Thread(target=tick, daemon=True)
+        ticker.start()
         try:
             with _signals_interrupt():
-                for line in process.stdout:
-                    on_output(line.rstrip("\n"))
-                    tail.append(line.rstrip("\n"))
+                while chunk := process.stdout.read1(65536):  # type: ignore[attr-defined]
+                    emit(collapser.feed(decoder.decode(chunk)))
+                emit(collapser.feed(decoder.decode(b"", final=True)) + collapser.close())
                 code = process.wait()
         except Interrupt as stop:
             interrupted = signal.Signals(stop.signum).name
             code = _stop(process, stop.signum, tail)
+        finally:
+            done.set()
+            ticker.join()
     return Outcome(code, started, utc_now(), round(time.monotonic() - clock, 3), list(tail),
                    interrupted)
 
@@ -200,11 +223,12 @@ def _stop(process: subprocess.Popen, signum: int, tail: deque[str]) -> int:
     with contextlib.suppress(ProcessLookupError):
         process.send_signal(signum)
     try:
-        rest, _ = process.communicate(timeout=STOP_SECONDS)
+        rest, _ = process.communicate(timeout=STOP_SECONDS)  # bytes
     except subprocess.TimeoutExpired:
         process.kill()
         rest, _ = process.communicate()
-    tail.extend((rest or "").splitlines())
+    tail.extend(line.text for line in LineCollapser().feed(rest.decode("utf-8", "replace") if rest
+                                                            else "") if line.final)
     return process.returncode
 
 
@@ -378,12 +402,14 @@ class Captured:
                               self.outcome, extra)
 
 
-def run(request: CaptureRequest, ready: Prepared, on_output: Callable[[str], None]) -> Captured:
-    """Run the profiler and find the reports it wrote."""
+def run(request: CaptureRequest, ready: Prepared, on_output: Callable[[ProgressEvent], None],
+        tick_after: float = 1.0) -> Captured:
+    """Run the profiler and find the reports it wrote (`tick_after`: see run_profiler)."""
     from triage.capture.git_state import git_snapshot
 
     before, since = snapshot(request.cwd, ready.tool), time.time()
-    outcome = run_profiler(request.argv, request.shell, request.cwd, request.environ, on_output)
+    outcome = run_profiler(request.argv, request.shell, request.cwd, request.environ, on_output,
+                           tick_after)
     # an interrupted profiler's report, if any, may be cut short: the attempt is what is kept
     found = [] if outcome.interrupted else find_reports(ready.parsed, request.cwd, since, before)
     return Captured(ready, outcome, found, git_snapshot(request.cwd))

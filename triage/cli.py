@@ -7,6 +7,7 @@ This is the only place where a TriageError becomes a message and an exit code:
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from typing import TYPE_CHECKING, Any, Callable
@@ -159,8 +160,6 @@ def _runs_and_files(store, refs: list[str],
     argument (its first run, for a side) was given as, for headers to name it by. The report is
     found by its hash or archived now, and that is said in one line on stderr, so that stdout
     (--json) holds only what the command prints."""
-    import os
-
     from triage.archive.runs import reports_as_runs, side_parts
 
     named, reports = reports_as_runs(store, refs, sides=sides, nsys=os.environ.get("TRIAGE_NSYS"))
@@ -401,6 +400,7 @@ def capture(command, label, note, shell, group, from_run, nsys, redact, as_json,
 
     from triage.archive.captured import capture as run_capture
     from triage.capture.session import CaptureRequest
+    from triage.progressview import CaptureOutput, progress_after
 
     if repeat > 1 and not label:
         raise UsageError("--repeat N needs --label NAME: the runs are labelled NAME/1 .. NAME/N")
@@ -410,13 +410,19 @@ def capture(command, label, note, shell, group, from_run, nsys, redact, as_json,
                              group=group, from_run=from_run, nsys=nsys,
                              redact_patterns=tuple(redact))
     results = []
+    # With --json, stdout carries only the JSON document; the profiler's output goes to stderr.
+    stream = click.get_text_stream("stderr" if as_json else "stdout")
     for i in range(1, repeat + 1):
         one = request if repeat == 1 else replace(request, label=f"{label}/{i}",
                                                    group=group or label)
-        # With --json, stdout carries only the JSON document; the profiler's output goes to stderr.
-        results.append(run_capture(one, on_output=lambda line: click.echo(line, err=as_json),
-                                   on_warning=lambda w: click.echo(f"triage: warning: {w}",
-                                                                   err=True)))
+        shown = CaptureOutput(stream, stream.isatty() and not as_json,
+                              os.path.basename(command[0]))
+        try:
+            results.append(run_capture(one, on_output=shown, tick_after=progress_after(),
+                                       on_warning=lambda w: click.echo(f"triage: warning: {w}",
+                                                                       err=True)))
+        finally:
+            shown.close()
     if repeat == 1:
         _print(_archive_json(results[0]), as_json, _archive_line)
     else:
