@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 from triage.capture.progress import LineCollapser, OutputLine
+from triage.demo import demo_file
 
 NSYS_ARGS = ["profile", "--trace=osrt", "--sample=none", "--cpuctxsw=none",
              "--force-overwrite", "true", "-o", "quick", "true"]
@@ -42,27 +43,53 @@ def test_a_piped_capture_prints_each_line_once(triage, nsys_exe, tmp_path, monke
     assert len([line for line in out.splitlines() if line.startswith("[1/1]")]) == 1
 
 
-def test_a_capture_on_a_terminal_shows_progress_in_place(nsys_exe, tmp_path, store_dir):
+def on_terminal(args: list[str], cwd, store_dir) -> tuple[int, str]:
+    """Run `triage ARGS` with stdout and stderr on a pseudo-terminal: its exit code and what
+    the terminal got. TRIAGE_PROGRESS_AFTER=0: progress shows from the start, whatever the
+    machine's speed."""
     leader, follower = pty.openpty()
     env = {**os.environ, "TRIAGE_STORE": str(store_dir), "TRIAGE_PROGRESS_AFTER": "0"}
-    with subprocess.Popen([sys.executable, "-m", "triage", "capture", "--", nsys_exe,
-                           *NSYS_ARGS], cwd=tmp_path, env=env, stdout=follower,
-                          stderr=follower, stdin=subprocess.DEVNULL) as process:
+    with subprocess.Popen([sys.executable, "-m", "triage", *map(str, args)], cwd=cwd, env=env,
+                          stdout=follower, stderr=follower, stdin=subprocess.DEVNULL) as process:
         os.close(follower)
         chunks = []
         while True:
             try:
                 chunk = os.read(leader, 65536)
-            except OSError:  # the terminal closed: the capture is done
+            except OSError:  # the terminal closed: the command is done
                 break
             if not chunk:
                 break
             chunks.append(chunk)
         process.wait(timeout=120)
     os.close(leader)
-    shown = b"".join(chunks).decode()
-    assert process.returncode == 0, shown
+    return process.returncode, b"".join(chunks).decode()
+
+
+def test_a_capture_on_a_terminal_shows_progress_in_place(nsys_exe, tmp_path, store_dir):
+    code, shown = on_terminal(["capture", "--", nsys_exe, *NSYS_ARGS], tmp_path, store_dir)
+    assert code == 0, shown
     assert "\r\x1b[K" in shown and "nsys running " in shown  # redrawn, with the elapsed time
     lines = shown.replace("\r\n", "\n").split("\n")
     # on screen, the bar's states overwrite each other on one line
     assert len([line for line in lines if "[1/1]" in line]) == 1
+
+
+def test_archive_verify_export_and_import_show_progress_on_a_terminal_only(
+        triage, tmp_path, store_dir, monkeypatch):
+    report = demo_file("before.sqlite")
+    bundle = tmp_path / "one.tar"
+    steps = {("archive", report): "triage: reading before.sqlite (0/1)",
+             ("verify",): "triage: re-hashing runs (0/1)",
+             ("export", "latest", "-o", bundle): "triage: writing ",
+             ("import", bundle): "triage: reading one.tar"}
+    for args, said in steps.items():
+        code, shown = on_terminal(list(args), tmp_path, store_dir)
+        assert code == 0, shown
+        assert "\r\x1b[K" + said in shown, (args, shown)
+        assert said not in shown.split("\r\x1b[K")[-1]  # erased before the result
+    monkeypatch.setenv("TRIAGE_PROGRESS_AFTER", "0")
+    for args in steps:  # piped (CliRunner): nothing extra, on either stream
+        result = triage(*args)
+        assert "\r" not in result.stdout + result.stderr and "\x1b" not in result.stderr
+    assert "\r" not in triage("archive", report, "--json").stderr

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import click
 
 from triage import __version__, textview
+from triage.progressview import status_line
 from triage.errors import TriageError, UsageError
 from triage.units import fmt_bytes
 
@@ -107,8 +108,9 @@ def archive(reports, label, note, nsys, redact, repair, as_json, store):
     but rewrites its objects that are missing or damaged (`triage verify` names them)."""
     from triage.archive.ingest import archive_files
 
-    results = archive_files(store, list(reports), label=label, note=note, nsys=nsys,
-                            redact_patterns=tuple(redact), repair=repair)
+    with status_line(as_json) as progress:
+        results = archive_files(store, list(reports), label=label, note=note, nsys=nsys,
+                                redact_patterns=tuple(redact), repair=repair, progress=progress)
     _print([_archive_json(r) for r in results], as_json,
            lambda infos: "\n".join(map(_archive_line, infos)))
 
@@ -628,7 +630,8 @@ def verify(runs, as_json, store):
     from triage.errors import CorruptObject
 
     named = _runs_named(store, list(runs))  # before the store opens: it may make it
-    report = verify_store(Store.open(store), named)
+    with status_line(as_json) as progress:
+        report = verify_store(Store.open(store), named, progress=progress)
     _print(report.to_dict(), as_json, _verify_text)
     if not report.ok:
         raise CorruptObject(f"{len(report.errors)} problem(s) in the store; the list above says "
@@ -692,7 +695,8 @@ def export_command(runs, output, labels, store):
     from triage.archive.store import Store
 
     named = _runs_named(store, list(runs))  # before the store opens: it may make it
-    result = export_runs(Store.open(store), named, output, labels=labels)
+    with status_line() as progress:
+        result = export_runs(Store.open(store), named, output, labels=labels, progress=progress)
     click.echo(f"wrote {result.path}: {len(result.runs)} run(s), {result.objects} objects "
                f"({fmt_bytes(result.bytes)})")
 
@@ -708,7 +712,8 @@ def import_command(bundle, labels, as_json, store):
 
     from triage.archive.bundle import import_bundle
 
-    result = import_bundle(store, bundle, labels=labels)
+    with status_line(as_json) as progress:
+        result = import_bundle(store, bundle, labels=labels, progress=progress)
     _print(asdict(result), as_json, _import_text)
 
 

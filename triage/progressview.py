@@ -7,9 +7,11 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 from typing import TextIO
 
 from triage.capture.progress import Elapsed, ProgressEvent
+from triage.progress import Step
 
 CLEAR = "\r\x1b[K"  # back to the line's start, erase it
 
@@ -66,3 +68,62 @@ class CaptureOutput:
             text = text[len(CLEAR):]
         self.stream.write(text)
         self.stream.flush()
+
+
+class StatusLine:
+    """The `progress` of archive, export, import and verify: one line on stderr saying what is
+    being done and for how long, shown once the work has taken `after` seconds, redrawn by a
+    ticker, erased when the work ends. Shown only where stdout and stderr are both terminals
+    and no --json was asked for (`live`); otherwise nothing at all."""
+
+    def __init__(self, stream: TextIO, live: bool, after: float):
+        self.stream, self.live, self.after = stream, live, after
+        self.lock = threading.Lock()
+        self.step: Step | None = None
+        self.drawn = False
+        self.done = threading.Event()
+        self.started = time.monotonic()
+        self.ticker = threading.Thread(target=self._tick, daemon=True)
+
+    def __enter__(self) -> StatusLine:
+        if self.live:
+            self.ticker.start()
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.done.set()
+        if self.ticker.is_alive():
+            self.ticker.join()
+        with self.lock:
+            if self.drawn:
+                self.stream.write(CLEAR)
+                self.stream.flush()
+
+    def __call__(self, step: Step) -> None:
+        with self.lock:
+            self.step = step
+            self._draw()
+
+    def _tick(self) -> None:
+        while not self.done.wait(0.5):
+            with self.lock:
+                self._draw()
+
+    def _draw(self) -> None:
+        elapsed = time.monotonic() - self.started
+        if not self.live or self.step is None or elapsed < self.after:
+            return
+        step = self.step
+        count = f" ({step.done}/{step.total})" if step.total else ""
+        text = f"triage: {step.what}{count}  {elapsed:.0f} s"
+        self.stream.write(CLEAR + text[:shutil.get_terminal_size().columns - 1])
+        self.stream.flush()
+        self.drawn = True
+
+
+def status_line(as_json: bool = False) -> StatusLine:
+    """The status line of a command, live where stdout and stderr are terminals, no --json."""
+    import sys
+
+    live = not as_json and sys.stdout.isatty() and sys.stderr.isatty()
+    return StatusLine(sys.stderr, live, progress_after())
