@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 from triage.demo import DEMO_FILES, REPEATS, SIDES, demo_file
@@ -23,6 +24,7 @@ def test_demo_tells_the_story_without_nsys(triage, monkeypatch, tmp_path):
     assert "with --strict=caution, exit code: 3" in text
     page = Path(re.search(r"^wrote (.+\.html)$", text, re.M).group(1))
     assert page.is_file() and "<html" in page.read_text()[:500].lower()
+    shutil.rmtree(page.parent)  # the demo's own temp folder, left for the user to open
 
 
 def test_demo_json_and_review_page_where_asked(triage, tmp_path):
