@@ -43,6 +43,7 @@ from triage.archive import atomic, catalog, lease, validate
 from triage.archive.integrity import manifest_refs
 from triage.archive.store import SHA256_RE, Store, canonical_json, check_label, os_error
 from triage.errors import CorruptObject, NewerFormat, TriageError, UsageError
+from triage.progress import Progress, Step, no_progress
 from triage.hashing import HashingReader, copy_hashing
 from triage.timeutil import utc_now
 
@@ -106,7 +107,8 @@ def _zstandard():
     return zstandard
 
 
-def export_runs(store: Store, refs: list[str], output: str, labels: bool = False) -> ExportResult:
+def export_runs(store: Store, refs: list[str], output: str, labels: bool = False,
+                progress: Progress = no_progress) -> ExportResult:
     """Write the runs, everything they reference, and their annotations to one bundle."""
     from triage.archive.runs import labels_by_run, resolve
 
@@ -122,6 +124,7 @@ def export_runs(store: Store, refs: list[str], output: str, labels: bool = False
         doc["labels"] = {name: run_id for run_id in run_ids for name in by_run.get(run_id, [])}
     try:
         with atomic.temp_file_in(out.parent.resolve(), ".bundle") as (stream, temp):
+            progress(Step(f"writing {len(objects)} objects to {out.name}"))
             total = _write_bundle(stream, kind, store, doc, objects, manifests)
             stream.close()
             atomic.publish(temp, out, readonly=False)
@@ -211,7 +214,7 @@ class _Unpacked:
 
 
 def import_bundle(store_path: str | os.PathLike | None, bundle: str,
-                  labels: bool = False) -> ImportResult:
+                  labels: bool = False, progress: Progress = no_progress) -> ImportResult:
     """Check a whole bundle, then add its runs that the store does not have yet.
 
     A refused bundle leaves nothing a reader sees: its staged objects are removed and nothing
@@ -225,11 +228,14 @@ def import_bundle(store_path: str | os.PathLike | None, bundle: str,
                                        EXPANSION_RATIO * os.fstat(stream.fileno()).st_size))
         try:
             with lease.held(store, "import"):  # so that gc spares what it stages (lease.py)
+                progress(Step(f"reading {path.name}"))
                 _stage(store, path, stream, unpacked)
+                progress(Step("checking what it holds"))
                 _check_complete(store, path, unpacked)
                 _check_tables(store, path, unpacked)
                 if labels:
                     _check_label_clashes(store, path, sorted(unpacked.labels))
+                progress(Step("adding its runs"))
                 return _publish(store, unpacked, labels)
         except OSError as exc:
             raise os_error(exc, store.root, "write") from None

@@ -15,6 +15,7 @@ redaction takes (about 0.8 s per MB here). Over the limit,
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 
 from triage.archive import lease
@@ -25,6 +26,7 @@ from triage.archive.store import Store, check_label
 from triage.capture import redact, session
 from triage.capture.git_patch import redact_patch
 from triage.capture.git_state import GitSnapshot
+from triage.capture.progress import ProgressEvent
 from triage.capture.session import CaptureRequest, Captured, NcuListing
 from triage.errors import CaptureFailed, PatchNotStored
 from triage.timeutil import utc_now
@@ -33,9 +35,10 @@ from triage.units import fmt_bytes
 PATCH_LIMIT = 8_000_000  # bytes of `git diff HEAD` stored with a capture (see the docstring)
 
 
-def capture(request: CaptureRequest, on_output: Callable[[str], None],
-            on_warning: Callable[[str], None]) -> ArchiveResult:
-    """Run and record one capture; raise CaptureFailed (after recording) if no report came."""
+def capture(request: CaptureRequest, on_output: Callable[[ProgressEvent], None],
+            on_warning: Callable[[str], None], tick_after: float = 1.0) -> ArchiveResult:
+    """Run and record one capture; raise CaptureFailed (after recording) if no report came.
+    `on_output` gets the profiler's output and elapsed-time ticks (capture/progress.py)."""
     planned = session.plan(request)  # a usage error before the store is created
     if request.label:
         check_label(request.label)
@@ -44,7 +47,7 @@ def capture(request: CaptureRequest, on_output: Callable[[str], None],
     from_run = _resolve_from(store, request.from_run)
     ready = session.prepare(request, planned, on_warning)
     ncu_lists = _stored_listings(store, ready.listings)
-    captured = session.run(request, ready, on_output)
+    captured = session.run(request, ready, on_output, tick_after)
     result = _archive(store, request, captured, ncu_lists, from_run)
     for warning in after_run_warnings(captured, RunRecord.from_manifest(result.id,
                                                                         result.manifest)):
@@ -71,8 +74,11 @@ def _archive(store: Store, request: CaptureRequest, captured: Captured,
     provenance = session.attempt_provenance(ready.parsed, ready.version, ready.facts,
                                             captured.outcome, run.overrides["command"])
     result = record_attempt(store, run, provenance)
-    raise CaptureFailed(f"{provenance['notices'][0]}; the attempt is recorded as run "
-                        f"{result.id[:12]} (`triage show {result.id[:12]}`)")
+    failed = CaptureFailed(f"{provenance['notices'][0]}; the attempt is recorded as run "
+                           f"{result.id[:12]} (`triage show {result.id[:12]}`)")
+    if captured.outcome.interrupted:  # the shell's code for a signal: 130 for SIGINT
+        failed.exit_code = 128 + signal.Signals[captured.outcome.interrupted].value
+    raise failed
 
 
 def _stored_git(store: Store, snapshot: GitSnapshot, patterns: tuple[str, ...]) -> dict:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from triage import __version__
 from triage.archive import atomic, catalog, lease, space
 from triage.archive.integrity import manifest_refs
+from triage.progress import Progress, Step, no_progress
 from triage.hashing import hash_file
 from triage.archive.manifest import MANIFEST_KIND, MANIFEST_VERSION
 from triage.archive.store import (STORE_MARKER, Staged, Store, canonical_json, check_label,
@@ -79,7 +80,7 @@ class ArchiveResult:
 def archive_files(store_path, paths: list[str], label: str | None = None,
                   note: str | None = None, nsys: str | None = None,
                   redact_patterns: tuple[str, ...] = (),
-                  repair: bool = False) -> list[ArchiveResult]:
+                  repair: bool = False, progress: Progress = no_progress) -> list[ArchiveResult]:
     """`triage archive REPORT...`: one run per report; every file is validated first.
 
     A store this call creates is removed again when the archive fails and leaves it empty."""
@@ -101,7 +102,8 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
         # Every report is validated before the store is opened (or created; only an nsys
         # export, staged in it, makes it sooner): a bad input, even the last of several,
         # leaves the store untouched, and a store made for nothing is removed again.
-        for request, (run_id, digest) in zip(requests, found, strict=True):
+        for number, (request, (run_id, digest)) in enumerate(zip(requests, found, strict=True)):
+            progress(Step(f"reading {request.inputs[0].path.name}", number, len(requests)))
             prepared.append([] if run_id else [prepare_report(i.path, nsys=request.nsys,
                                                               sha256=digest,
                                                               staging=_staging(store_path,
@@ -109,6 +111,7 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
                                                for i in request.inputs])
         store = Store.open(store_path, create=True)
         store.check_writable()
+        progress(Step("storing", len(requests), len(requests)))
         return [_finish(store, run_id, store.read_manifest(run_id), r, new=False) if run_id
                 else archive_run(store, r, p)
                 for r, p, (run_id, _digest) in zip(requests, prepared, found, strict=True)]

@@ -30,6 +30,7 @@ from triage.archive import atomic, catalog, lease, validate
 from triage.archive.store import (ANNOTATIONS_SEAL, LABEL_RE, SHA256_RE, STORE_MARKER, Store,
                                   annotations_seal, canonical_json, marker_bytes, os_error)
 from triage.errors import StoreError, UsageError
+from triage.progress import Progress, Step, no_progress
 from triage.hashing import hash_file
 
 ERROR_KINDS = ("missing", "corrupt", "dangling", "unexpected")
@@ -135,7 +136,8 @@ def referenced_objects(store: Store, run_ids: list[str]) -> set[str]:
 # -- verify --------------------------------------------------------------------------------------
 
 
-def verify(store: Store, refs: list[str] | None = None) -> VerifyReport:
+def verify(store: Store, refs: list[str] | None = None,
+           progress: Progress = no_progress) -> VerifyReport:
     """Re-hash what the given runs (default: all) reference; for the whole store, also look for
     orphans, leftovers, bad catalog segments and keys/labels that point at no run."""
     from triage.archive.runs import resolve
@@ -147,9 +149,11 @@ def verify(store: Store, refs: list[str] | None = None) -> VerifyReport:
         run_ids = store.run_ids()
         report = VerifyReport(scope="store")
     hashed: dict[str, bool] = {}
-    for run_id in run_ids:
+    for number, run_id in enumerate(run_ids):
+        progress(Step("re-hashing runs", number, len(run_ids)))
         _check_run(store, run_id, report, hashed)
     if not refs:
+        progress(Step("scanning the store for leftovers"))
         _check_marker(store, report)
         _scan_objects(store, set(hashed), report)
         _scan_temps(store, report)

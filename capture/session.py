@@ -12,16 +12,22 @@ capture. A profiler run that leaves no report is still recorded as a run, and sa
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import os
 import shlex
+import signal
 import subprocess
+import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from triage.capture import profilers, redact
+from triage.capture.progress import Elapsed, LineCollapser, OutputLine, ProgressEvent
 from triage.capture.outputs import FoundReport, find_reports, output_pattern, snapshot
 from triage.capture.profiler_args import ParsedCommand, parse_command
 from triage.errors import ToolMissing, UsageError
@@ -34,6 +40,7 @@ if TYPE_CHECKING:
 
 TAIL_LINES = 200
 NO_KERNELS = "No kernels were profiled"
+STOP_SECONDS = 15  # how long an interrupted profiler gets to stop its application and exit
 
 
 @dataclass
@@ -66,6 +73,7 @@ class Outcome:
     ended: str
     seconds: float
     tail: list[str]
+    interrupted: str | None = None  # the signal that stopped the capture (SIGINT, SIGTERM)
 
 
 @dataclass(frozen=True)
@@ -133,21 +141,95 @@ def _ncu_warnings(parsed: ParsedCommand) -> list[str]:
     return warnings
 
 
+class Interrupt(BaseException):
+    """SIGINT or SIGTERM while the profiler runs (a BaseException, like KeyboardInterrupt, so
+    that no `except Exception` on the way swallows it)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGINT and SIGTERM raise Interrupt while the profiler runs, so that the capture can stop
+    it and record the attempt; the previous handlers come back after. (Only the main thread
+    may set handlers: elsewhere the signals keep theirs.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, _frame):
+        raise Interrupt(signum)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str],
-                 on_output: Callable[[str], None]) -> Outcome:
-    """Run the command, streaming its merged output line by line; keep the tail."""
+                 on_output: Callable[[ProgressEvent], None], tick_after: float = 1.0) -> Outcome:
+    """Run the command, streaming its merged output as OutputLines (a `\r` progress bar
+    collapsed to one line: capture/progress.py), and an Elapsed tick each second once it has
+    run `tick_after` seconds; keep the tail. Interrupted (SIGINT, SIGTERM), the profiler is
+    passed the signal and given STOP_SECONDS to stop its application, then killed; the Outcome
+    says which signal."""
     started, clock = utc_now(), time.monotonic()
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     command = " ".join(argv) if shell else argv
+    interrupted = None
+    done = threading.Event()
+
+    def emit(lines: list[OutputLine]) -> None:
+        for line in lines:
+            on_output(line)
+            if line.final:
+                tail.append(line.text)
+
+    def tick() -> None:
+        wait = tick_after
+        while not done.wait(wait):
+            on_output(Elapsed(round(time.monotonic() - clock, 1)))
+            wait = 1.0
+
     with subprocess.Popen(command, shell=shell, cwd=cwd, env=dict(env),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, errors="replace", bufsize=1) as process:
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as process:
         assert process.stdout is not None  # stdout=PIPE: for the type checker
-        for line in process.stdout:
-            on_output(line.rstrip("\n"))
-            tail.append(line.rstrip("\n"))
-        code = process.wait()
-    return Outcome(code, started, utc_now(), round(time.monotonic() - clock, 3), list(tail))
+        collapser, decoder = LineCollapser(), codecs.getincrementaldecoder("utf-8")("replace")
+        ticker = threading.Thread(target=tick, daemon=True)
+        ticker.start()
+        try:
+            with _signals_interrupt():
+                while chunk := process.stdout.read1(65536):  # type: ignore[attr-defined]
+                    emit(collapser.feed(decoder.decode(chunk)))
+                emit(collapser.feed(decoder.decode(b"", final=True)) + collapser.close())
+                code = process.wait()
+        except Interrupt as stop:
+            interrupted = signal.Signals(stop.signum).name
+            code = _stop(process, stop.signum, tail)
+        finally:
+            done.set()
+            ticker.join()
+    return Outcome(code, started, utc_now(), round(time.monotonic() - clock, 3), list(tail),
+                   interrupted)
+
+
+def _stop(process: subprocess.Popen, signum: int, tail: deque[str]) -> int:
+    """Pass the signal on (a Ctrl-C reached the profiler already; a kill of triage did not),
+    keep what it still says, and kill it if it does not exit in time."""
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signum)
+    try:
+        rest, _ = process.communicate(timeout=STOP_SECONDS)  # bytes
+    except subprocess.TimeoutExpired:
+        process.kill()
+        rest, _ = process.communicate()
+    tail.extend(line.text for line in LineCollapser().feed(rest.decode("utf-8", "replace") if rest
+                                                            else "") if line.final)
+    return process.returncode
 
 
 @dataclass(frozen=True)
@@ -231,6 +313,9 @@ def attempt_provenance(parsed: ParsedCommand, version: str | None, facts: dict,
 
 
 def _no_report_notice(parsed: ParsedCommand, outcome: Outcome) -> str:
+    if outcome.interrupted:
+        return (f"interrupted ({outcome.interrupted}) after {outcome.seconds:.1f} s: "
+                f"{parsed.tool} was stopped and no report was kept")
     if any(".qdstrm" in line for line in outcome.tail) and parsed.tool == "nsys":
         return ("no report was produced: nsys left a .qdstrm stream it could not import "
                 "(its QdstrmImporter is missing; Debian's nsys needs the link /usr/lib/"
@@ -317,13 +402,16 @@ class Captured:
                               self.outcome, extra)
 
 
-def run(request: CaptureRequest, ready: Prepared, on_output: Callable[[str], None]) -> Captured:
-    """Run the profiler and find the reports it wrote."""
+def run(request: CaptureRequest, ready: Prepared, on_output: Callable[[ProgressEvent], None],
+        tick_after: float = 1.0) -> Captured:
+    """Run the profiler and find the reports it wrote (`tick_after`: see run_profiler)."""
     from triage.capture.git_state import git_snapshot
 
     before, since = snapshot(request.cwd, ready.tool), time.time()
-    outcome = run_profiler(request.argv, request.shell, request.cwd, request.environ, on_output)
-    found = find_reports(ready.parsed, request.cwd, since, before)
+    outcome = run_profiler(request.argv, request.shell, request.cwd, request.environ, on_output,
+                           tick_after)
+    # an interrupted profiler's report, if any, may be cut short: the attempt is what is kept
+    found = [] if outcome.interrupted else find_reports(ready.parsed, request.cwd, since, before)
     return Captured(ready, outcome, found, git_snapshot(request.cwd))
 
 

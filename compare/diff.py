@@ -60,9 +60,10 @@ def _check_filters(opts: DiffOptions, run_a: RunData, run_b: RunData,
                           "metric_label from sections\"` lists them")
 
 
-def diff_runs(store: Store, ref_a: str, ref_b: str,
-              opts: DiffOptions | None = None) -> DiffResult:
-    """Compare two runs: verdict, drift, kernels (and nsys summaries for nsys pairs)."""
+def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions | None = None,
+              files: tuple[str | None, str | None] = (None, None)) -> DiffResult:
+    """Compare two runs: verdict, drift, kernels (and nsys summaries for nsys pairs). `files`:
+    the report file name a side was given as, to name it by (the CLI found its run)."""
     opts = opts or DiffOptions()
     runs_a, runs_b = side_runs(store, ref_a), side_runs(store, ref_b)
     run_a, run_b = runs_a[0], runs_b[0]  # each side's first run: drift and detail
@@ -96,4 +97,5 @@ def diff_runs(store: Store, ref_a: str, ref_b: str,
     grade_ = verdict(items)
     return DiffResult(run_a.record, run_b.record, grade_, tuple(items), tuple(kernels), nsys,
                       opts, sides=(tuple(r.id for r in runs_a), tuple(r.id for r in runs_b)),
-                      gate=regression_gate(grade_, kernels, nsys, opts), refs=(ref_a, ref_b))
+                      gate=regression_gate(grade_, kernels, nsys, opts), refs=(ref_a, ref_b),
+                      files=files)

@@ -443,11 +443,16 @@ class DiffResult:
     sides: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())  # every run of A and of B
     gate: Gate | None = None
     refs: tuple[str, str] = ("", "")  # what the user named A and B by: a label is shown first
+    files: tuple[str | None, str | None] = (None, None)  # a side given as a report file: its name
 
     def named_labels(self, side: str) -> tuple[str, ...]:
-        """The labels of a side's run, the one the user typed first (`conv/naive`, not the
-        alphabetically first `conv/again` of the same run)."""
-        run, ref = (self.run_a, self.refs[0]) if side == "a" else (self.run_b, self.refs[1])
+        """The names of a side's run: the report file name it was given as (`triage diff
+        a.ncu-rep b.ncu-rep`), else the label the user typed first (`conv/naive`, not the
+        alphabetically first `conv/again` of the same run), then its other labels."""
+        index = 0 if side == "a" else 1
+        run, ref, file = (self.run_a, self.run_b)[index], self.refs[index], self.files[index]
+        if file is not None:
+            return (file, *run.labels)
         return (ref, *(n for n in run.labels if n != ref)) if ref in run.labels else run.labels
 
     @property

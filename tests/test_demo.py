@@ -2,31 +2,43 @@
 
 from __future__ import annotations
 
-import json
+import re
+import shutil
+from pathlib import Path
 
-from triage.demo import DEMO_FILES, demo_file
+from triage.demo import DEMO_FILES, REPEATS, SIDES, demo_file
 
 
-def test_demo_archives_and_diffs_the_bundled_captures(triage, monkeypatch, tmp_path):
+def test_demo_tells_the_story_without_nsys(triage, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # no nsys, no ncu: the .sqlite exports suffice
-    result = triage("demo")
-    lines = result.stdout.splitlines()
-    assert len([l for l in lines if "(new)" in l]) == 2
-    # the captures ran without a GPU, which their exports do not record: never "the same"
-    assert "VERDICT: CAUTION" in result.stdout and "not recorded in either run: gpu.name" in \
-        " ".join(result.stdout.split())
-    assert "NVTX ranges" in result.stdout and "forward" in result.stdout
+    text = triage("demo").stdout
+    flat = " ".join(text.split())
+    # a valid comparison of five runs a side: forward significant, backward within noise
+    assert "A is 5 runs" in text and "B is 5 runs" in text
+    assert re.search(r"forward .*\n .* significant;", text)
+    assert re.search(r"backward .*\n .* within noise;", text)
+    # the regression gate the other way round, and its exit code
+    assert "Gate failed: NVTX range forward +50" in text and "exit code: 4" in text
+    # a comparison triage cautions on, and why: the recorded nsys version differs
+    assert "tool_version 2022.4.2.1 -> 2023.4.1 different profiler version" in flat
+    assert "with --strict=caution, exit code: 3" in text
+    page = Path(re.search(r"^wrote (.+\.html)$", text, re.M).group(1))
+    assert page.is_file() and "<html" in page.read_text()[:500].lower()
+    shutil.rmtree(page.parent)  # the demo's own temp folder, left for the user to open
 
 
-def test_demo_json_shows_forward_got_faster(triage):
-    diff = json.loads(triage("demo", "--json").stdout)
-    assert diff["verdict"] == "caution"
-    nvtx = {e["text"]: e for e in diff["nsys"]["nvtx"]}
-    forward = nvtx["forward"]
+def test_demo_json_and_review_page_where_asked(triage, tmp_path):
+    page = tmp_path / "review.html"
+    doc = triage.json("demo", "-o", page)
+    forward = {e["text"]: e for e in doc["valid"]["nsys"]["nvtx"]}["forward"]
+    assert forward["noise"]["significance"] == "significant"
     assert forward["b"]["total_ns"] < forward["a"]["total_ns"]
-    assert forward["a"]["instances"] == forward["b"]["instances"] == 20
+    assert doc["gate"]["exit_code"] == 4 and doc["caution"]["strict_caution_exit_code"] == 3
+    assert doc["html"] == str(page) and page.is_file()
 
 
 def test_demo_files_ship_with_the_package():
-    for name in DEMO_FILES:
+    names = [*DEMO_FILES, *(f"repeats/{s}-{i}.sqlite.xz" for s in SIDES
+                            for i in range(1, REPEATS + 1))]
+    for name in names:
         assert demo_file(name).stat().st_size > 0

@@ -36,7 +36,7 @@ def test_diff_of_two_report_paths_archives_them_and_says_so_on_stderr(triage):
     again = triage("diff", a, b)
     assert said(again) == [f"triage: {a}: run {doc['a'][:12]} (archived before)",
                            f"triage: {b}: run {doc['b'][:12]} (archived before)"]
-    assert again.stdout.startswith(f"A: {doc['a'][:12]} ncu ")
+    assert again.stdout.startswith(f"A: {doc['a'][:12]} ({BEFORE}) ncu ")
     assert run_ids(triage) == {doc["a"], doc["b"]}  # found by hash: no new run
 
 
@@ -64,7 +64,8 @@ def test_label_explain_and_report_take_a_report_path(triage, tmp_path, monkeypat
     assert said(labelled) == [f"triage: {path}: archived as run {run[:12]}"]
     assert triage.json("explain", path)["run"] == run
     triage("report", path, corpus_file(AFTER), "-o", tmp_path / "review.md")
-    assert "Performance review: naive vs " in (tmp_path / "review.md").read_text()
+    md_name = BEFORE.replace("_", r"\_")  # a side given as a path is named by its file
+    assert f"Performance review: {md_name} vs " in (tmp_path / "review.md").read_text()
     monkeypatch.chdir(tmp_path)
     (tmp_path / "naive").write_bytes(path.read_bytes())  # a file named like the label
     assert (triage("show", "naive").stderr, triage.json("show", "naive")["id"]) == ("", run)
@@ -109,3 +110,42 @@ def test_query_text_tells_the_min_mean_and_max_of_launches_apart(triage):
     assert len(set(exact.values())) == 3  # two launches: min < mean < max
     cells = triage("query", "--run", run, sql).stdout.splitlines()[2].split()
     assert cells == ["4.6469M", "4.6477M", "4.6484M"]  # not 4.647M, 4.648M, 4.648M
+
+
+# -- item 2, leftovers: a side given as a path is named by its file; every RUN takes a path -----
+
+
+def test_a_diff_names_a_side_given_as_a_path_by_its_file_name(triage, tmp_path):
+    a, b = corpus_file(BEFORE), corpus_file(AFTER)
+    triage("label", "naive", a)
+    text = triage("diff", a, b).stdout.splitlines()
+    run_a, run_b = (triage.json("show", ref)["id"] for ref in (a, b))
+    assert text[0].startswith(f"A: {run_a[:12]} ({BEFORE}, naive) ncu ")
+    assert text[1].startswith(f"B: {run_b[:12]} ({AFTER}) ncu ")
+    assert triage("diff", "naive", b).stdout.startswith(f"A: {run_a[:12]} (naive) ncu ")
+    triage("report", a, b, "-o", tmp_path / "review.md")
+    md_names = [name.replace("_", r"\_") for name in (BEFORE, AFTER)]
+    assert "Performance review: {} vs {}".format(*md_names) in (tmp_path / "review.md").read_text()
+
+
+def test_query_verify_and_export_take_a_report_path(triage, tmp_path):
+    path = corpus_file(BEFORE)
+    queried = triage("query", "--run", path, "select distinct run_id from kernels", "--json")
+    run = json.loads(queried.stdout)[0]["run_id"]
+    assert said(queried) == [f"triage: {path}: archived as run {run[:12]}"]
+    triage.json("archive", corpus_file(AFTER))
+    checked = triage.json("verify", path)
+    assert checked["runs"] == 1
+    triage("export", path, "-o", tmp_path / "one.tar")
+    assert triage.json("import", tmp_path / "one.tar")["runs_present"] == [run]  # that run only
+
+
+def test_capture_from_takes_a_report_path(triage, nsys_exe, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = corpus_file(BEFORE)
+    result = triage("capture", "--from", path, "--", nsys_exe, "profile", "--trace=osrt",
+                    "--sample=none", "--cpuctxsw=none", "-o", "followup", "true", expect=None)
+    run = triage.json("show", path)["id"]
+    assert f"triage: {path}: archived as run {run[:12]}" in said(result)
+    captured = triage.json("show", "latest")
+    assert captured["capture"]["from_run"] == run

@@ -7,6 +7,7 @@ This is the only place where a TriageError becomes a message and an exit code:
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from typing import TYPE_CHECKING, Any, Callable
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import click
 
 from triage import __version__, textview
+from triage.progressview import status_line
 from triage.errors import TriageError, UsageError
 from triage.units import fmt_bytes
 
@@ -106,8 +108,9 @@ def archive(reports, label, note, nsys, redact, repair, as_json, store):
     but rewrites its objects that are missing or damaged (`triage verify` names them)."""
     from triage.archive.ingest import archive_files
 
-    results = archive_files(store, list(reports), label=label, note=note, nsys=nsys,
-                            redact_patterns=tuple(redact), repair=repair)
+    with status_line(as_json) as progress:
+        results = archive_files(store, list(reports), label=label, note=note, nsys=nsys,
+                                redact_patterns=tuple(redact), repair=repair, progress=progress)
     _print([_archive_json(r) for r in results], as_json,
            lambda infos: "\n".join(map(_archive_line, infos)))
 
@@ -149,18 +152,26 @@ def _archive_line(info: dict) -> str:
 
 def _runs_named(store, refs: list[str], sides: bool = False) -> list[str]:
     """RUN arguments with a run id for each report path among them (`triage diff a.ncu-rep
-    b.ncu-rep`): the report is found by its hash or archived now, and that is said in one line
-    on stderr, so that stdout (--json) holds only what the command prints."""
-    import os
+    b.ncu-rep`): see _runs_and_files."""
+    return _runs_and_files(store, refs, sides)[0]
 
-    from triage.archive.runs import reports_as_runs
+
+def _runs_and_files(store, refs: list[str],
+                    sides: bool = False) -> tuple[list[str], list[str | None]]:
+    """RUN arguments with a run id for each report path among them, and the file name each
+    argument (its first run, for a side) was given as, for headers to name it by. The report is
+    found by its hash or archived now, and that is said in one line on stderr, so that stdout
+    (--json) holds only what the command prints."""
+    from triage.archive.runs import reports_as_runs, side_parts
 
     named, reports = reports_as_runs(store, refs, sides=sides, nsys=os.environ.get("TRIAGE_NSYS"))
     for report in reports:
         run = textview.short_id(report.run_id)
         click.echo(f"triage: {textview.printable(report.path)}: " + (
             f"archived as run {run}" if report.new else f"run {run} (archived before)"), err=True)
-    return named
+    paths = {report.path for report in reports}
+    firsts = [ref if ref in paths or not sides else side_parts(ref)[0] for ref in refs]
+    return named, [os.path.basename(first) if first in paths else None for first in firsts]
 
 
 @cli.command(name="ls")
@@ -348,7 +359,9 @@ def query(sql, runs, as_json, as_csv, store):
 
     if as_json and as_csv:
         raise UsageError("--json and --csv ask for two formats; give one")
-    result = run_query(Store.open(store), _one_statement(sql), list(runs) or None)
+    statement = _one_statement(sql)  # a usage error before a report path is archived
+    named = _runs_named(store, list(runs)) or None  # before the store opens: it may make it
+    result = run_query(Store.open(store), statement, named)
     rows = result.to_pylist()
     if as_json:
         click.echo(textview.to_json(rows))
@@ -389,20 +402,29 @@ def capture(command, label, note, shell, group, from_run, nsys, redact, as_json,
 
     from triage.archive.captured import capture as run_capture
     from triage.capture.session import CaptureRequest
+    from triage.progressview import CaptureOutput, progress_after
 
     if repeat > 1 and not label:
         raise UsageError("--repeat N needs --label NAME: the runs are labelled NAME/1 .. NAME/N")
+    if from_run:  # a report path: its run (archived now if need be)
+        from_run = _runs_named(store, [from_run])[0]
     request = CaptureRequest(list(command), store=store, label=label, note=note, shell=shell,
                              group=group, from_run=from_run, nsys=nsys,
                              redact_patterns=tuple(redact))
     results = []
+    # With --json, stdout carries only the JSON document; the profiler's output goes to stderr.
+    stream = click.get_text_stream("stderr" if as_json else "stdout")
     for i in range(1, repeat + 1):
         one = request if repeat == 1 else replace(request, label=f"{label}/{i}",
                                                    group=group or label)
-        # With --json, stdout carries only the JSON document; the profiler's output goes to stderr.
-        results.append(run_capture(one, on_output=lambda line: click.echo(line, err=as_json),
-                                   on_warning=lambda w: click.echo(f"triage: warning: {w}",
-                                                                   err=True)))
+        shown = CaptureOutput(stream, stream.isatty() and not as_json,
+                              os.path.basename(command[0]))
+        try:
+            results.append(run_capture(one, on_output=shown, tick_after=progress_after(),
+                                       on_warning=lambda w: click.echo(f"triage: warning: {w}",
+                                                                       err=True)))
+        finally:
+            shown.close()
     if repeat == 1:
         _print(_archive_json(results[0]), as_json, _archive_line)
     else:
@@ -426,32 +448,29 @@ def env_command(nsys, as_json):
 
 @cli.command()
 @click.option("--keep", is_flag=True, help="Keep the throwaway store and print its path.")
-@click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
-def demo(keep, as_json):
-    """Archive the bundled before/after captures into a throwaway store and print their diff."""
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Write the review page here (default: review.html in a new temp folder).")
+@click.option("--json", "as_json", is_flag=True, help="Print the diffs as JSON.")
+def demo(keep, output, as_json):
+    """Archive the bundled captures (5 before, 5 after) into a throwaway store and show what
+    triage is for: a valid diff, the regression gate, a comparison to distrust, a review page."""
     import shutil
     import tempfile
     from pathlib import Path
 
     from triage.demo import run_demo
+    from triage.demoview import demo_json, render_demo
 
-    root = Path(tempfile.mkdtemp(prefix="triage-demo-"))
+    root = Path(tempfile.mkdtemp(prefix="triage-demo-"))  # the page stays; the rest goes
+    outcome = run_demo(root, Path(output) if output else None)
     try:
-        outcome = run_demo(root / "store")
-        if as_json:
-            click.echo(textview.to_json(outcome["diff"].to_json()))
-        else:
-            from triage.diffview import render_diff
-
-            for result in outcome["runs"]:
-                click.echo(_archive_line(_archive_json(result)))
-            click.echo("")
-            click.echo(render_diff(outcome["diff"]))
+        click.echo(textview.to_json(demo_json(outcome)) if as_json else render_demo(outcome))
         if keep:
-            click.echo(f"\nstore kept: triage ls --store {outcome['store']}", err=True)
+            click.echo(f"\nstore kept: triage ls --store {outcome.store}", err=True)
     finally:
         if not keep:
-            shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(outcome.store, ignore_errors=True)
+            shutil.rmtree(root / "captures", ignore_errors=True)
 
 
 class GateChoice(click.Choice):
@@ -534,8 +553,8 @@ def diff(run_a, run_b, sections, kernel, metric, show_all, threshold, strict, as
     fmt = "json" if as_json else (fmt or _format_from_suffix(output) or "text")
     opts = DiffOptions(sections=tuple(sections), kernel=kernel, metric=metric,
                        show_all=show_all, threshold_pct=threshold, max_slowdown_pct=max_slowdown)
-    run_a, run_b = _runs_named(store, [run_a, run_b], sides=True)
-    result = diff_runs(Store.open(store), run_a, run_b, opts)
+    (run_a, run_b), files = _runs_and_files(store, [run_a, run_b], sides=True)
+    result = diff_runs(Store.open(store), run_a, run_b, opts, files=(files[0], files[1]))
     _emit(_render_diff(result, fmt, limit, to_file=output is not None, raw_names=raw_names),
           output)
     _gate(result.verdict, strict)
@@ -610,7 +629,9 @@ def verify(runs, as_json, store):
     from triage.archive.store import Store
     from triage.errors import CorruptObject
 
-    report = verify_store(Store.open(store), list(runs))
+    named = _runs_named(store, list(runs))  # before the store opens: it may make it
+    with status_line(as_json) as progress:
+        report = verify_store(Store.open(store), named, progress=progress)
     _print(report.to_dict(), as_json, _verify_text)
     if not report.ok:
         raise CorruptObject(f"{len(report.errors)} problem(s) in the store; the list above says "
@@ -673,7 +694,9 @@ def export_command(runs, output, labels, store):
     from triage.archive.bundle import export_runs
     from triage.archive.store import Store
 
-    result = export_runs(Store.open(store), list(runs), output, labels=labels)
+    named = _runs_named(store, list(runs))  # before the store opens: it may make it
+    with status_line() as progress:
+        result = export_runs(Store.open(store), named, output, labels=labels, progress=progress)
     click.echo(f"wrote {result.path}: {len(result.runs)} run(s), {result.objects} objects "
                f"({fmt_bytes(result.bytes)})")
 
@@ -689,7 +712,8 @@ def import_command(bundle, labels, as_json, store):
 
     from triage.archive.bundle import import_bundle
 
-    result = import_bundle(store, bundle, labels=labels)
+    with status_line(as_json) as progress:
+        result = import_bundle(store, bundle, labels=labels, progress=progress)
     _print(asdict(result), as_json, _import_text)
 
 
@@ -735,7 +759,8 @@ def report(runs, output, fmt, sections, kernel, metric, show_all, threshold, str
     # Every metric is fetched (charts draw unchanged ones too); --all only decides the listing.
     opts = DiffOptions(sections=tuple(sections), kernel=kernel, metric=metric, show_all=True,
                        threshold_pct=threshold)
-    diffs = diff_series(Store.open(store), _runs_named(store, list(runs), sides=True), opts)
+    refs, files = _runs_and_files(store, list(runs), sides=True)
+    diffs = diff_series(Store.open(store), refs, opts, files)
     if output:
         write_report(output, diffs, fmt, show_unchanged=show_all, raw_names=raw_names)
         click.echo(f"wrote {output}", err=True)

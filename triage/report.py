@@ -514,10 +514,14 @@ def write_report(path: str | Path, diffs: list[DiffResult], fmt: str | None = No
     return write_user_file(Path(path), text.encode("utf-8"))
 
 
-def diff_series(store: Store, refs: list[str], opts: DiffOptions) -> list[DiffResult]:
-    """Each run after the first compared with the first: one `diff_runs` document per step."""
+def diff_series(store: Store, refs: list[str], opts: DiffOptions,
+                files: list[str | None] | None = None) -> list[DiffResult]:
+    """Each run after the first compared with the first: one `diff_runs` document per step
+    (`files`: the report file name each RUN was given as, or None)."""
     from triage.compare.diff import diff_runs
 
     if len(refs) < 2:
         raise UsageError("a report compares at least two runs: `triage report A B [C ...]`")
-    return [diff_runs(store, refs[0], ref, opts) for ref in refs[1:]]
+    files = files or [None] * len(refs)
+    return [diff_runs(store, refs[0], ref, opts, files=(files[0], file))
+            for ref, file in zip(refs[1:], files[1:], strict=True)]

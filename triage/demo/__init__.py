@@ -1,20 +1,33 @@
 """`triage demo`: the main job on bundled data, on any machine.
 
-Two small nsys captures made by this project from its NVTX test program (a "before" and an
-"after" variant; see README.md beside this file for how they were made) are archived into the
-given store and diffed. The `.sqlite` exports are used, so no nsys and no GPU are needed.
+The project's own nsys captures of its NVTX test program (see README.md beside this file for how
+`make_demo.sh` made them): five runs of a "before" (forward 300 us, backward 600 us) and five of
+an "after" (forward 200 us, backward unchanged), shipped as xz-compressed `.sqlite` exports, so no
+nsys and no GPU are needed. They are archived into the given store and compared four ways: a
+valid comparison (forward significantly faster, backward within noise), the regression gate the
+other way round, a comparison triage cautions on (one run's export derived by code, with the
+nsys version it records changed as after an upgrade) and the HTML review page.
 """
 
 from __future__ import annotations
 
+import lzma
+import sqlite3
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from triage.archive.ingest import archive_files
+from triage.archive.ingest import ArchiveResult, archive_files
 from triage.archive.store import Store
 from triage.compare.diff import diff_runs
+from triage.compare.result import DiffOptions, DiffResult
 
 DEMO_FILES = ("before.sqlite", "after.sqlite")
+REPEATS = 5
+SIDES = ("before", "after")
+GATE_PCT = 5.0
+UPGRADED_VERSION = "2023.4.1"  # the nsys version the derived export says it was made by
+UPGRADED = "after-nsys-upgrade"  # not matched by the glob after/*
 
 
 def demo_file(name: str) -> Path:
@@ -22,12 +35,57 @@ def demo_file(name: str) -> Path:
     return Path(str(resources.files("triage.demo").joinpath(name)))
 
 
-def run_demo(store_path: Path) -> dict:
-    """Archive the bundled before/after captures (labels `before`, `after`) and diff them."""
-    results = []
-    for name in DEMO_FILES:
-        label = name.split(".")[0]
-        results += archive_files(store_path, [str(demo_file(name))], label=label,
-                                 note="triage demo capture")
-    diff = diff_runs(Store.open(store_path), "before", "after")
-    return {"store": str(store_path), "runs": results, "diff": diff}
+@dataclass(frozen=True)
+class DemoOutcome:
+    """What the demo did: the runs it archived, its comparisons and where the page went."""
+
+    store: Path
+    runs: tuple[ArchiveResult, ...]
+    valid: DiffResult  # before/* vs after/*
+    gate: DiffResult  # after/* vs before/* --max-slowdown GATE_PCT
+    caution: DiffResult  # after/1 vs its export with another nsys version recorded
+    html: Path
+
+
+def run_demo(root: Path, html: Path | None = None) -> DemoOutcome:
+    """Unpack the captures under `root`, archive them into `root/store`, compare, write the
+    review page (to `html`, default `root/review.html`)."""
+    from triage.report import write_report
+
+    captures, store_path = root / "captures", root / "store"
+    captures.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for i in range(1, REPEATS + 1):
+        for side in SIDES:
+            path = _unpacked(f"{side}-{i}.sqlite", captures)
+            runs += archive_files(store_path, [str(path)], label=f"{side}/{i}",
+                                  note="triage demo capture")
+    upgraded = upgraded_export(captures / "after-1.sqlite", captures, UPGRADED_VERSION)
+    runs += archive_files(store_path, [str(upgraded)], label=UPGRADED,
+                          note=f"after/1's export, its nsys version set to {UPGRADED_VERSION}")
+    store = Store.open(store_path)
+    valid = diff_runs(store, "before/*", "after/*")
+    gate = diff_runs(store, "after/*", "before/*", DiffOptions(max_slowdown_pct=GATE_PCT))
+    caution = diff_runs(store, "after/1", UPGRADED)
+    page = write_report(html or root / "review.html", [valid], "html")
+    return DemoOutcome(store_path, tuple(runs), valid, gate, caution, page)
+
+
+def _unpacked(name: str, folder: Path) -> Path:
+    """A shipped repeat, decompressed: the export's own bytes."""
+    path = folder / name
+    path.write_bytes(lzma.decompress(demo_file(f"repeats/{name}.xz").read_bytes()))
+    return path
+
+
+def upgraded_export(export: Path, folder: Path, version: str) -> Path:
+    """A copy of a real nsys export that says a different nsys made it (EXPORT_META_DATA's
+    EXPORT_PRODUCT_VERSION, where triage reads the version of an export): the drift a profiler
+    upgrade between two captures shows, with every measurement unchanged."""
+    path = folder / f"{export.stem}-nsys-{version}.sqlite"
+    path.write_bytes(export.read_bytes())
+    with sqlite3.connect(path) as con:
+        con.execute("update EXPORT_META_DATA set value = ? where name = 'EXPORT_PRODUCT_VERSION'",
+                    (version,))
+    con.close()
+    return path

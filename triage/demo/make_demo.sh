@@ -39,5 +39,23 @@ capture() {  # name forward_us
 
 capture before 300
 capture after 200
+
+# Five repeats a side for the noise-aware diff: forward 300 -> 200 us, backward 600 us on both
+# sides (unchanged), interleaved so that the machine's load drifts over both sides alike. Only
+# the SQLite exports ship, xz-compressed (the same bytes once decompressed; `triage demo` does).
+mkdir -p "$here/repeats"
+repeat() {  # name forward_us backward_us
+    (cd "$work" && env -i PATH=/usr/bin:/bin HOME="$work" LANG=C.UTF-8 \
+        "$(command -v "$nsys")" profile --trace=nvtx,osrt --sample=none --cpuctxsw=none \
+        -o "$1" --force-overwrite true ./nvtx_steps 20 "$2" "$3" >/dev/null)
+    "$nsys" export --type sqlite --quiet true --force-overwrite true --output "$work/$1.sqlite" \
+        "$work/$1.nsys-rep" >/dev/null
+    "$python" -c 'import lzma, sys; open(sys.argv[2], "wb").write(lzma.compress(open(sys.argv[1], "rb").read(), preset=9))' \
+        "$work/$1.sqlite" "$here/repeats/$1.sqlite.xz"
+}
+for i in 1 2 3 4 5; do
+    repeat "before-$i" 300 600
+    repeat "after-$i" 200 600
+done
 "$nsys" --version
 ls -l "$here"/before.* "$here"/after.*

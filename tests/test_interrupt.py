@@ -1,0 +1,70 @@
+"""An interrupted `triage capture` (issue 19 item 4): Ctrl-C or a kill while the profiler runs
+records a failed attempt with what was known, exits with the shell's code for the signal and
+says so in one line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, from /proc (children of each of its threads)."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            found += children
+            todo += children
+    return found
+
+
+def wait_for_application(pid: int, name: str, limit: float = 120) -> None:
+    """Until the profiled program runs under `pid` (bounded: a failure, not a hang)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        for child in descendants(pid):
+            try:
+                if Path(f"/proc/{child}/comm").read_text().strip() == name:
+                    return
+            except OSError:
+                continue
+        time.sleep(0.1)
+    pytest.fail(f"{name} never started under the capture")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_capture_is_recorded_as_a_failed_attempt(triage, nsys_exe, tmp_path,
+                                                                store_dir, signum):
+    command = [nsys_exe, "profile", "--trace=osrt", "--sample=none", "--cpuctxsw=none",
+               "-o", "hung", "sleep", "300"]
+    capture = subprocess.Popen([sys.executable, "-m", "triage", "capture", "--", *command],
+                               cwd=tmp_path, env={**os.environ, "TRIAGE_STORE": str(store_dir)},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_application(capture.pid, "sleep")
+        capture.send_signal(signum)
+        _out, err = capture.communicate(timeout=120)
+    finally:
+        if capture.poll() is None:
+            capture.kill()
+    name = signal.Signals(signum).name
+    assert capture.returncode == 128 + signum
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"triage: error: interrupted ({name}) after ")
+    run = triage.json("show", "latest")
+    assert run["id"][:12] in err and run["source"] == "capture-failed"
+    assert run["notices"][0].startswith(f"interrupted ({name}) after ")
+    assert run["capture"]["argv"] == command and run["capture"]["seconds"] > 0
+    assert run["capture"]["environment"]["TRIAGE_STORE"] == str(store_dir)
+    assert [r["source"] for r in triage.json("ls")] == ["capture-failed"]
