@@ -19,7 +19,6 @@ manifest, so until then nothing references them.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import time
@@ -27,8 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from triage.archive import atomic, catalog, lease, validate
-from triage.archive.store import (ANNOTATIONS_SEAL, LABEL_RE, SHA256_RE, STORE_MARKER, Store,
-                                  annotations_seal, canonical_json, marker_bytes, os_error)
+from triage.archive.store import (LABEL_RE, SEAL, SHA256_RE, STORE_MARKER, Store, canonical_json,
+                                  manifest_id, marker_bytes, os_error, seal_of)
 from triage.errors import StoreError, UsageError
 from triage.hashing import hash_file
 
@@ -189,10 +188,13 @@ def _check_run(store: Store, run_id: str, report: VerifyReport, hashed: dict) ->
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         report.findings.append(Finding("corrupt", where, f"unreadable manifest ({exc})", run_id))
         return
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != run_id:
-        report.findings.append(Finding("corrupt", where, f"bytes hash to {digest[:12]}, not to "
-                                       "the run id", run_id))
+    digest = manifest_id(data)
+    if digest is None:
+        report.findings.append(Finding("corrupt", where, "bytes do not match their seal",
+                                       run_id))
+    elif digest != run_id:
+        report.findings.append(Finding("corrupt", where, f"content hashes to {digest[:12]}, "
+                                       "not to the run id", run_id))
     else:
         _check_schema(manifest, where, run_id, report)
     for sha, (what, size) in manifest_refs(manifest).items():
@@ -357,8 +359,8 @@ def _check_annotation_bytes(data: bytes) -> None:
     validate.check(doc, validate.ANNOTATIONS)
     if canonical_json(doc) != data:
         raise ValueError("not in the canonical form triage writes")
-    if ANNOTATIONS_SEAL in doc:
-        if doc[ANNOTATIONS_SEAL] != annotations_seal(doc):
+    if SEAL in doc:
+        if doc[SEAL] != seal_of(doc):
             raise ValueError("they do not hash to their checksum: damaged or edited by hand "
                              "(readers still use them; delete the file to drop them)")
     elif set(doc) - {"archived", "notes"}:

@@ -4,7 +4,8 @@ Layout (all under the store root):
 
     triage-store.json       format marker and version
     objects/ab/cdef...      raw reports and Parquet tables, by sha256; read-only once written
-    runs/<id>.json          run manifests (canonical JSON); id = sha256 of the file's bytes
+    runs/<id>.json          run manifests (canonical JSON); id = sha256 of the run's identity
+                            (manifest_identity), the file sealed by the hash of its bytes
     keys/<key>              dedup key (report hashes + extractor version) -> run id
     annotations/<id>.json   when a run was first archived, and notes added later
     labels/<name>           label -> run id; the only thing a user moves on purpose
@@ -38,7 +39,10 @@ SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 HEX_RE = re.compile(r"^[0-9a-fA-F]{4,64}$")
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 RESERVED_LABELS = {"latest"}
-ANNOTATIONS_SEAL = "sha256"
+SEAL = "sha256"
+# What a run's id leaves out: how its tables came out as bytes (Parquet writer, pyarrow) and
+# which library versions wrote them. Two people archiving one report get one run id.
+NOT_IDENTITY = ("tables", "extractor", SEAL)
 
 
 def canonical_json(obj) -> bytes:
@@ -52,11 +56,42 @@ def marker_bytes() -> bytes:
     return canonical_json({"format": STORE_FORMAT, "version": STORE_VERSION})
 
 
-def annotations_seal(doc: dict) -> str:
-    """The checksum annotations carry: sha256 of the rest of the document. They change (notes
-    are added), so no name can hash them; each write seals them, and `verify` checks the seal."""
-    body = {k: v for k, v in doc.items() if k != ANNOTATIONS_SEAL}
+def seal_of(doc: dict) -> str:
+    """The checksum a document carries that its name does not hash whole: sha256 of the rest
+    of it. Annotations change (notes are added), and a manifest's name hashes only its
+    identity; each write seals them, and readers and `verify` check the seal."""
+    body = {k: v for k, v in doc.items() if k != SEAL}
     return hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+def manifest_identity(manifest: dict) -> dict:
+    """What makes a run the run it is: its reports' hashes, provenance, redaction patterns
+    and table schema version; not its tables' bytes nor the versions of the libraries that
+    wrote them (NOT_IDENTITY). Its tables are attached by their own hashes."""
+    return {k: v for k, v in manifest.items() if k not in NOT_IDENTITY}
+
+
+def manifest_file(manifest: dict) -> tuple[str, bytes]:
+    """A manifest's run id and the sealed bytes stored at runs/<id>.json."""
+    body = {k: v for k, v in manifest.items() if k != SEAL}
+    if body.get("schema_version") == 1:  # an old run: the id hashes the bytes (read only)
+        data = canonical_json(body)
+        return hashlib.sha256(data).hexdigest(), data
+    run_id = hashlib.sha256(canonical_json(manifest_identity(body))).hexdigest()
+    return run_id, canonical_json({**body, SEAL: seal_of(body)})
+
+
+def manifest_id(data: bytes) -> str | None:
+    """The run id a manifest file's bytes stand for; None when they are damaged: not the
+    canonical JSON of a sealed manifest (a version 1 manifest: its id is its bytes' hash)."""
+    try:
+        doc = validate.load_json(data)
+    except ValueError:  # not a manifest at all: what its bytes hash to (readers say why)
+        return hashlib.sha256(data).hexdigest()
+    if not isinstance(doc, dict) or doc.get("schema_version") == 1 or SEAL not in doc:
+        return hashlib.sha256(data).hexdigest()
+    run_id, sealed = manifest_file(doc)
+    return run_id if sealed == data and doc[SEAL] == seal_of(doc) else None
 
 
 def default_store_path() -> Path:
@@ -255,14 +290,15 @@ class Store:
     def has_run(self, run_id: str) -> bool:
         return self.run_path(run_id).is_file()
 
-    def write_manifest(self, manifest: dict) -> str:
+    def write_manifest(self, manifest: dict, replace: bool = False) -> str:
         """Write a manifest (after everything it references); return its id.
 
-        A manifest file whose bytes no longer hash to its id is replaced: archiving the report
-        again is how a damaged run is repaired."""
-        data = canonical_json(manifest)
-        run_id = hashlib.sha256(data).hexdigest()
-        if self.manifest_bytes(run_id) is None:
+        Write-once: the first writer of a run wins, and the same run written again leaves its
+        file as it is. A damaged manifest file (one that no longer stands for its id) is
+        replaced, and so is one whose tables are lost when `replace` (archiving the report
+        again repairs a run)."""
+        run_id, data = manifest_file(manifest)
+        if replace or self.manifest_bytes(run_id) is None:
             self._write_small(self.run_path(run_id), data, readonly=True)
         return run_id
 
@@ -276,14 +312,14 @@ class Store:
             raise os_error(exc, self.root, "write") from None
 
     def manifest_bytes(self, run_id: str) -> bytes | None:
-        """A manifest's bytes if they hash to its id; None if it is missing or damaged."""
+        """A manifest's bytes if they stand for its id; None if it is missing or damaged."""
         try:
             data = self.run_path(run_id).read_bytes()
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise os_error(exc, self.root, "read") from None
-        return data if hashlib.sha256(data).hexdigest() == run_id else None
+        return data if manifest_id(data) == run_id else None
 
     def read_manifest(self, run_id: str) -> dict:
         """A run's manifest, checked against its id first (a few KB to hash): an edited or
@@ -300,6 +336,7 @@ class Store:
         try:  # hash-valid is not enough: `"kernels": "many"` would fail every reader
             manifest = validate.load_json(data)
             validate.check_manifest(manifest, self.run_path(run_id))
+            manifest.pop(SEAL, None)
         except ValueError as exc:
             raise CorruptObject(f"manifest of run {run_id[:12]} is not a valid manifest ({exc}); "
                                 "`triage verify` lists what is damaged") from None
@@ -345,7 +382,7 @@ class Store:
             validate.check(doc, validate.ANNOTATIONS)
         except (OSError, ValueError):
             return {}
-        doc.pop(ANNOTATIONS_SEAL, None)
+        doc.pop(SEAL, None)
         return doc
 
     def annotate(self, run_id: str, archived: str, note: str | None) -> dict:
@@ -355,7 +392,7 @@ class Store:
         notes = doc.setdefault("notes", [])
         if note and note not in [n["text"] for n in notes]:
             notes.append({"time": archived, "text": note})
-        sealed = {**doc, ANNOTATIONS_SEAL: annotations_seal(doc)}
+        sealed = {**doc, SEAL: seal_of(doc)}
         self._write_small(self.annotations / f"{run_id}.json", canonical_json(sealed))
         return doc
 
