@@ -277,7 +277,7 @@ def _walk_files(directory: Path):
 
 def _scan_temps(store: Store, report: VerifyReport) -> None:
     for directory in (store.runs, store.keys, store.label_dir, store.annotations, store.index,
-                      store.leases):
+                      store.leases, store.alias_dir):
         for path in _walk_files(directory):
             if path.name.startswith(atomic.TMP_PREFIX):
                 report.findings.append(Finding("temp", _rel(store, path), "unfinished write"))
@@ -314,8 +314,9 @@ def _check_segments(store: Store, report: VerifyReport) -> None:
 
 
 def _check_pointers(store: Store, report: VerifyReport) -> None:
-    """keys/ and labels/ must point at runs that exist."""
-    for kind, directory in (("key", store.keys), ("label", store.label_dir)):
+    """keys/, labels/ and aliases/ must point at runs that exist."""
+    for kind, directory in (("key", store.keys), ("label", store.label_dir),
+                            ("alias", store.alias_dir)):
         for path in _walk_files(directory):
             if path.name.startswith(atomic.TMP_PREFIX):
                 continue

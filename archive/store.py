@@ -2,13 +2,14 @@
 
 Layout (all under the store root):
 
-    triage-store.json       format marker and version
+    triage-store.json       format marker and version (2; `triage migrate` upgrades a 1)
     objects/ab/cdef...      raw reports and Parquet tables, by sha256; read-only once written
     runs/<id>.json          run manifests (canonical JSON); id = sha256 of the run's identity
                             (manifest_identity), the file sealed by the hash of its bytes
     keys/<key>              dedup key (report hashes + extractor version) -> run id
     annotations/<id>.json   when a run was first archived, and notes added later
     labels/<name>           label -> run id; the only thing a user moves on purpose
+    aliases/<old id>        a format 1 run id -> its format 2 id (migrate.py), write-once
     index/*.parquet         catalog segments for fast `ls` and cross-run queries (derived)
     leases/*.json           one per write in progress (archive, import, label...), so gc spares
                             its files (lease.py)
@@ -34,7 +35,9 @@ from triage.hashing import copy_hashing, hash_file
 
 STORE_MARKER = "triage-store.json"
 STORE_FORMAT = "triage-store"
-STORE_VERSION = 1
+# 2: run ids hash the run's identity (manifest_file); a format 1 store is refused until
+# `triage migrate` upgrades it (migrate.py)
+STORE_VERSION = 2
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 HEX_RE = re.compile(r"^[0-9a-fA-F]{4,64}$")
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
@@ -54,6 +57,13 @@ def canonical_json(obj) -> bytes:
 def marker_bytes() -> bytes:
     """The whole content of a store's marker file (`verify` compares it byte for byte)."""
     return canonical_json({"format": STORE_FORMAT, "version": STORE_VERSION})
+
+
+def migrating_marker_bytes() -> bytes:
+    """The marker while `triage migrate` runs: a newer format to an older triage, and to this
+    one a store that only `migrate` may open (to finish the job)."""
+    return canonical_json({"format": STORE_FORMAT, "migrating_from": 1,
+                           "version": STORE_VERSION})
 
 
 def seal_of(doc: dict) -> str:
@@ -151,16 +161,25 @@ class Store:
         self.label_dir = self.root / "labels"
         self.index = self.root / "index"
         self.leases = self.root / "leases"
+        self.alias_dir = self.root / "aliases"
 
     # -- opening -----------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str | os.PathLike | None = None, create: bool = False) -> "Store":
-        """Open the store at `path` (see store_path); create it only when asked to write."""
+    def open(cls, path: str | os.PathLike | None = None, create: bool = False,
+             upgrade: bool = False) -> "Store":
+        """Open the store at `path` (see store_path); create it only when asked to write. A
+        store of an older format opens only to be upgraded (`triage migrate`)."""
         root = store_path(path)
         marker = root / STORE_MARKER
         if marker.is_file():
-            cls._check_marker(marker)
+            doc = cls._check_marker(marker)
+            if not upgrade and (doc.get("version", 0) < STORE_VERSION or "migrating_from" in doc):
+                how = ("is being migrated to format 2; run `triage migrate` to finish"
+                       if "migrating_from" in doc else
+                       f"has format version {doc.get('version', 0)}; run `triage migrate` once "
+                       f"to upgrade it to {STORE_VERSION} (old run ids keep working)")
+                raise StoreError(f"store {root} {how}")
             return cls(root)
         if root.exists() and not root.is_dir():
             # One message whether --store or $TRIAGE_STORE named it: the same mistake.
@@ -183,7 +202,7 @@ class Store:
         return store
 
     @staticmethod
-    def _check_marker(marker: Path) -> None:
+    def _check_marker(marker: Path) -> dict:
         try:
             doc = json.loads(marker.read_text())
         except (OSError, ValueError) as exc:
@@ -195,6 +214,18 @@ class Store:
         if doc.get("version", 0) > STORE_VERSION:
             raise NewerFormat(f"store {marker.parent} has format version {doc['version']}, newer "
                               f"than this triage ({STORE_VERSION}); upgrade triage")
+        return doc
+
+    def marker(self) -> dict:
+        """The store's marker document (checked when the store was opened)."""
+        return self._check_marker(self.root / STORE_MARKER)
+
+    def format_version(self) -> int:
+        return self.marker().get("version", 0)
+
+    def migrating(self) -> bool:
+        """Whether a `triage migrate` began and has not finished."""
+        return "migrating_from" in self.marker()
 
     def check_writable(self) -> None:
         """Fail early, before any work, when the store cannot take new files."""
@@ -371,6 +402,25 @@ class Store:
 
     def record_key(self, key: str, run_id: str) -> None:
         self._write_small(self.keys / key, (run_id + "\n").encode())
+
+    # -- aliases -------------------------------------------------------------------------------
+
+    def write_alias(self, old: str, new: str) -> None:
+        """Let a run's format 1 id resolve to its id now (written by `triage migrate`)."""
+        self._write_small(self.alias_dir / old, (new + "\n").encode(), readonly=True)
+
+    def aliases(self, prefix: str = "") -> dict[str, str]:
+        """Old run id -> run id, for the old ids that begin with `prefix`."""
+        try:
+            names = [n for n in os.listdir(self.alias_dir) if n.startswith(prefix)]
+        except FileNotFoundError:
+            return {}
+        out = {}
+        for name in names:
+            held = _pointer(self.alias_dir / name)
+            if SHA256_RE.match(name) and SHA256_RE.match(held):
+                out[name] = held
+        return out
 
     # -- annotations ---------------------------------------------------------------------------
 
