@@ -277,7 +277,7 @@ def _walk_files(directory: Path):
 
 def _scan_temps(store: Store, report: VerifyReport) -> None:
     for directory in (store.runs, store.keys, store.label_dir, store.annotations, store.index,
-                      store.leases, store.alias_dir):
+                      store.leases, store.alias_dir, store.history_dir):
         for path in _walk_files(directory):
             if path.name.startswith(atomic.TMP_PREFIX):
                 report.findings.append(Finding("temp", _rel(store, path), "unfinished write"))

@@ -9,6 +9,8 @@ Layout (all under the store root):
     keys/<key>              dedup key (report hashes + extractor version) -> run id
     annotations/<id>.json   when a run was first archived, and notes added later
     labels/<name>           label -> run id; the only thing a user moves on purpose
+    label-history/<name>/   one write-once file per move of a label (<time>_<writer>.move);
+                            the newest by (time, writer) is where the label points
     aliases/<old id>        a format 1 run id -> its format 2 id (migrate.py), write-once
     index/*.parquet         catalog segments for fast `ls` and cross-run queries (derived)
     leases/*.json           one per write in progress (archive, import, label...), so gc spares
@@ -32,6 +34,7 @@ from pathlib import Path
 from triage.archive import atomic, lease, validate
 from triage.errors import DiskFull, LabelNotFound, NewerFormat, StoreError, UsageError
 from triage.hashing import copy_hashing, hash_file
+from triage.timeutil import utc_now
 
 STORE_MARKER = "triage-store.json"
 STORE_FORMAT = "triage-store"
@@ -43,6 +46,7 @@ HEX_RE = re.compile(r"^[0-9a-fA-F]{4,64}$")
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 RESERVED_LABELS = {"latest"}
 SEAL = "sha256"
+MOVE_SUFFIX = ".move"
 # What a run's id leaves out: how its tables came out as bytes (Parquet writer, pyarrow) and
 # which library versions wrote them. Two people archiving one report get one run id.
 NOT_IDENTITY = ("tables", "extractor", SEAL)
@@ -141,6 +145,26 @@ def os_error(exc: OSError, path: Path, doing: str) -> StoreError:
 
 
 @dataclass(frozen=True)
+class LabelMove:
+    """One move of a label, as its history keeps it: when, by which writer, to which run
+    (None: the label was deleted)."""
+
+    time: str
+    writer: str
+    run_id: str | None
+
+
+def writer_id() -> str:
+    """A name for this writer no other writer has (host, process, random), so that two moves
+    made in the same microsecond on two nodes are two files, ordered the same by everyone."""
+    import secrets
+    import socket
+
+    host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:64] or "host"
+    return f"{host}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+@dataclass(frozen=True)
 class Staged:
     """An object copied into a temp file under objects/, durable but not yet visible."""
 
@@ -162,6 +186,7 @@ class Store:
         self.index = self.root / "index"
         self.leases = self.root / "leases"
         self.alias_dir = self.root / "aliases"
+        self.history_dir = self.root / "label-history"
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -463,13 +488,52 @@ class Store:
                 out[name] = _pointer(path)
         return out
 
+    def label_history(self, name: str) -> list[LabelMove]:
+        """Every move of a label, oldest first; [] for a label moved before histories were
+        kept, or never. Newest wins: the last is where the label points."""
+        folder = self.history_dir / name
+        try:
+            names = sorted(n for n in os.listdir(folder) if n.endswith(MOVE_SUFFIX))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        moves = [_move(folder / n) for n in names]
+        return sorted((m for m in moves if m is not None), key=lambda m: (m.time, m.writer))
+
+    def _record_move(self, name: str, run_id: str | None) -> str | None:
+        """Append a move to the label's history (a new file, never a rewrite: no conditional
+        write, so two nodes moving one label both keep their move) and bring labels/<name> to
+        the newest move; return where the label pointed before this move."""
+        before = _pointer_or_none(self.label_dir / name)
+        time, writer = utc_now(precise=True), writer_id()
+        entry = {"label": name, "run": run_id, "time": time, "writer": writer}
+        stamp = time.replace(":", "").replace("-", "")
+        self._write_small(self.history_dir / name / f"{stamp}_{writer}{MOVE_SUFFIX}",
+                          canonical_json(entry), readonly=True)
+        self._point_at_newest(name)
+        return before
+
+    def _point_at_newest(self, name: str) -> None:
+        """Bring labels/<name> to the newest move, and look again after writing it: a writer
+        whose move came in meanwhile writes after us, so the last pointer written is the newest
+        move's (newest wins on every node; readers read the pointer, one file)."""
+        path, written = self.label_dir / name, None
+        while True:
+            history = self.label_history(name)
+            newest = history[-1] if history else None
+            if newest is None or newest == written:
+                return
+            if newest.run_id is None:
+                path.unlink(missing_ok=True)
+            else:
+                self._write_small(path, (newest.run_id + "\n").encode())
+            written = newest
+
     def set_label(self, name: str, run_id: str) -> str | None:
-        """Point a label at a run (atomically replacing where it pointed before); return what it
-        held before (None: a new label), so that a move is never silent."""
+        """Point a label at a run (a move in its history, labels/<name> replaced atomically);
+        return what it held before (None: a new label), so that a move is never silent."""
         check_label(name)
         path = self.label_dir / name
         _remove_empty_folder(path)
-        before = _pointer(path) if path.is_file() else None
         other = self.label_clash(name)
         if other == name:
             raise UsageError(f"label {name!r} clashes with label {name!r} being written, or with "
@@ -478,22 +542,18 @@ class Store:
         if other is not None:
             raise UsageError(f"label {name!r} clashes with label {other!r} (one would be a "
                              "folder of the other); choose another name")
-        self._write_small(path, (run_id + "\n").encode())
-        return before
+        return self._record_move(name, run_id)
 
     def remove_label(self, name: str) -> str:
-        """Delete a label; return what it held. One unlink: a reader sees the whole label or
-        none, and nothing is left behind (no temp file, so no lease for gc to honour). Only a
-        name `labels()` lists is removed, so no name can reach outside labels/. Its folder,
-        if emptied, stays: `set_label` removes empty folders where a label goes."""
+        """Delete a label; return what it held. A deletion is a move in the label's history
+        (to no run), then one unlink: a reader sees the whole label or none. Only a name
+        `labels()` lists is removed, so no name can reach outside labels/. Its folder, if
+        emptied, stays: `set_label` removes empty folders where a label goes."""
         held = self.labels().get(name)
-        missing = LabelNotFound(f"label {name!r} not found; `triage label` lists labels")
         if held is None:
-            raise missing
+            raise LabelNotFound(f"label {name!r} not found; `triage label` lists labels")
         try:
-            (self.label_dir / name).unlink()
-        except FileNotFoundError:  # removed by another process meanwhile
-            raise missing from None
+            self._record_move(name, None)
         except OSError as exc:
             raise os_error(exc, self.root, "write") from None
         return held
@@ -512,6 +572,24 @@ class Store:
                      and not p.name.startswith(atomic.TMP_PREFIX))
             return next(inner, clash).relative_to(self.label_dir).as_posix()
         return clash.relative_to(self.label_dir).as_posix()
+
+
+def _pointer_or_none(path: Path) -> str | None:
+    """What a label file says; None when there is none (a new label)."""
+    return _pointer(path) if path.is_file() else None
+
+
+def _move(path: Path) -> LabelMove | None:
+    """One history entry; None for one that cannot be read (`verify` names the store's
+    damage; a bad entry must not hide the label's other moves)."""
+    try:
+        doc = json.loads(path.read_bytes())
+        run_id = doc["run"]
+        if run_id is not None and not SHA256_RE.match(run_id):
+            return None
+        return LabelMove(str(doc["time"]), str(doc["writer"]), run_id)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _pointer(path: Path) -> str:

@@ -43,6 +43,7 @@ def format_1_store(triage, root) -> dict[str, str]:
         for path in folder.iterdir():
             path.write_text(old_of[path.read_text().strip()] + "\n")
     shutil.rmtree(store.index)
+    shutil.rmtree(store.history_dir)  # format 1 kept no label history
     (root / STORE_MARKER).write_bytes(canonical_json({"format": "triage-store", "version": 1}))
     return {name: old_of[run_id] for name, run_id in ids.items()}
 

@@ -285,10 +285,12 @@ def _write_patch(st: Store, record: RunRecord, output: str | None) -> None:
 @click.argument("name", required=False)
 @click.argument("run", required=False)
 @click.option("-d", "--delete", is_flag=True, help="Delete label NAME.")
+@click.option("--history", is_flag=True, help="List every move of label NAME, oldest first.")
 @store_option
-def label(name, run, delete, store):
+def label(name, run, delete, history, store):
     """Point label NAME at RUN (default: latest), like `git tag NAME COMMIT`; a label that
-    moves says where it was. `triage label -d NAME` deletes one; `triage label` lists them.
+    moves says where it was. `triage label -d NAME` deletes one; `triage label` lists them;
+    `triage label --history NAME` lists its moves (each one kept; the newest wins).
 
     The old order, `triage label RUN NAME`, still works in this release (with a warning)
     where RUN is a run id, an id prefix or `latest`, which no label can be; any other two
@@ -296,6 +298,9 @@ def label(name, run, delete, store):
     from triage.archive import runs
     from triage.archive.store import Store, check_label
 
+    if history:
+        _label_history(Store.open(store), name, run, delete)
+        return
     if name is None or delete:
         _label_list_or_delete(Store.open(store), name, run, delete)
         return
@@ -323,6 +328,20 @@ def _label_list_or_delete(st: Store, name: str | None, run: str | None, delete: 
     if name is None or run is not None:
         raise UsageError("-d deletes one label: triage label -d NAME")
     click.echo(f"deleted label {name} (was {_label_target(delete_label(st, name).was)})")
+
+
+def _label_history(st: Store, name: str | None, run: str | None, delete: bool) -> None:
+    """`triage label --history NAME`: when, by which writer, to which run (newest last)."""
+    if name is None or run is not None or delete:
+        raise UsageError("--history lists the moves of one label: triage label --history NAME")
+    from triage.errors import LabelNotFound
+
+    moves = st.label_history(name)
+    if not moves:
+        raise LabelNotFound(f"label {name!r} has no history; `triage label` lists labels")
+    click.echo("\n".join(f"{m.time}  {m.writer}  "
+                         + (_label_target(m.run_id) if m.run_id else "deleted")
+                         for m in moves))
 
 
 def _label_target(pointer: str | None) -> str:
