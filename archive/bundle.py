@@ -26,7 +26,6 @@ so importing a bundle twice adds nothing.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import json
 import lzma
@@ -41,7 +40,8 @@ from typing import IO, BinaryIO, cast
 
 from triage.archive import atomic, catalog, lease, validate
 from triage.archive.integrity import manifest_refs
-from triage.archive.store import SHA256_RE, Store, canonical_json, check_label, os_error
+from triage.archive.store import (SHA256_RE, Store, canonical_json, check_label, manifest_id,
+                                  os_error)
 from triage.errors import CorruptObject, NewerFormat, TriageError, UsageError
 from triage.progress import Progress, Step, no_progress
 from triage.hashing import HashingReader, copy_hashing
@@ -398,7 +398,7 @@ def _check_doc(path: Path, data: bytes) -> dict:
 def _check_manifest(path: Path, run_id: str, data: bytes) -> dict:
     """A manifest that hashes to its id, is not from a newer triage and matches the manifest
     schema: every reader of the store trusts what is in runs/, so nothing else may get there."""
-    if hashlib.sha256(data).hexdigest() != run_id:
+    if manifest_id(data) != run_id:
         raise CorruptObject(f"{path}: manifest of run {run_id[:12]} does not match its id; the "
                             "bundle is damaged, export it again")
     manifest = _json_object(path, f"runs/{run_id}.json", data)

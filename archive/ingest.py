@@ -27,7 +27,7 @@ from triage.progress import Progress, Step, no_progress
 from triage.hashing import hash_file
 from triage.archive.manifest import MANIFEST_KIND, MANIFEST_VERSION
 from triage.archive.store import (STORE_MARKER, Staged, Store, canonical_json, check_label,
-                                  os_error, store_path as resolve_store)
+                                  manifest_file, os_error, store_path as resolve_store)
 from triage.archive.summaries import SUMMARIES, compute_summaries
 from triage.archive.tables import TableSet
 from triage.capture import redact
@@ -268,14 +268,29 @@ def archive_run(store: Store, request: RunRequest,
         with space.reserved(store.objects, space.COMMIT_BYTES) as room:
             manifest = _build(store, request, prepared, digests)
             room.release()  # for the manifest, key, annotations and catalog segment
-            run_id = store.write_manifest(manifest)
+            run_id, _data = manifest_file(manifest)
+            first = _whole_run(store, run_id) if not request.repair else None
+            present = store.manifest_bytes(run_id) is not None
+            if first is None:
+                store.write_manifest(manifest, replace=True)
         if key:
             store.record_key(key, run_id)
-        return _finish(store, run_id, manifest, request, new=run_id != existing,
-                       repaired=run_id == existing)
+        if first is not None:  # another writer archived the same run first: it wins
+            return _finish(store, run_id, first, request, new=False, repaired=run_id == existing)
+        return _finish(store, run_id, manifest, request, new=run_id != existing and not present,
+                       repaired=run_id == existing or present)
     finally:
         for item in prepared:
             item.close()
+
+
+def _whole_run(store: Store, run_id: str) -> dict | None:
+    """The manifest of a run already in the store with all its objects, else None (missing,
+    damaged, or its tables lost: then the new manifest replaces it)."""
+    if store.manifest_bytes(run_id) is None:
+        return None
+    found = store.read_manifest(run_id)
+    return found if _intact(store, found) else None
 
 
 def _intact(store: Store, manifest: dict) -> bool:

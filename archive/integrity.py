@@ -19,7 +19,6 @@ manifest, so until then nothing references them.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import time
@@ -27,8 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from triage.archive import atomic, catalog, lease, validate
-from triage.archive.store import (ANNOTATIONS_SEAL, LABEL_RE, SHA256_RE, STORE_MARKER, Store,
-                                  annotations_seal, canonical_json, marker_bytes, os_error)
+from triage.archive.store import (LABEL_RE, SEAL, SHA256_RE, STORE_MARKER, Store, canonical_json,
+                                  manifest_id, marker_bytes, os_error, seal_of)
 from triage.errors import StoreError, UsageError
 from triage.progress import Progress, Step, no_progress
 from triage.hashing import hash_file
@@ -193,10 +192,13 @@ def _check_run(store: Store, run_id: str, report: VerifyReport, hashed: dict) ->
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         report.findings.append(Finding("corrupt", where, f"unreadable manifest ({exc})", run_id))
         return
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != run_id:
-        report.findings.append(Finding("corrupt", where, f"bytes hash to {digest[:12]}, not to "
-                                       "the run id", run_id))
+    digest = manifest_id(data)
+    if digest is None:
+        report.findings.append(Finding("corrupt", where, "bytes do not match their seal",
+                                       run_id))
+    elif digest != run_id:
+        report.findings.append(Finding("corrupt", where, f"content hashes to {digest[:12]}, "
+                                       "not to the run id", run_id))
     else:
         _check_schema(manifest, where, run_id, report)
     for sha, (what, size) in manifest_refs(manifest).items():
@@ -279,7 +281,7 @@ def _walk_files(directory: Path):
 
 def _scan_temps(store: Store, report: VerifyReport) -> None:
     for directory in (store.runs, store.keys, store.label_dir, store.annotations, store.index,
-                      store.leases):
+                      store.leases, store.alias_dir, store.history_dir):
         for path in _walk_files(directory):
             if path.name.startswith(atomic.TMP_PREFIX):
                 report.findings.append(Finding("temp", _rel(store, path), "unfinished write"))
@@ -316,8 +318,9 @@ def _check_segments(store: Store, report: VerifyReport) -> None:
 
 
 def _check_pointers(store: Store, report: VerifyReport) -> None:
-    """keys/ and labels/ must point at runs that exist."""
-    for kind, directory in (("key", store.keys), ("label", store.label_dir)):
+    """keys/, labels/ and aliases/ must point at runs that exist."""
+    for kind, directory in (("key", store.keys), ("label", store.label_dir),
+                            ("alias", store.alias_dir)):
         for path in _walk_files(directory):
             if path.name.startswith(atomic.TMP_PREFIX):
                 continue
@@ -361,8 +364,8 @@ def _check_annotation_bytes(data: bytes) -> None:
     validate.check(doc, validate.ANNOTATIONS)
     if canonical_json(doc) != data:
         raise ValueError("not in the canonical form triage writes")
-    if ANNOTATIONS_SEAL in doc:
-        if doc[ANNOTATIONS_SEAL] != annotations_seal(doc):
+    if SEAL in doc:
+        if doc[SEAL] != seal_of(doc):
             raise ValueError("they do not hash to their checksum: damaged or edited by hand "
                              "(readers still use them; delete the file to drop them)")
     elif set(doc) - {"archived", "notes"}:

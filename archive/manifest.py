@@ -12,7 +12,8 @@ from pathlib import Path
 
 from triage.errors import NewerFormat, StoreError
 
-MANIFEST_VERSION = 1
+# 2: the run id hashes the run's identity, not the file's bytes (store.manifest_file)
+MANIFEST_VERSION = 2
 MANIFEST_KIND = "triage.run"
 
 
@@ -23,7 +24,7 @@ def manifest_schema() -> dict:
 
 
 def check_version(manifest: dict, where: Path | str) -> None:
-    """Refuse manifests from a newer triage; there is no older version to migrate yet."""
+    """Refuse manifests from a newer triage (version 1 manifests read as they are)."""
     if manifest.get("kind") != MANIFEST_KIND:
         raise StoreError(f"{where} is not a triage run manifest; `triage verify` checks the store")
     version = manifest.get("schema_version", 0)

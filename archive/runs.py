@@ -19,9 +19,12 @@ MIN_PREFIX = 4
 
 
 def resolve(store: Store, ref: str) -> str:
-    """A full run id for a full id, `latest`, a label, or a unique id prefix."""
+    """A full run id for a full id, `latest`, a label, or a unique id prefix; an old (format 1)
+    id or prefix resolves to the run's id now through the store's aliases."""
     if SHA256_RE.match(ref) and store.has_run(ref):
         return ref
+    if SHA256_RE.match(ref) and ref in (aliased := store.aliases(ref)):
+        return aliased[ref]
     if ref == "latest":
         found = catalog.scan_unordered(store, ["id"]).table
         if not found.num_rows:
@@ -42,7 +45,7 @@ def resolve(store: Store, ref: str) -> str:
 def _by_prefix(store: Store, ref: str) -> str:
     lowered = ref.lower()
     if len(lowered) >= MIN_PREFIX and all(c in "0123456789abcdef" for c in lowered):
-        matches = store.run_ids(prefix=lowered)
+        matches = store.run_ids(prefix=lowered) or sorted(set(store.aliases(lowered).values()))
         if len(matches) == 1:
             return matches[0]
         if matches:

@@ -2,12 +2,16 @@
 
 Layout (all under the store root):
 
-    triage-store.json       format marker and version
+    triage-store.json       format marker and version (2; `triage migrate` upgrades a 1)
     objects/ab/cdef...      raw reports and Parquet tables, by sha256; read-only once written
-    runs/<id>.json          run manifests (canonical JSON); id = sha256 of the file's bytes
+    runs/<id>.json          run manifests (canonical JSON); id = sha256 of the run's identity
+                            (manifest_identity), the file sealed by the hash of its bytes
     keys/<key>              dedup key (report hashes + extractor version) -> run id
     annotations/<id>.json   when a run was first archived, and notes added later
     labels/<name>           label -> run id; the only thing a user moves on purpose
+    label-history/<name>/   one write-once file per move of a label (<time>_<writer>.move);
+                            the newest by (time, writer) is where the label points
+    aliases/<old id>        a format 1 run id -> its format 2 id (migrate.py), write-once
     index/*.parquet         catalog segments for fast `ls` and cross-run queries (derived)
     leases/*.json           one per write in progress (archive, import, label...), so gc spares
                             its files (lease.py)
@@ -30,15 +34,22 @@ from pathlib import Path
 from triage.archive import atomic, lease, validate
 from triage.errors import DiskFull, LabelNotFound, NewerFormat, StoreError, UsageError
 from triage.hashing import copy_hashing, hash_file
+from triage.timeutil import utc_now
 
 STORE_MARKER = "triage-store.json"
 STORE_FORMAT = "triage-store"
-STORE_VERSION = 1
+# 2: run ids hash the run's identity (manifest_file); a format 1 store is refused until
+# `triage migrate` upgrades it (migrate.py)
+STORE_VERSION = 2
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 HEX_RE = re.compile(r"^[0-9a-fA-F]{4,64}$")
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 RESERVED_LABELS = {"latest"}
-ANNOTATIONS_SEAL = "sha256"
+SEAL = "sha256"
+MOVE_SUFFIX = ".move"
+# What a run's id leaves out: how its tables came out as bytes (Parquet writer, pyarrow) and
+# which library versions wrote them. Two people archiving one report get one run id.
+NOT_IDENTITY = ("tables", "extractor", SEAL)
 
 
 def canonical_json(obj) -> bytes:
@@ -52,11 +63,49 @@ def marker_bytes() -> bytes:
     return canonical_json({"format": STORE_FORMAT, "version": STORE_VERSION})
 
 
-def annotations_seal(doc: dict) -> str:
-    """The checksum annotations carry: sha256 of the rest of the document. They change (notes
-    are added), so no name can hash them; each write seals them, and `verify` checks the seal."""
-    body = {k: v for k, v in doc.items() if k != ANNOTATIONS_SEAL}
+def migrating_marker_bytes() -> bytes:
+    """The marker while `triage migrate` runs: a newer format to an older triage, and to this
+    one a store that only `migrate` may open (to finish the job)."""
+    return canonical_json({"format": STORE_FORMAT, "migrating_from": 1,
+                           "version": STORE_VERSION})
+
+
+def seal_of(doc: dict) -> str:
+    """The checksum a document carries that its name does not hash whole: sha256 of the rest
+    of it. Annotations change (notes are added), and a manifest's name hashes only its
+    identity; each write seals them, and readers and `verify` check the seal."""
+    body = {k: v for k, v in doc.items() if k != SEAL}
     return hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+def manifest_identity(manifest: dict) -> dict:
+    """What makes a run the run it is: its reports' hashes, provenance, redaction patterns
+    and table schema version; not its tables' bytes nor the versions of the libraries that
+    wrote them (NOT_IDENTITY). Its tables are attached by their own hashes."""
+    return {k: v for k, v in manifest.items() if k not in NOT_IDENTITY}
+
+
+def manifest_file(manifest: dict) -> tuple[str, bytes]:
+    """A manifest's run id and the sealed bytes stored at runs/<id>.json."""
+    body = {k: v for k, v in manifest.items() if k != SEAL}
+    if body.get("schema_version") == 1:  # an old run: the id hashes the bytes (read only)
+        data = canonical_json(body)
+        return hashlib.sha256(data).hexdigest(), data
+    run_id = hashlib.sha256(canonical_json(manifest_identity(body))).hexdigest()
+    return run_id, canonical_json({**body, SEAL: seal_of(body)})
+
+
+def manifest_id(data: bytes) -> str | None:
+    """The run id a manifest file's bytes stand for; None when they are damaged: not the
+    canonical JSON of a sealed manifest (a version 1 manifest: its id is its bytes' hash)."""
+    try:
+        doc = validate.load_json(data)
+    except ValueError:  # not a manifest at all: what its bytes hash to (readers say why)
+        return hashlib.sha256(data).hexdigest()
+    if not isinstance(doc, dict) or doc.get("schema_version") == 1 or SEAL not in doc:
+        return hashlib.sha256(data).hexdigest()
+    run_id, sealed = manifest_file(doc)
+    return run_id if sealed == data and doc[SEAL] == seal_of(doc) else None
 
 
 def default_store_path() -> Path:
@@ -96,6 +145,26 @@ def os_error(exc: OSError, path: Path, doing: str) -> StoreError:
 
 
 @dataclass(frozen=True)
+class LabelMove:
+    """One move of a label, as its history keeps it: when, by which writer, to which run
+    (None: the label was deleted)."""
+
+    time: str
+    writer: str
+    run_id: str | None
+
+
+def writer_id() -> str:
+    """A name for this writer no other writer has (host, process, random), so that two moves
+    made in the same microsecond on two nodes are two files, ordered the same by everyone."""
+    import secrets
+    import socket
+
+    host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:64] or "host"
+    return f"{host}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+@dataclass(frozen=True)
 class Staged:
     """An object copied into a temp file under objects/, durable but not yet visible."""
 
@@ -116,16 +185,26 @@ class Store:
         self.label_dir = self.root / "labels"
         self.index = self.root / "index"
         self.leases = self.root / "leases"
+        self.alias_dir = self.root / "aliases"
+        self.history_dir = self.root / "label-history"
 
     # -- opening -----------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str | os.PathLike | None = None, create: bool = False) -> "Store":
-        """Open the store at `path` (see store_path); create it only when asked to write."""
+    def open(cls, path: str | os.PathLike | None = None, create: bool = False,
+             upgrade: bool = False) -> "Store":
+        """Open the store at `path` (see store_path); create it only when asked to write. A
+        store of an older format opens only to be upgraded (`triage migrate`)."""
         root = store_path(path)
         marker = root / STORE_MARKER
         if marker.is_file():
-            cls._check_marker(marker)
+            doc = cls._check_marker(marker)
+            if not upgrade and (doc.get("version", 0) < STORE_VERSION or "migrating_from" in doc):
+                how = ("is being migrated to format 2; run `triage migrate` to finish"
+                       if "migrating_from" in doc else
+                       f"has format version {doc.get('version', 0)}; run `triage migrate` once "
+                       f"to upgrade it to {STORE_VERSION} (old run ids keep working)")
+                raise StoreError(f"store {root} {how}")
             return cls(root)
         if root.exists() and not root.is_dir():
             # One message whether --store or $TRIAGE_STORE named it: the same mistake.
@@ -148,7 +227,7 @@ class Store:
         return store
 
     @staticmethod
-    def _check_marker(marker: Path) -> None:
+    def _check_marker(marker: Path) -> dict:
         try:
             doc = json.loads(marker.read_text())
         except (OSError, ValueError) as exc:
@@ -160,6 +239,18 @@ class Store:
         if doc.get("version", 0) > STORE_VERSION:
             raise NewerFormat(f"store {marker.parent} has format version {doc['version']}, newer "
                               f"than this triage ({STORE_VERSION}); upgrade triage")
+        return doc
+
+    def marker(self) -> dict:
+        """The store's marker document (checked when the store was opened)."""
+        return self._check_marker(self.root / STORE_MARKER)
+
+    def format_version(self) -> int:
+        return self.marker().get("version", 0)
+
+    def migrating(self) -> bool:
+        """Whether a `triage migrate` began and has not finished."""
+        return "migrating_from" in self.marker()
 
     def check_writable(self) -> None:
         """Fail early, before any work, when the store cannot take new files."""
@@ -255,14 +346,15 @@ class Store:
     def has_run(self, run_id: str) -> bool:
         return self.run_path(run_id).is_file()
 
-    def write_manifest(self, manifest: dict) -> str:
+    def write_manifest(self, manifest: dict, replace: bool = False) -> str:
         """Write a manifest (after everything it references); return its id.
 
-        A manifest file whose bytes no longer hash to its id is replaced: archiving the report
-        again is how a damaged run is repaired."""
-        data = canonical_json(manifest)
-        run_id = hashlib.sha256(data).hexdigest()
-        if self.manifest_bytes(run_id) is None:
+        Write-once: the first writer of a run wins, and the same run written again leaves its
+        file as it is. A damaged manifest file (one that no longer stands for its id) is
+        replaced, and so is one whose tables are lost when `replace` (archiving the report
+        again repairs a run)."""
+        run_id, data = manifest_file(manifest)
+        if replace or self.manifest_bytes(run_id) is None:
             self._write_small(self.run_path(run_id), data, readonly=True)
         return run_id
 
@@ -276,14 +368,14 @@ class Store:
             raise os_error(exc, self.root, "write") from None
 
     def manifest_bytes(self, run_id: str) -> bytes | None:
-        """A manifest's bytes if they hash to its id; None if it is missing or damaged."""
+        """A manifest's bytes if they stand for its id; None if it is missing or damaged."""
         try:
             data = self.run_path(run_id).read_bytes()
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise os_error(exc, self.root, "read") from None
-        return data if hashlib.sha256(data).hexdigest() == run_id else None
+        return data if manifest_id(data) == run_id else None
 
     def read_manifest(self, run_id: str) -> dict:
         """A run's manifest, checked against its id first (a few KB to hash): an edited or
@@ -300,6 +392,7 @@ class Store:
         try:  # hash-valid is not enough: `"kernels": "many"` would fail every reader
             manifest = validate.load_json(data)
             validate.check_manifest(manifest, self.run_path(run_id))
+            manifest.pop(SEAL, None)
         except ValueError as exc:
             raise CorruptObject(f"manifest of run {run_id[:12]} is not a valid manifest ({exc}); "
                                 "`triage verify` lists what is damaged") from None
@@ -335,6 +428,25 @@ class Store:
     def record_key(self, key: str, run_id: str) -> None:
         self._write_small(self.keys / key, (run_id + "\n").encode())
 
+    # -- aliases -------------------------------------------------------------------------------
+
+    def write_alias(self, old: str, new: str) -> None:
+        """Let a run's format 1 id resolve to its id now (written by `triage migrate`)."""
+        self._write_small(self.alias_dir / old, (new + "\n").encode(), readonly=True)
+
+    def aliases(self, prefix: str = "") -> dict[str, str]:
+        """Old run id -> run id, for the old ids that begin with `prefix`."""
+        try:
+            names = [n for n in os.listdir(self.alias_dir) if n.startswith(prefix)]
+        except FileNotFoundError:
+            return {}
+        out = {}
+        for name in names:
+            held = _pointer(self.alias_dir / name)
+            if SHA256_RE.match(name) and SHA256_RE.match(held):
+                out[name] = held
+        return out
+
     # -- annotations ---------------------------------------------------------------------------
 
     def read_annotations(self, run_id: str) -> dict:
@@ -345,7 +457,7 @@ class Store:
             validate.check(doc, validate.ANNOTATIONS)
         except (OSError, ValueError):
             return {}
-        doc.pop(ANNOTATIONS_SEAL, None)
+        doc.pop(SEAL, None)
         return doc
 
     def annotate(self, run_id: str, archived: str, note: str | None) -> dict:
@@ -355,7 +467,7 @@ class Store:
         notes = doc.setdefault("notes", [])
         if note and note not in [n["text"] for n in notes]:
             notes.append({"time": archived, "text": note})
-        sealed = {**doc, ANNOTATIONS_SEAL: annotations_seal(doc)}
+        sealed = {**doc, SEAL: seal_of(doc)}
         self._write_small(self.annotations / f"{run_id}.json", canonical_json(sealed))
         return doc
 
@@ -376,13 +488,52 @@ class Store:
                 out[name] = _pointer(path)
         return out
 
+    def label_history(self, name: str) -> list[LabelMove]:
+        """Every move of a label, oldest first; [] for a label moved before histories were
+        kept, or never. Newest wins: the last is where the label points."""
+        folder = self.history_dir / name
+        try:
+            names = sorted(n for n in os.listdir(folder) if n.endswith(MOVE_SUFFIX))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        moves = [_move(folder / n) for n in names]
+        return sorted((m for m in moves if m is not None), key=lambda m: (m.time, m.writer))
+
+    def _record_move(self, name: str, run_id: str | None) -> str | None:
+        """Append a move to the label's history (a new file, never a rewrite: no conditional
+        write, so two nodes moving one label both keep their move) and bring labels/<name> to
+        the newest move; return where the label pointed before this move."""
+        before = _pointer_or_none(self.label_dir / name)
+        time, writer = utc_now(precise=True), writer_id()
+        entry = {"label": name, "run": run_id, "time": time, "writer": writer}
+        stamp = time.replace(":", "").replace("-", "")
+        self._write_small(self.history_dir / name / f"{stamp}_{writer}{MOVE_SUFFIX}",
+                          canonical_json(entry), readonly=True)
+        self._point_at_newest(name)
+        return before
+
+    def _point_at_newest(self, name: str) -> None:
+        """Bring labels/<name> to the newest move, and look again after writing it: a writer
+        whose move came in meanwhile writes after us, so the last pointer written is the newest
+        move's (newest wins on every node; readers read the pointer, one file)."""
+        path, written = self.label_dir / name, None
+        while True:
+            history = self.label_history(name)
+            newest = history[-1] if history else None
+            if newest is None or newest == written:
+                return
+            if newest.run_id is None:
+                path.unlink(missing_ok=True)
+            else:
+                self._write_small(path, (newest.run_id + "\n").encode())
+            written = newest
+
     def set_label(self, name: str, run_id: str) -> str | None:
-        """Point a label at a run (atomically replacing where it pointed before); return what it
-        held before (None: a new label), so that a move is never silent."""
+        """Point a label at a run (a move in its history, labels/<name> replaced atomically);
+        return what it held before (None: a new label), so that a move is never silent."""
         check_label(name)
         path = self.label_dir / name
         _remove_empty_folder(path)
-        before = _pointer(path) if path.is_file() else None
         other = self.label_clash(name)
         if other == name:
             raise UsageError(f"label {name!r} clashes with label {name!r} being written, or with "
@@ -391,22 +542,18 @@ class Store:
         if other is not None:
             raise UsageError(f"label {name!r} clashes with label {other!r} (one would be a "
                              "folder of the other); choose another name")
-        self._write_small(path, (run_id + "\n").encode())
-        return before
+        return self._record_move(name, run_id)
 
     def remove_label(self, name: str) -> str:
-        """Delete a label; return what it held. One unlink: a reader sees the whole label or
-        none, and nothing is left behind (no temp file, so no lease for gc to honour). Only a
-        name `labels()` lists is removed, so no name can reach outside labels/. Its folder,
-        if emptied, stays: `set_label` removes empty folders where a label goes."""
+        """Delete a label; return what it held. A deletion is a move in the label's history
+        (to no run), then one unlink: a reader sees the whole label or none. Only a name
+        `labels()` lists is removed, so no name can reach outside labels/. Its folder, if
+        emptied, stays: `set_label` removes empty folders where a label goes."""
         held = self.labels().get(name)
-        missing = LabelNotFound(f"label {name!r} not found; `triage label` lists labels")
         if held is None:
-            raise missing
+            raise LabelNotFound(f"label {name!r} not found; `triage label` lists labels")
         try:
-            (self.label_dir / name).unlink()
-        except FileNotFoundError:  # removed by another process meanwhile
-            raise missing from None
+            self._record_move(name, None)
         except OSError as exc:
             raise os_error(exc, self.root, "write") from None
         return held
@@ -425,6 +572,24 @@ class Store:
                      and not p.name.startswith(atomic.TMP_PREFIX))
             return next(inner, clash).relative_to(self.label_dir).as_posix()
         return clash.relative_to(self.label_dir).as_posix()
+
+
+def _pointer_or_none(path: Path) -> str | None:
+    """What a label file says; None when there is none (a new label)."""
+    return _pointer(path) if path.is_file() else None
+
+
+def _move(path: Path) -> LabelMove | None:
+    """One history entry; None for one that cannot be read (`verify` names the store's
+    damage; a bad entry must not hide the label's other moves)."""
+    try:
+        doc = json.loads(path.read_bytes())
+        run_id = doc["run"]
+        if run_id is not None and not SHA256_RE.match(run_id):
+            return None
+        return LabelMove(str(doc["time"]), str(doc["writer"]), run_id)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _pointer(path: Path) -> str:

@@ -76,14 +76,11 @@ def build_store(root: Path, runs: int, kernels: int) -> None:
 
 
 def _write_run(store, manifest: dict, annotations: dict) -> str:
-    import hashlib
+    from triage.archive.store import SEAL, canonical_json, manifest_file, seal_of
 
-    from triage.archive.store import ANNOTATIONS_SEAL, annotations_seal, canonical_json
-
-    data = canonical_json(manifest)
-    run_id = hashlib.sha256(data).hexdigest()
+    run_id, data = manifest_file(manifest)
     store.run_path(run_id).write_bytes(data)
-    sealed = {**annotations, ANNOTATIONS_SEAL: annotations_seal(annotations)}
+    sealed = {**annotations, SEAL: seal_of(annotations)}
     (store.annotations / f"{run_id}.json").write_bytes(canonical_json(sealed))
     return run_id
 

@@ -1,5 +1,6 @@
-"""Run ids of every corpus report, archived into a fresh store: the check that a change kept the
-tables byte-identical (the run id hashes them), compared side by side with another commit.
+"""Run ids and table hashes of every corpus report, archived into a fresh store: the check that a
+change kept the runs' identity (the run id) and their tables byte-identical (the run id no longer
+hashes the tables, so their hashes are listed beside it), side by side with another commit.
 
     python benchmarks/corpus_ids.py > after.json     # on this commit
     git stash; python benchmarks/corpus_ids.py > before.json; git stash pop
@@ -12,6 +13,7 @@ both sides alike.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import subprocess
 import sys
@@ -23,15 +25,22 @@ SUFFIXES = (".ncu-rep", ".nsight-cuprof-report", ".sqlite", ".nsys-rep", ".qdrep
 
 
 def corpus_ids() -> dict[str, str]:
-    """file name -> run id (or 'error: ...') for every corpus report."""
+    """file name -> "run id tables-digest" (or 'error: ...') for every corpus report."""
     out = {}
     with tempfile.TemporaryDirectory() as store:
         for path in sorted(p for p in CORPUS.rglob("*") if p.suffix in SUFFIXES):
             done = subprocess.run([sys.executable, "-m", "triage", "--store", store, "archive",
                                    "--json", str(path)], capture_output=True, text=True)
-            out[path.name] = json.loads(done.stdout)[0]["id"] if done.returncode == 0 \
-                else "error: " + done.stderr.strip()[:120]
+            out[path.name] = _identity(Path(store), json.loads(done.stdout)[0]["id"]) \
+                if done.returncode == 0 else "error: " + done.stderr.strip()[:120]
     return out
+
+
+def _identity(store: Path, run_id: str) -> str:
+    """A run's id and the sha256 of its table references (name, hash) in name order."""
+    tables = json.loads((store / "runs" / f"{run_id}.json").read_bytes())["tables"]
+    listed = json.dumps({name: ref["sha256"] for name, ref in sorted(tables.items())})
+    return f"{run_id} {hashlib.sha256(listed.encode()).hexdigest()}"
 
 
 def main() -> int:

@@ -15,7 +15,7 @@ import pytest
 
 from helpers import corpus_file
 from triage.archive import bundle
-from triage.archive.store import canonical_json
+from triage.archive.store import canonical_json, manifest_file, manifest_id
 
 SMALL = "LakshyaSingh354__CudaCode__report.ncu-rep"
 OTHER = "Lashi0812__CudaProgramming__simpleSOA.ncu-rep"
@@ -188,16 +188,17 @@ def drop_object(items):
 def rewrite_run(items, manifest=None, notes=None):
     """A hostile bundle made from a real export: the second run's manifest and/or annotations
     replaced by code (`manifest`/`notes` map the parsed document, or return raw bytes). A run id
-    is the sha256 of its manifest, so the manifest is renamed to its new hash and bundle.json,
-    the annotations and the labels follow it: only the schema can refuse what results."""
+    stands for its manifest (its identity, sealed), so the manifest is renamed to its new id and
+    bundle.json, the annotations and the labels follow it: only the schema can refuse what
+    results."""
     doc = json.loads(items[0][1])
     old = doc["runs"][-1]
     data = {m.name: d for m, d in items}
     body = data[f"runs/{old}.json"]
     if manifest is not None:
         body = manifest(json.loads(body))
-        body = body if isinstance(body, bytes) else canonical_json(body)
-    new = hashlib.sha256(body).hexdigest()
+        body = body if isinstance(body, bytes) else manifest_file(body)[1]
+    new = manifest_id(body)
     note = data[f"annotations/{old}.json"]
     if notes is not None:
         note = notes(json.loads(note))
@@ -253,7 +254,7 @@ HOSTILE = {  # hash-valid bundles that used to break import and then every reade
     "report-name-number": (lambda i: rewrite_run(i, with_field("reports.[0].name", 5)),
                            "(reports[0].name: expected string, got integer)"),
     "version-string": (lambda i: rewrite_run(i, with_field("schema_version", "1")),
-                       "(schema_version: must be 1)"),
+                       "(schema_version: must be one of 1, 2)"),
     "kernels-nan": (lambda i: rewrite_run(i, lambda m: canonical_json(m).replace(
         b'"kernels":%d' % m["kernels"], b'"kernels":NaN')), "NaN is not a JSON number"),
     "manifest-deep": (lambda i: rewrite_run(i, lambda _m: b"[" * 200_000),
@@ -334,8 +335,7 @@ def test_readers_survive_bad_records_in_the_store(triage, exported):
     odd = json.loads((store / "runs" / f"{second}.json").read_bytes())
     odd["kernels"] = "many"
     odd["reports"][0]["sha256"] = 5  # verify must not try to open object "5"
-    data = canonical_json(odd)
-    odd_id = hashlib.sha256(data).hexdigest()
+    odd_id, data = manifest_file(odd)
     (store / "runs" / f"{odd_id}.json").write_bytes(data)
     deep = b"[" * 200_000
     deep_id = hashlib.sha256(deep).hexdigest()

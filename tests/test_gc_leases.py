@@ -50,9 +50,9 @@ def test_gc_grace_0_just_before_the_manifest_spares_every_object(triage, monkeyp
     real = Store.write_manifest
     passes = []
 
-    def gc_first(self: Store, manifest: dict) -> str:
+    def gc_first(self: Store, manifest: dict, replace: bool = False) -> str:
         passes.append(integrity.gc(self, grace_seconds=0))
-        return real(self, manifest)
+        return real(self, manifest, replace)
 
     monkeypatch.setattr(Store, "write_manifest", gc_first)
     out = triage("archive", corpus_file(SMALL)).stdout

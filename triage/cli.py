@@ -296,10 +296,12 @@ def _write_patch(st: Store, record: RunRecord, output: str | None) -> None:
 @click.argument("name", required=False)
 @click.argument("run", required=False)
 @click.option("-d", "--delete", is_flag=True, help="Delete label NAME.")
+@click.option("--history", is_flag=True, help="List every move of label NAME, oldest first.")
 @store_option
-def label(name, run, delete, store):
+def label(name, run, delete, history, store):
     """Point label NAME at RUN (default: latest), like `git tag NAME COMMIT`; a label that
-    moves says where it was. `triage label -d NAME` deletes one; `triage label` lists them.
+    moves says where it was. `triage label -d NAME` deletes one; `triage label` lists them;
+    `triage label --history NAME` lists its moves (each one kept; the newest wins).
 
     The old order, `triage label RUN NAME`, still works in this release (with a warning)
     where RUN is a run id, an id prefix or `latest`, which no label can be; any other two
@@ -307,6 +309,9 @@ def label(name, run, delete, store):
     from triage.archive import runs
     from triage.archive.store import Store, check_label
 
+    if history:
+        _label_history(Store.open(store), name, run, delete)
+        return
     if name is None or delete:
         _label_list_or_delete(Store.open(store), name, run, delete)
         return
@@ -334,6 +339,20 @@ def _label_list_or_delete(st: Store, name: str | None, run: str | None, delete: 
     if name is None or run is not None:
         raise UsageError("-d deletes one label: triage label -d NAME")
     click.echo(f"deleted label {name} (was {_label_target(delete_label(st, name).was)})")
+
+
+def _label_history(st: Store, name: str | None, run: str | None, delete: bool) -> None:
+    """`triage label --history NAME`: when, by which writer, to which run (newest last)."""
+    if name is None or run is not None or delete:
+        raise UsageError("--history lists the moves of one label: triage label --history NAME")
+    from triage.errors import LabelNotFound
+
+    moves = st.label_history(name)
+    if not moves:
+        raise LabelNotFound(f"label {name!r} has no history; `triage label` lists labels")
+    click.echo("\n".join(f"{m.time}  {m.writer}  "
+                         + (_label_target(m.run_id) if m.run_id else "deleted")
+                         for m in moves))
 
 
 def _label_target(pointer: str | None) -> str:
@@ -669,6 +688,24 @@ def gc_command(dry_run, grace, as_json, store):
 
     report = gc(Store.open(store), grace_seconds=parse_duration(grace), dry_run=dry_run)
     _print(report.to_dict(), as_json, lambda found: _gc_text(found, grace))
+
+
+@cli.command()
+@store_option
+def migrate(store):
+    """Upgrade a store of format 1 to format 2 in one step (run ids hash what a run is, not its
+    Parquet bytes): every run gets its new id, and its old id keeps resolving (show, diff,
+    labels). Other commands refuse a format 1 store until it is migrated. Safe to run again,
+    and to rerun after a kill: it finishes what it began. Run it when no one is writing."""
+    from triage.archive.migrate import migrate as migrate_store
+    from triage.archive.store import Store
+
+    done = migrate_store(Store.open(store, upgrade=True))
+    if done.nothing:
+        click.echo("store is at format 2 already; nothing to do")
+        return
+    click.echo(f"migrated store from format {done.from_version} to 2: {done.runs} run(s) "
+               f"got new ids, {done.aliases} old id(s) kept as aliases")
 
 
 def _gc_text(report: dict, grace: str) -> str:

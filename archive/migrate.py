@@ -1,0 +1,101 @@
+"""`triage migrate`: a store of format 1 to format 2, in one step that a kill cannot spoil.
+
+Format 1 named a run by the sha256 of its manifest's bytes, so the same report archived with
+other library versions was another run. Format 2 names it by its identity (store.manifest_file).
+Each run gets its new id; its old id stays an alias (aliases/<old id> holds the new one), so every
+id written down in notes, scripts and labels still resolves.
+
+The steps, each one safe to repeat (a rerun after a kill finishes the job):
+
+1. the marker says "version 2, migrating from 1": an older triage refuses the store as newer, this
+   triage refuses every command but `migrate`, so no one writes runs under the old rule meanwhile;
+2. per run: the version 2 manifest, the alias, the annotations under the new id;
+3. dedup keys and labels pointed at the new ids;
+4. the version 1 manifests and their annotations removed, the catalog (derived) rebuilt;
+5. the marker says "version 2": done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from triage.archive import atomic, catalog, lease, validate
+from triage.archive.store import (SHA256_RE, STORE_MARKER, STORE_VERSION, Store, marker_bytes,
+                                  migrating_marker_bytes)
+
+
+@dataclass(frozen=True)
+class Migration:
+    """What `triage migrate` did: the format it found, and the runs that got a new id."""
+
+    from_version: int
+    runs: int
+    aliases: int
+    nothing: bool = False  # the store was at format STORE_VERSION already
+
+
+def migrate(store: Store) -> Migration:
+    """Bring `store` (opened with `upgrade=True`) to format STORE_VERSION; a no-op when it is."""
+    found = store.format_version()
+    if found == STORE_VERSION and not store.migrating():
+        return Migration(found, 0, 0, nothing=True)
+    with lease.held(store, "migrate"):
+        _write(store, store.root / STORE_MARKER, migrating_marker_bytes())
+        tried = {old: _migrate_run(store, old) for old in store.run_ids()}
+        moved = {old: new for old, new in tried.items() if new is not None}
+        renamed = {**store.aliases(), **moved}
+        _repoint(store, store.keys, renamed)
+        _repoint(store, store.label_dir, renamed)
+        for old in moved:
+            (store.annotations / f"{old}.json").unlink(missing_ok=True)
+            store.run_path(old).unlink(missing_ok=True)
+        _rebuild_catalog(store)
+        _write(store, store.root / STORE_MARKER, marker_bytes())
+    return Migration(found, len(moved), len(renamed))
+
+
+def _migrate_run(store: Store, old: str) -> str | None:
+    """The version 2 manifest of a version 1 run, its alias and annotations; its new id (None:
+    the run is version 2 already, or its manifest is damaged: `verify` names it, and it stays)."""
+    data = store.manifest_bytes(old)
+    if data is None:
+        return None
+    manifest = validate.load_json(data)
+    if manifest.get("schema_version") != 1:
+        return None
+    new = store.write_manifest({**manifest, "schema_version": 2})
+    notes = store.annotations / f"{old}.json"
+    if notes.is_file() and not (store.annotations / f"{new}.json").is_file():
+        _write(store, store.annotations / f"{new}.json", notes.read_bytes())
+    store.write_alias(old, new)
+    return new
+
+
+def _repoint(store: Store, folder, renamed: dict[str, str]) -> None:
+    """Point every key or label file that holds an old id at the new one."""
+    if not folder.is_dir():
+        return
+    for path in folder.rglob("*"):
+        if not path.is_file() or path.name.startswith(atomic.TMP_PREFIX):
+            continue
+        held = path.read_text(errors="replace").strip()
+        if SHA256_RE.match(held) and held in renamed:
+            _write(store, path, (renamed[held] + "\n").encode())
+
+
+def _rebuild_catalog(store: Store) -> None:
+    """The catalog is derived: drop the segments (they name old ids) and index runs/ afresh."""
+    if store.index.is_dir():
+        for segment in store.index.iterdir():
+            if not segment.name.startswith(atomic.TMP_PREFIX):
+                segment.unlink(missing_ok=True)
+    catalog.scan_unordered(store, ["id"])  # indexes every run that has no row (a writable store)
+
+
+def _write(store: Store, path, data: bytes) -> None:
+    try:
+        atomic.write_bytes(path, data)
+    except OSError as exc:
+        from triage.archive.store import os_error
+
+        raise os_error(exc, store.root, "migrate") from None

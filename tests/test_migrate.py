@@ -1,0 +1,132 @@
+"""Store format 2 and `triage migrate` (issue 17, item 4).
+
+A format 1 store is made by code from real corpus runs, by the format 1 rules of docs/store.md:
+a manifest is version 1 with no seal, named by the sha256 of its bytes; keys, labels and
+annotations name runs by those ids; the marker says version 1."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+
+import pytest
+
+from tests.helpers import corpus_file
+from triage.archive import migrate as migration
+from triage.archive.store import SEAL, STORE_MARKER, Store, canonical_json
+
+REPORTS = ["LakshyaSingh354__CudaCode__report.ncu-rep",
+           "Lashi0812__CudaProgramming__simpleSOA.ncu-rep",
+           "0x822a5b87__test-cuda__report1.sqlite"]
+
+
+def format_1_store(triage, root) -> dict[str, str]:
+    """A format 1 store of the REPORTS (label `base` on the first); {report name: old id}."""
+    ids = {name: triage.json("--store", root, "archive", corpus_file(name))[0]["id"]
+           for name in REPORTS}
+    triage("--store", root, "label", "base", ids[REPORTS[0]])
+    store = Store.open(root)
+    old_of = {}
+    for run_id in store.run_ids():
+        doc = json.loads(store.run_path(run_id).read_bytes())
+        doc.pop(SEAL)
+        data = canonical_json({**doc, "schema_version": 1})
+        old = hashlib.sha256(data).hexdigest()
+        old_of[run_id] = old
+        store.run_path(old).write_bytes(data)
+        os.chmod(store.run_path(old), 0o444)
+        store.run_path(run_id).unlink()
+        (store.annotations / f"{run_id}.json").rename(store.annotations / f"{old}.json")
+    for folder in (store.keys, store.label_dir):
+        for path in folder.iterdir():
+            path.write_text(old_of[path.read_text().strip()] + "\n")
+    shutil.rmtree(store.index)
+    shutil.rmtree(store.history_dir)  # format 1 kept no label history
+    (root / STORE_MARKER).write_bytes(canonical_json({"format": "triage-store", "version": 1}))
+    return {name: old_of[run_id] for name, run_id in ids.items()}
+
+
+def files(root) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def check_migrated(triage, root, old: dict[str, str]) -> None:
+    """Every run reachable by its old id (full and 12-digit prefix), labels kept, verify clean,
+    and archiving a report again finds its run."""
+    new = {name: triage.json("--store", root, "show", old_id)["id"] for name, old_id in old.items()}
+    assert set(new.values()).isdisjoint(old.values())
+    assert sorted(r["id"] for r in triage.json("--store", root, "ls")) == sorted(new.values())
+    for name, old_id in old.items():
+        assert triage.json("--store", root, "show", old_id[:12])["id"] == new[name]
+    assert triage.json("--store", root, "show", "base")["id"] == new[REPORTS[0]]
+    a, b = old[REPORTS[0]], old[REPORTS[1]]
+    assert triage("--store", root, "diff", a, b).exit_code == 0
+    assert triage.json("--store", root, "verify")["ok"]
+    again = triage.json("--store", root, "archive", corpus_file(REPORTS[2]))[0]
+    assert (again["id"], again["new"]) == (new[REPORTS[2]], False)
+
+
+def test_migrate_keeps_every_run_reachable(triage, tmp_path):
+    root = tmp_path / "store"
+    old = format_1_store(triage, root)
+    before = files(root)
+    refused = triage("--store", root, "archive", corpus_file(REPORTS[0]), expect=1).stderr
+    assert refused.count("\n") == 1 and "run `triage migrate` once" in refused, refused
+    assert "run `triage migrate`" in triage("--store", root, "ls", expect=1).stderr
+    assert files(root) == before  # refused before anything was written
+    out = triage("--store", root, "migrate").stdout
+    assert "3 run(s) got new ids" in out, out
+    check_migrated(triage, root, old)
+    assert "nothing to do" in triage("--store", root, "migrate").stdout
+    fresh = triage.json("--store", tmp_path / "fresh", "archive", corpus_file(REPORTS[1]))[0]
+    assert triage.json("--store", root, "show", old[REPORTS[1]])["id"] == fresh["id"]
+
+
+class Killed(BaseException):
+    """A kill: nothing after it runs (BaseException, so no `except Exception` catches it)."""
+
+
+# (step, which call of it dies): the first marker write, midway through the runs, between keys
+# and labels, and with everything done but the catalog and the final marker
+KILLS = [("_write", 1), ("_migrate_run", 1), ("_migrate_run", 3), ("_write", 3), ("_repoint", 2),
+         ("_rebuild_catalog", 1)]
+
+
+@pytest.mark.parametrize(("step", "calls"), KILLS)
+def test_a_migration_killed_midway_finishes_on_rerun(triage, tmp_path, monkeypatch, step, calls):
+    """Killed at the `calls`-th call of each step: the store is refused ("run `triage migrate`
+    to finish") or already whole, and migrate run again finishes it."""
+    root = tmp_path / "store"
+    old = format_1_store(triage, root)
+    real, seen = getattr(migration, step), []
+
+    def dies(*args, **kwargs):
+        seen.append(step)
+        if len(seen) == calls:
+            raise Killed
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(migration, step, dies)
+    with pytest.raises(Killed):
+        triage("--store", root, "migrate")
+    monkeypatch.setattr(migration, step, real)
+    marker = json.loads((root / STORE_MARKER).read_bytes())
+    if marker.get("version") == 2 and "migrating_from" not in marker:
+        pytest.fail("a killed migration left a store marked as done")
+    stopped = triage("--store", root, "ls", expect=1).stderr
+    assert "run `triage migrate`" in stopped, stopped
+    triage("--store", root, "migrate")
+    check_migrated(triage, root, old)
+
+
+def test_a_newer_format_is_refused_in_one_line(triage, tmp_path):
+    root = tmp_path / "store"
+    triage("--store", root, "archive", corpus_file(REPORTS[0]))
+    (root / STORE_MARKER).write_bytes(canonical_json({"format": "triage-store", "version": 3}))
+    for command in (["ls"], ["migrate"], ["archive", corpus_file(REPORTS[1])]):
+        refused = triage("--store", root, *command, expect=1).stderr
+        assert refused.count("\n") == 1, refused
+        assert "format version 3, newer than this triage (2); upgrade triage" in refused
