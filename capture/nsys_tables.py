@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from triage.capture.nsys_export import Export, as_text
+from triage.capture.nsys_export import Export, Query, as_text
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -174,8 +174,8 @@ def memcpy_kinds(export: Export) -> dict[int, str]:
 
 
 def source_query(export: Export, table: str, spec: Spec,
-                 order: tuple[str, ...]) -> tuple[str, list[tuple[str, str]], list[Any]]:
-    """SELECT for one source table, from the columns it has: (sql, fields, parameters)."""
+                 order: tuple[str, ...]) -> tuple[Query, list[tuple[str, str]]]:
+    """The SELECT for one source table, from the columns it has, and its fields."""
     select = [_expression(export, table, column, how) for _, _, column, how in spec]
     fields = [(name, kind) for name, kind, _, _ in spec]
     params: list = []
@@ -186,15 +186,14 @@ def source_query(export: Export, table: str, spec: Spec,
         fields.append(("kind", "str"))
         params = [value for pair in kinds for value in pair]
     keys = [f"{export.col(table, c)} NULLS FIRST" for c in order if c in export.columns(table)]
-    sql = f"SELECT {', '.join(select)} FROM {table} t{order_by(export, table, 't', keys)}"
-    return sql, fields, params
+    return Query(table, "t", tuple(select), ordered(export, table, "t", keys),
+                 select_params=tuple(params)), fields
 
 
-def order_by(export: Export, table: str, alias: str, keys: list[str]) -> str:
-    """ORDER BY the keys, then the export's own row order, so that ties (and NULLs, placed as
-    SQLite places them) come out the same on every run and from either export format."""
-    keys = [*keys, *filter(None, [export.row_order(table, alias)])]
-    return f" ORDER BY {', '.join(keys)}" if keys else ""
+def ordered(export: Export, table: str, alias: str, keys: list[str]) -> tuple[str, ...]:
+    """The keys, then the export's own row order, so that ties (and NULLs, placed as SQLite
+    places them) come out the same on every run and from either export format."""
+    return (*keys, *filter(None, [export.row_order(table, alias)]))
 
 
 def _numbered(batches: Iterator[pa.Table]) -> Iterator[pa.Table]:
@@ -215,8 +214,8 @@ def source_batches(export: Export, report_index: int, implausible: Implausible,
         counts.setdefault(name, 0)
         if table not in export.tables:
             continue
-        sql, fields, params = source_query(export, table, spec, order)
-        batches = prefetched(export.batches(sql, fields, params))
+        query, fields = source_query(export, table, spec, order)
+        batches = prefetched(export.batches(query, fields))
         for batch in _numbered(batches) if name == "kernels" else batches:
             counts[name] += batch.num_rows
             yield name, _shaped(name, batch, report_index, implausible, **constants)
@@ -258,12 +257,12 @@ def nvtx_batches(export: Export, report_index: int, implausible: Implausible,
     types = nvtx_event_types(export)
     wanted = [types["NvtxPushPopRange"], types["NvtxStartEndRange"]]
     c = lambda name: export.col("NVTX_EVENTS", name, "e")  # noqa: E731 - local shorthand
-    sql = (f"SELECT e.eventType, e.start, {c('end')}, {c('globalTid')}, "
-           f"{_nvtx_text(export, 'e')}, {c('domainId')} FROM NVTX_EVENTS e "
-           f"WHERE e.eventType IN (?, ?) AND e.start IS NOT NULL"
-           + order_by(export, "NVTX_EVENTS", "e", ["e.start", f"{c('end')} DESC NULLS LAST"]))
+    query = Query("NVTX_EVENTS", "e", ("e.eventType", "e.start", c("end"), c("globalTid"),
+                                       _nvtx_text(export, "e"), c("domainId")),
+                  ordered(export, "NVTX_EVENTS", "e", ["e.start", f"{c('end')} DESC NULLS LAST"]),
+                  "e.eventType IN (?, ?) AND e.start IS NOT NULL", where_params=tuple(wanted))
     domains = nvtx_domains(export, types["NvtxDomainCreate"])
-    batches = prefetched(export.batches(sql, NVTX_FIELDS, wanted))
+    batches = prefetched(export.batches(query, NVTX_FIELDS))
     ranges = NvtxRanges(report_index, types["NvtxPushPopRange"], domains, implausible)
     for batch in batches:
         counts["nvtx_ranges"] += batch.num_rows
@@ -273,11 +272,12 @@ def nvtx_batches(export: Export, report_index: int, implausible: Implausible,
 def nvtx_domains(export: Export, create_type: int) -> dict[tuple[int, int], str | None]:
     """(process, domain id) -> the name its domain-create event gave (the last one wins)."""
     c = lambda name: export.col("NVTX_EVENTS", name, "e")  # noqa: E731 - local shorthand
-    sql = (f"SELECT {c('globalTid')}, {c('domainId')}, {_nvtx_text(export, 'e')} "
-           f"FROM NVTX_EVENTS e WHERE e.eventType = ?"
-           + order_by(export, "NVTX_EVENTS", "e", ["e.start NULLS FIRST"]))
-    _names, rows = export.rows(sql, [create_type])
-    return {(tid >> 24, domain): as_text(name) for tid, domain, name in rows
+    query = Query("NVTX_EVENTS", "e", (c("globalTid"), c("domainId"), _nvtx_text(export, "e")),
+                  ordered(export, "NVTX_EVENTS", "e", ["e.start NULLS FIRST"]),
+                  "e.eventType = ?", where_params=(create_type,))
+    fields = [("tid", "int"), ("domain", "int"), ("name", "str")]
+    return {(tid >> 24, domain): name for batch in export.batches(query, fields)
+            for tid, domain, name in zip(*(batch[f].to_pylist() for f, _ in fields), strict=True)
             if tid is not None and domain is not None}
 
 

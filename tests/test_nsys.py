@@ -117,6 +117,25 @@ def test_sqlite_export_gives_the_same_tables(triage, steps_capture, nsys_exe, tm
         assert rows[0] == rows[1] and rows[0], table
 
 
+@pytest.mark.parametrize("in_order", [True, False], ids=["slice by slice", "sorted whole"])
+def test_arrow_export_read_in_slices_gives_the_sqlite_tables(triage, steps_capture, nsys_exe,
+                                                              tmp_path, monkeypatch, in_order):
+    """An Arrow export's launch-level queries run slice by slice, each slice numbered (rowid)
+    as it is read, the last selected row carried into the next slice's order check; with
+    5-row slices that is many slices, and the tables must still be the SQLite route's bytes.
+    Rows not in the query's order take the whole-table sort instead: the same bytes again."""
+    from triage.capture import nsys_export
+
+    monkeypatch.setattr(nsys_export, "BATCH", 5)
+    if not in_order:
+        monkeypatch.setattr(nsys_export.ArrowExport, "_in_order", lambda *_: False)
+    exported = export_sqlite(steps_capture, tmp_path / "steps.sqlite", nsys=nsys_exe)
+    tables = [{k: v["sha256"] for k, v in archive_one(triage, path)["tables"].items()}
+              for path in (steps_capture, exported)]
+    assert tables[0] == tables[1]
+    assert len(query(triage, "select * from nvtx_ranges")) > 2 * 5
+
+
 def test_export_goes_where_staging_says_and_close_removes_it(steps_capture, nsys_exe, tmp_path):
     """The archive stages exports in its store (a temp file gc removes if the archive is
     killed); the reader writes only where it is told, and removes what it wrote."""
