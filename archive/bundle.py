@@ -499,7 +499,7 @@ def _publish(store: Store, unpacked: _Unpacked, labels: bool) -> ImportResult:
     for run_id in unpacked.runs:
         added = run_id in pending and _add_run(store, run_id, unpacked)
         (result.runs_added if added else result.runs_present).append(run_id)
-    _record_keys(store, {run_id: unpacked.manifests[run_id][1] for run_id in result.runs_added})
+    record_keys(store, {run_id: unpacked.manifests[run_id][1] for run_id in result.runs_added})
     rows = [catalog.catalog_row(store, r, unpacked.manifests[r][1], store.read_annotations(r))
             for r in result.runs_added]
     catalog.add_rows(store, rows)
@@ -520,7 +520,7 @@ def _add_run(store: Store, run_id: str, unpacked: _Unpacked) -> bool:
     return True
 
 
-def _record_keys(store: Store, manifests: dict[str, dict]) -> None:
+def record_keys(store: Store, manifests: dict[str, dict]) -> None:
     """File imported runs under the dedup key `triage archive` would look for, so the same report
     archived here finds them. Keys are derived from the manifests, never taken from the bundle:
     a bundle must not be able to redirect a report to a run of other reports. A key that already

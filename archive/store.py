@@ -30,6 +30,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from triage.archive import atomic, lease, validate
 from triage.errors import DiskFull, LabelNotFound, NewerFormat, StoreError, UsageError
@@ -47,6 +48,9 @@ LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 RESERVED_LABELS = {"latest"}
 SEAL = "sha256"
 MOVE_SUFFIX = ".move"
+MOVE_TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$")  # utc_now's
+WRITER_RE = re.compile(r"^[A-Za-z0-9.-]{1,128}$")
+REMOTES_FILE = "remotes.json"
 # What a run's id leaves out: how its tables came out as bytes (Parquet writer, pyarrow) and
 # which library versions wrote them. Two people archiving one report get one run id.
 NOT_IDENTITY = ("tables", "extractor", SEAL)
@@ -285,17 +289,25 @@ class Store:
         must not be handed on as the run's."""
         from triage.errors import CorruptObject
 
-        try:
-            data = self.object_path(sha256).read_bytes()
-        except FileNotFoundError:
-            raise CorruptObject(f"object {sha256[:12]} is missing from the store; `triage "
-                                "verify` lists what is damaged") from None
-        except OSError as exc:
-            raise os_error(exc, self.root, "read") from None
+        with self.open_object(sha256) as stream:
+            data = stream.read()
         if hashlib.sha256(data).hexdigest() != sha256:
             raise CorruptObject(f"object {sha256[:12]} does not match its hash; `triage verify` "
                                 "lists what is damaged")
         return data
+
+    def open_object(self, sha256: str) -> BinaryIO:
+        """An object as a binary stream, to copy or hash it in chunks (push, pull): a report
+        is never read whole. Not checked here: whoever reads it all hashes what it read."""
+        from triage.errors import CorruptObject
+
+        try:
+            return open(self.object_path(sha256), "rb")
+        except FileNotFoundError:
+            raise CorruptObject(f"object {sha256[:12]} is missing from store {self.root}; "
+                                "`triage verify` lists what is damaged") from None
+        except OSError as exc:
+            raise os_error(exc, self.root, "read") from None
 
     def stage_stream(self, stream, cancel=None) -> Staged:
         """Copy a stream into a durable temp file under objects/, hashing it on the way.
@@ -447,6 +459,28 @@ class Store:
                 out[name] = held
         return out
 
+    # -- config: remotes ---------------------------------------------------------------------
+
+    def remotes(self) -> dict[str, str]:
+        """The remotes this store pushes to and pulls from: name -> store location
+        (`triage remote add`), kept in remotes.json."""
+        try:
+            doc = validate.load_json((self.root / REMOTES_FILE).read_bytes())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"cannot read {self.root / REMOTES_FILE} ({exc}); fix or delete it "
+                             "and add the remotes again with `triage remote add`") from None
+        found = doc.get("remotes") if isinstance(doc, dict) else None
+        if not isinstance(found, dict) or not all(isinstance(v, str) for v in found.values()):
+            raise StoreError(f"{self.root / REMOTES_FILE} is not a remotes file; delete it and "
+                             "add the remotes again with `triage remote add`")
+        return found
+
+    def write_remotes(self, remotes: dict[str, str]) -> None:
+        """Replace the remotes file whole (one atomic write)."""
+        self._write_small(self.root / REMOTES_FILE, canonical_json({"remotes": remotes}))
+
     # -- annotations ---------------------------------------------------------------------------
 
     def read_annotations(self, run_id: str) -> dict:
@@ -467,9 +501,27 @@ class Store:
         notes = doc.setdefault("notes", [])
         if note and note not in [n["text"] for n in notes]:
             notes.append({"time": archived, "text": note})
+        self._write_annotations(run_id, doc)
+        return doc
+
+    def merge_annotations(self, run_id: str, other: dict) -> bool:
+        """Add another store's annotations of a run to ours (push, pull): the earlier archive
+        time, and each of its notes we lack, with the time it was written. True when that
+        changed anything (nothing is written otherwise)."""
+        doc = self.read_annotations(run_id)
+        notes = list(doc.get("notes", []))
+        texts = {n["text"] for n in notes}
+        notes += [n for n in other.get("notes", []) if n["text"] not in texts]
+        times = [t for t in (doc.get("archived"), other.get("archived")) if t]
+        merged = {**doc, **({"archived": min(times)} if times else {}), "notes": notes}
+        if merged == {"notes": [], **doc}:
+            return False
+        self._write_annotations(run_id, merged)
+        return True
+
+    def _write_annotations(self, run_id: str, doc: dict) -> None:
         sealed = {**doc, SEAL: seal_of(doc)}
         self._write_small(self.annotations / f"{run_id}.json", canonical_json(sealed))
-        return doc
 
     # -- labels --------------------------------------------------------------------------------
 
@@ -504,11 +556,28 @@ class Store:
         write, so two nodes moving one label both keep their move) and bring labels/<name> to
         the newest move; return where the label pointed before this move."""
         before = _pointer_or_none(self.label_dir / name)
-        time, writer = utc_now(precise=True), writer_id()
-        entry = {"label": name, "run": run_id, "time": time, "writer": writer}
-        stamp = time.replace(":", "").replace("-", "")
-        self._write_small(self.history_dir / name / f"{stamp}_{writer}{MOVE_SUFFIX}",
+        self._write_move(name, LabelMove(utc_now(precise=True), writer_id(), run_id))
+        self._point_at_newest(name)
+        return before
+
+    def _write_move(self, name: str, move: LabelMove) -> None:
+        entry = {"label": name, "run": move.run_id, "time": move.time, "writer": move.writer}
+        stamp = move.time.replace(":", "").replace("-", "")
+        self._write_small(self.history_dir / name / f"{stamp}_{move.writer}{MOVE_SUFFIX}",
                           canonical_json(entry), readonly=True)
+
+    def add_label_moves(self, name: str, moves: list[LabelMove]) -> str | None:
+        """Add another store's moves of a label to its history here, each under its own time
+        and writer (push, pull), and point the label at the newest move of the two histories:
+        two pushers moving one label lose neither move. Moves already here are skipped, and
+        so is one whose time or writer could not be a file name. Returns what it held before."""
+        self._make_room(name)
+        known = set(self.label_history(name))
+        for move in moves:
+            if move not in known and MOVE_TIME_RE.match(move.time) \
+                    and WRITER_RE.match(move.writer):
+                self._write_move(name, move)
+        before = _pointer_or_none(self.label_dir / name)
         self._point_at_newest(name)
         return before
 
@@ -531,6 +600,11 @@ class Store:
     def set_label(self, name: str, run_id: str) -> str | None:
         """Point a label at a run (a move in its history, labels/<name> replaced atomically);
         return what it held before (None: a new label), so that a move is never silent."""
+        self._make_room(name)
+        return self._record_move(name, run_id)
+
+    def _make_room(self, name: str) -> None:
+        """Refuse a name no label may have, or one that clashes with a label here."""
         check_label(name)
         path = self.label_dir / name
         _remove_empty_folder(path)
@@ -542,7 +616,6 @@ class Store:
         if other is not None:
             raise UsageError(f"label {name!r} clashes with label {other!r} (one would be a "
                              "folder of the other); choose another name")
-        return self._record_move(name, run_id)
 
     def remove_label(self, name: str) -> str:
         """Delete a label; return what it held. A deletion is a move in the label's history

@@ -766,6 +766,100 @@ def _import_text(result: dict) -> str:
     return "\n".join(lines)
 
 
+# -- remote / push / pull ----------------------------------------------------------------------
+
+
+@cli.group(cls=TriageGroup)
+def remote():
+    """Name the other stores this one pushes to and pulls from (kept in the store)."""
+
+
+@remote.command(name="add")
+@click.argument("name")
+@click.argument("url")
+@store_option
+def remote_add(name, url, store):
+    """Add remote NAME: a store directory (local, or on a shared filesystem) or a store URL."""
+    from triage.archive.remotes import add_remote
+    from triage.archive.store import Store
+
+    added = add_remote(Store.open(store, create=True), name, url)
+    click.echo(f"remote {added.name} -> {textview.printable(added.url)}")
+
+
+@remote.command(name="list")
+@click.option("--json", "as_json", is_flag=True, help="Print the remotes as JSON.")
+@store_option
+def remote_list(as_json, store):
+    """List the remotes, one a line: NAME URL."""
+    from dataclasses import asdict
+
+    from triage.archive.remotes import list_remotes
+    from triage.archive.store import Store
+    from triage.syncview import render_remotes
+
+    _print([asdict(r) for r in list_remotes(Store.open(store))], as_json, render_remotes)
+
+
+@remote.command(name="remove")
+@click.argument("name")
+@store_option
+def remote_remove(name, store):
+    """Forget remote NAME (its store is not touched)."""
+    from triage.archive.remotes import remove_remote
+    from triage.archive.store import Store
+
+    gone = remove_remote(Store.open(store), name)
+    click.echo(f"removed remote {gone.name} ({textview.printable(gone.url)})")
+
+
+@cli.command()
+@click.argument("words", nargs=-1, metavar="[NAME] [RUN]...")
+@click.option("--label", "label_glob", metavar="GLOB",
+              help="The runs labels GLOB matches point at ('release/*'), with those labels.")
+@click.option("--json", "as_json", is_flag=True, help="Print a summary as JSON.")
+@store_option
+def push(words, label_glob, as_json, store):
+    """Send runs (default: all) with their notes and labels to remote NAME (default: the only
+    remote, else origin). Only what the remote lacks is sent, each object checked against its
+    hash on arrival; a run appears there once whole. Safe to rerun after a kill."""
+    from dataclasses import asdict
+
+    from triage.archive.remotes import push_target
+    from triage.archive.store import Store
+    from triage.archive.sync import push as push_runs
+    from triage.syncview import render_sync
+
+    st = Store.open(store)
+    target, refs = push_target(st, list(words))
+    with status_line(as_json) as progress:
+        result = push_runs(st, target, refs, label_glob, progress=progress)
+    _print(asdict(result), as_json, render_sync)
+
+
+@cli.command()
+@click.argument("name")
+@click.argument("runs", nargs=-1)
+@click.option("--label", "label_glob", metavar="GLOB",
+              help="The runs labels GLOB matches point at there, with those labels.")
+@click.option("--json", "as_json", is_flag=True, help="Print a summary as JSON.")
+@store_option
+def pull(name, runs, label_glob, as_json, store):
+    """Fetch runs (default: all) with their notes and labels from remote NAME (or a store's
+    path or URL) into this store, which is made if need be. Incremental and checked like
+    push."""
+    from dataclasses import asdict
+
+    from triage.archive.remotes import named_remote, remotes_of
+    from triage.archive.sync import pull as pull_runs
+    from triage.syncview import render_sync
+
+    target = named_remote(remotes_of(store), name)
+    with status_line(as_json) as progress:
+        result = pull_runs(store, target, list(runs), label_glob, progress=progress)
+    _print(asdict(result), as_json, render_sync)
+
+
 # -- report ------------------------------------------------------------------------------------
 
 

@@ -27,6 +27,10 @@ class LabelNotFound(TriageError):
     """A label NAME that `triage label -d` was asked to delete but that no label has."""
 
 
+class UnknownRemote(TriageError):
+    """A remote NAME that `triage remote add` never added to this store."""
+
+
 class AmbiguousRun(TriageError):
     """A RUN prefix that matches several runs."""
 

@@ -12,6 +12,7 @@ from typing import TextIO
 
 from triage.capture.progress import Elapsed, ProgressEvent
 from triage.progress import Step
+from triage.units import fmt_bytes
 
 CLEAR = "\r\x1b[K"  # back to the line's start, erase it
 
@@ -71,10 +72,10 @@ class CaptureOutput:
 
 
 class StatusLine:
-    """The `progress` of archive, export, import and verify: one line on stderr saying what is
-    being done and for how long, shown once the work has taken `after` seconds, redrawn by a
-    ticker, erased when the work ends. Shown only where stdout and stderr are both terminals
-    and no --json was asked for (`live`); otherwise nothing at all."""
+    """The `progress` of archive, export, import, verify, push and pull: one line on stderr
+    saying what is being done and for how long, shown once the work has taken `after` seconds,
+    redrawn by a ticker, erased when the work ends. Shown only where stdout and stderr are both
+    terminals and no --json was asked for (`live`); otherwise nothing at all."""
 
     def __init__(self, stream: TextIO, live: bool, after: float):
         self.stream, self.live, self.after = stream, live, after
@@ -115,10 +116,19 @@ class StatusLine:
             return
         step = self.step
         count = f" ({step.done}/{step.total})" if step.total else ""
-        text = f"triage: {step.what}{count}  {elapsed:.0f} s"
+        text = f"triage: {step.what}{count}{_moved(step, elapsed)}  {elapsed:.0f} s"
         self.stream.write(CLEAR + text[:shutil.get_terminal_size().columns - 1])
         self.stream.flush()
         self.drawn = True
+
+
+def _moved(step: Step, elapsed: float) -> str:
+    """Bytes moved so far, of how many, and at what rate (push, pull); "" for other work."""
+    if step.bytes_done is None:
+        return ""
+    total = f" of {fmt_bytes(step.bytes_total)}" if step.bytes_total else ""
+    rate = fmt_bytes(step.bytes_done / max(elapsed, 1e-3))
+    return f"  {fmt_bytes(step.bytes_done)}{total}, {rate}/s"
 
 
 def status_line(as_json: bool = False) -> StatusLine:

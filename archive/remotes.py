@@ -1,0 +1,138 @@
+"""Remotes: the other stores a store pushes to and pulls from (`triage remote add NAME URL`).
+
+They are kept in the store's own config (Store.remotes, one small file replaced atomically), so
+every command on the store, from any directory, finds the same names. A URL is a store location
+as `--store` takes it: a local directory, one on a shared filesystem, or a store URL.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from triage.archive.store import STORE_VERSION, Store
+from triage.errors import StoreError, UnknownRemote, UsageError
+
+REMOTE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A remote as `triage remote list` shows it: its name and where its store is."""
+
+    name: str
+    url: str
+
+
+def location(url: str) -> str:
+    """A URL as it is kept: a store URL as given; a path made absolute, so that a push from
+    another directory reaches the same store."""
+    if URL_RE.match(url):
+        return url
+    return os.path.abspath(os.path.expanduser(url))
+
+
+def add_remote(store: Store, name: str, url: str) -> Remote:
+    """Record a remote; one that exists is not replaced silently."""
+    if not REMOTE_RE.match(name):
+        raise UsageError(f"invalid remote name {name!r}: use at most 64 letters, digits, '.', "
+                         "'_' and '-', starting with a letter or digit")
+    if not url.strip():
+        raise UsageError(f"remote {name}: an empty URL; give a store directory or URL")
+    remotes = store.remotes()
+    if name in remotes:
+        raise UsageError(f"remote {name} exists ({remotes[name]}); `triage remote remove {name}` "
+                         "first to point it elsewhere")
+    remote = Remote(name, location(url))
+    store.write_remotes({**remotes, name: remote.url})
+    return remote
+
+
+def remove_remote(store: Store, name: str) -> Remote:
+    remote = get_remote(store, name)
+    store.write_remotes({k: v for k, v in store.remotes().items() if k != name})
+    return remote
+
+
+def list_remotes(store: Store) -> list[Remote]:
+    return [Remote(name, url) for name, url in sorted(store.remotes().items())]
+
+
+def get_remote(store: Store, name: str) -> Remote:
+    remotes = store.remotes()
+    if name not in remotes:
+        raise _unknown(name, remotes)
+    return Remote(name, remotes[name])
+
+
+def _unknown(name: str, remotes: dict[str, str]) -> UnknownRemote:
+    known = ", ".join(sorted(remotes)) or "none yet"
+    return UnknownRemote(f"unknown remote {name!r} (remotes: {known}); `triage remote add "
+                         f"{name} URL` adds it, or give the store's path or URL")
+
+
+def named_remote(remotes: dict[str, str], word: str) -> Remote:
+    """The remote a NAME stands for: one of `remotes` (a store's, `triage remote add`), else a
+    store's place given as is (a path, or a URL), so that a store can pull from another it has
+    no remote for (an empty one included)."""
+    if word in remotes:
+        return Remote(word, remotes[word])
+    if is_location(word):
+        return Remote(word, location(word))
+    raise _unknown(word, remotes)
+
+
+def remotes_of(store_path) -> dict[str, str]:
+    """The remotes of the store at `store_path`; none where there is no store yet (pulling
+    into it makes one)."""
+    try:
+        return Store.open(store_path).remotes()
+    except StoreError:
+        return {}
+
+
+def is_location(word: str) -> bool:
+    """A word that names a store's place rather than a remote (no remote name holds a '/')."""
+    return URL_RE.match(word) is not None or os.sep in word or word.startswith("~")
+
+
+def push_target(store: Store, words: list[str]) -> tuple[Remote, list[str]]:
+    """`triage push [NAME] [RUN...]`: the remote and the RUNs. The first word is the remote
+    when it is one of the store's remotes or a store's place (not a file: a RUN may be a
+    report path); otherwise every word is a RUN and the remote is the default one."""
+    if words and (words[0] in store.remotes()
+                  or (is_location(words[0]) and not os.path.isfile(words[0]))):
+        return named_remote(store.remotes(), words[0]), words[1:]
+    return default_remote(store), words
+
+
+def default_remote(store: Store) -> Remote:
+    """The remote `triage push` uses when given none: the only one, else `origin`."""
+    remotes = store.remotes()
+    if len(remotes) == 1:
+        return Remote(*next(iter(remotes.items())))
+    if "origin" in remotes:
+        return Remote("origin", remotes["origin"])
+    if not remotes:
+        raise UnknownRemote("no remote to push to; `triage remote add NAME URL` adds one")
+    raise UsageError(f"{len(remotes)} remotes and none is named origin; name one: "
+                     f"triage push NAME (remotes: {', '.join(sorted(remotes))})")
+
+
+def open_remote(remote: Remote, create: bool = False) -> Store:
+    """The remote's store, at this triage's format; `create` makes a new one where nothing is
+    yet (a push to an empty location). Every refusal names the remote."""
+    try:
+        store = Store.open(remote.url, create=create, upgrade=True)
+    except StoreError as exc:
+        raise type(exc)(f"remote {remote.name}: {exc}") from None
+    if store.migrating():
+        raise StoreError(f"remote {remote.name} ({remote.url}) is being migrated; run `triage "
+                         f"migrate --store {remote.url}` to finish")
+    if store.format_version() < STORE_VERSION:
+        raise StoreError(f"remote {remote.name} ({remote.url}) has store format version "
+                         f"{store.format_version()}; run `triage migrate --store {remote.url}` "
+                         f"once to upgrade it to {STORE_VERSION}")
+    return store

@@ -1,0 +1,229 @@
+"""Push and pull: runs from one store into another (`triage push`, `triage pull`).
+
+Both are one transfer, from a source store to a destination store, built on the Store's own
+methods alone (open_object, stage_stream/publish, write_manifest, the label history), so it
+works between any two stores the Store can open. Per run, in this order:
+
+1. a run already whole at the destination (its manifest there and every object it names) is
+   skipped: nothing is read or sent but the manifest and the objects' names;
+2. each object the destination lacks is streamed across in chunks, hashed on the way, and
+   published under its name only when the hash matches (a damaged source object is not sent);
+3. each object the destination already has is re-hashed there (read, never sent again): it may
+   be a leftover of a killed push, or damaged. A damaged one stops the push before this run
+   becomes visible (CorruptObject naming it): it is never replaced silently, since it may be the
+   evidence of a fault on the destination's disk; `triage verify` there names it, and removing
+   it lets the next push send it again;
+4. its annotations are merged in (earliest archive time, every note), then its manifest is
+   written: the run is visible at the destination only once complete.
+
+Then the dedup keys and catalog rows of the runs that arrived, then the labels: each label that
+points at a run sent carries its whole move history, merged into the destination's by
+Store.add_label_moves (newest move wins, so two pushers lose neither move).
+
+A kill at any point leaves the destination as readers want it: whole runs, plus objects and temp
+files no manifest names yet (gc spares them while the push's lease is live). Running the push
+again finishes it; what had landed is re-hashed, not re-sent.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from triage.archive import catalog, lease
+from triage.archive.integrity import manifest_refs
+from triage.archive.remotes import Remote, open_remote
+from triage.archive.store import Store
+from triage.errors import CorruptObject, RunNotFound, StoreError, UsageError
+from triage.hashing import hash_stream
+from triage.progress import Progress, Step, no_progress
+
+
+@dataclass
+class SyncResult:
+    """What a push or pull did (its --json summary)."""
+
+    direction: str  # "push" or "pull"
+    remote: str
+    url: str
+    runs_sent: list[str] = field(default_factory=list)
+    runs_present: list[str] = field(default_factory=list)
+    objects_sent: int = 0
+    objects_skipped: int = 0
+    bytes_sent: int = 0
+    labels: dict[str, str | None] = field(default_factory=dict)  # as they point there now
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The runs to move and the labels that go with them."""
+
+    runs: list[str]
+    labels: list[str]
+
+
+def select(store: Store, refs: list[str], label_glob: str | None,
+           where: str = "`triage ls`") -> Selection:
+    """RUN arguments, or the runs a label GLOB matches, or every run; with the labels that
+    point at them. `where` names how to list the store's runs, for a RUN that is not there."""
+    from triage.archive.runs import resolve
+
+    if refs and label_glob:
+        raise UsageError("give RUNs or --label GLOB, not both")
+    pointers = store.labels()
+    if label_glob:
+        names = sorted(n for n in pointers if fnmatch.fnmatchcase(n, label_glob))
+        if not names:
+            raise RunNotFound(f"no label matches {label_glob!r}; {where} lists the runs and "
+                              "`triage label` the labels")
+        return Selection(list(dict.fromkeys(resolve(store, n) for n in names)), names)
+    try:
+        runs = (list(dict.fromkeys(resolve(store, ref) for ref in refs)) if refs
+                else store.run_ids())
+    except RunNotFound as exc:
+        raise RunNotFound(str(exc).replace("`triage ls`", where)) from None
+    chosen = set(runs)
+    return Selection(runs, sorted(n for n, run_id in pointers.items() if run_id in chosen))
+
+
+def transfer(source: Store, dest: Store, chosen: Selection, result: SyncResult,
+             progress: Progress = no_progress) -> SyncResult:
+    """Copy the chosen runs, their annotations and labels from `source` into `dest`."""
+    from triage.archive.bundle import record_keys
+
+    manifests = {run_id: source.read_manifest(run_id) for run_id in chosen.runs}
+    for name in chosen.labels:  # before anything is sent: a clash would stop it half done
+        other = dest.label_clash(name)
+        if other is not None:
+            raise UsageError(f"label {name!r} clashes with label {other!r} in store {dest.root} "
+                             "(one would be a folder of the other); rename one of them")
+    verb = "pushing to" if result.direction == "push" else "pulling from"
+    meter = _Meter(progress, f"{verb} {result.remote}", len(manifests))
+    with lease.held(dest, result.direction):  # gc there spares what lands before its manifest
+        indexed = []
+        for number, (run_id, manifest) in enumerate(manifests.items()):
+            meter.run(number)
+            if _send_run(source, dest, run_id, manifest, result, meter):
+                indexed.append(run_id)
+        record_keys(dest, {run_id: manifests[run_id] for run_id in result.runs_sent})
+        catalog.add_rows(dest, [catalog.catalog_row(dest, r, manifests[r],
+                                                    dest.read_annotations(r)) for r in indexed])
+        for name in chosen.labels:
+            _carry_label(source, dest, name)
+        pointers = dest.labels()
+        result.labels = {name: pointers.get(name) for name in chosen.labels}
+    return result
+
+
+def _send_run(source: Store, dest: Store, run_id: str, manifest: dict, result: SyncResult,
+              meter: _Meter) -> bool:
+    """One run, objects first and manifest last; True when the destination's catalog needs its
+    row (it arrived, or its notes changed)."""
+    refs = manifest_refs(manifest)
+    if dest.manifest_bytes(run_id) is not None and all(map(dest.has_object, refs)):
+        result.runs_present.append(run_id)
+        result.objects_skipped += len(refs)
+        return dest.merge_annotations(run_id, source.read_annotations(run_id))
+    for sha, (what, _size) in sorted(refs.items()):
+        if dest.has_object(sha):
+            _check_landed(dest, sha, what, run_id)
+            result.objects_skipped += 1
+        else:
+            result.bytes_sent += _copy(source, dest, sha, what, run_id, meter)
+            result.objects_sent += 1
+    dest.merge_annotations(run_id, source.read_annotations(run_id))
+    if dest.write_manifest(manifest) != run_id:  # the same document: the same identity
+        raise StoreError(f"run {run_id[:12]} changed id on the way; this is a bug")
+    result.runs_sent.append(run_id)
+    return True
+
+
+def _copy(source: Store, dest: Store, sha: str, what: str, run_id: str, meter: _Meter) -> int:
+    """Stream one object across, hashing it as it goes; published only if it is what its name
+    says. Returns its size."""
+    with source.open_object(sha) as stream:
+        staged = dest.stage_stream(_Metered(stream, meter))
+    if staged.sha256 != sha:
+        dest.discard(staged)
+        raise CorruptObject(f"the {what} of run {run_id[:12]} (object {sha[:12]}) in store "
+                            f"{source.root} does not match its hash, so it was not sent; "
+                            f"`triage verify --store {source.root}` lists what is damaged")
+    dest.publish(staged)
+    return staged.bytes
+
+
+def _check_landed(dest: Store, sha: str, what: str, run_id: str) -> None:
+    """An object the destination has, re-hashed there before a manifest names it."""
+    with dest.open_object(sha) as stream:
+        digest, _size = hash_stream(stream)
+    if digest != sha:
+        raise CorruptObject(f"object {sha[:12]} ({what} of run {run_id[:12]}) in store "
+                            f"{dest.root} does not match its hash; the run was not made "
+                            f"visible there and the object was left as it is: `triage verify "
+                            f"--store {dest.root}` names it, and once it is removed the push "
+                            "sends it again")
+
+
+def _carry_label(source: Store, dest: Store, name: str) -> None:
+    """A label's moves merged into the destination's history; a label moved before histories
+    were kept (none here) is one move now, where the destination's pointer differs."""
+    history = source.label_history(name)
+    if history:
+        dest.add_label_moves(name, history)
+        return
+    target = source.labels().get(name)
+    if target and dest.labels().get(name) != target:
+        dest.set_label(name, target)
+
+
+class _Meter:
+    """Counts runs and bytes for the progress line."""
+
+    def __init__(self, progress: Progress, what: str, runs: int):
+        self.progress, self.what, self.runs = progress, what, runs
+        self.number, self.bytes = 0, 0
+
+    def run(self, number: int) -> None:
+        self.number = number
+        self._report()
+
+    def add(self, count: int) -> None:
+        self.bytes += count
+        self._report()
+
+    def _report(self) -> None:
+        self.progress(Step(self.what, self.number, self.runs, self.bytes))
+
+
+class _Metered:
+    """A stream whose reads are counted on a meter as they happen (a large report shows its
+    bytes moving, not a stall)."""
+
+    def __init__(self, stream: BinaryIO, meter: _Meter):
+        self.stream, self.meter = stream, meter
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.stream.read(size)
+        self.meter.add(len(data))
+        return data
+
+
+def push(store: Store, remote: Remote, refs: list[str], label_glob: str | None,
+         progress: Progress = no_progress) -> SyncResult:
+    """Send runs of `store` (default: all) to a remote; the remote store is made where there is
+    none yet."""
+    chosen = select(store, refs, label_glob)
+    dest = open_remote(remote, create=True)
+    dest.check_writable()
+    return transfer(store, dest, chosen, SyncResult("push", remote.name, remote.url), progress)
+
+
+def pull(store_path, remote: Remote, refs: list[str], label_glob: str | None,
+         progress: Progress = no_progress) -> SyncResult:
+    """Fetch runs of a remote (default: all) into the store at `store_path` (made if need be)."""
+    source = open_remote(remote)
+    chosen = select(source, refs, label_glob, f"`triage ls --store {remote.url}`")
+    dest = Store.open(store_path, create=True)
+    dest.check_writable()
+    return transfer(source, dest, chosen, SyncResult("pull", remote.name, remote.url), progress)

@@ -1,0 +1,240 @@
+"""`triage remote`, `triage push`, `triage pull` (issue 17 item 6) between local stores of real
+corpus runs: incremental by content, resumable after a kill, checked on arrival, labels merged
+by their move histories."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import corpus_file
+from tests.test_progress import on_terminal
+from triage.archive.integrity import manifest_refs
+from triage.archive.store import STORE_MARKER, Store, canonical_json
+
+SMALL = "LakshyaSingh354__CudaCode__report.ncu-rep"
+OTHER = "Lashi0812__CudaProgramming__simpleSOA.ncu-rep"
+
+
+def files(root: Path) -> dict[str, bytes]:
+    """Every file of a store but its leases (a push takes one there and removes it)."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.relative_to(root).as_posix().startswith("leases/")}
+
+
+def object_file(root: Path, sha: str) -> Path:
+    return root / "objects" / sha[:2] / sha[2:]
+
+
+@pytest.fixture
+def local(triage, tmp_path):
+    """A store of two runs, one labelled `base` and one with a note, and a remote `origin`
+    (an empty directory) added to it."""
+    root = tmp_path / "local"
+    first = triage.json("--store", root, "archive", corpus_file(SMALL), "--label", "base")[0]
+    second = triage.json("--store", root, "archive", corpus_file(OTHER), "--note", "fixed")[0]
+    triage("--store", root, "remote", "add", "origin", tmp_path / "team")
+    return {"root": root, "team": tmp_path / "team", "ids": [first["id"], second["id"]]}
+
+
+def test_remotes_are_kept_in_the_store(triage, local, tmp_path, monkeypatch):
+    root = local["root"]
+    monkeypatch.chdir(tmp_path)
+    triage("--store", root, "remote", "add", "nfs", "shared/store")  # relative: made absolute
+    listed = triage.json("--store", root, "remote", "list")
+    assert listed == [{"name": "nfs", "url": str(tmp_path / "shared/store")},
+                      {"name": "origin", "url": str(local["team"])}]
+    assert json.loads((root / "remotes.json").read_bytes())["remotes"]["nfs"] == listed[0]["url"]
+    triage("--store", root, "remote", "remove", "nfs")
+    assert [r["name"] for r in triage.json("--store", root, "remote", "list")] == ["origin"]
+
+
+def test_a_second_push_sends_nothing(triage, local):
+    root, team = local["root"], local["team"]
+    first = triage.json("--store", root, "push")
+    assert sorted(first["runs_sent"]) == sorted(local["ids"]) and first["runs_present"] == []
+    refs = {sha for run_id in local["ids"]
+            for sha in manifest_refs(Store.open(root).read_manifest(run_id))}
+    assert first["objects_sent"] == len(refs) and first["objects_skipped"] == 0
+    assert first["bytes_sent"] == sum(object_file(root, s).stat().st_size for s in refs)
+    assert first["labels"] == {"base": local["ids"][0]}
+    before = files(team)
+    again = triage.json("--store", root, "push", "origin")
+    assert (again["objects_sent"], again["bytes_sent"], again["runs_sent"]) == (0, 0, [])
+    assert sorted(again["runs_present"]) == sorted(local["ids"])
+    assert again["objects_skipped"] == len(refs)
+    assert files(team) == before  # not one file written, not even a catalog segment
+
+
+def test_pull_into_an_empty_store_then_diff_and_verify_there(triage, local, tmp_path):
+    root, team, (first, second) = local["root"], local["team"], local["ids"]
+    triage("--store", root, "push")
+    mine = tmp_path / "colleague"
+    pulled = triage.json("--store", mine, "pull", str(team))  # a store's path: no remote needed
+    assert sorted(pulled["runs_sent"]) == sorted(local["ids"])
+    for run_id in local["ids"]:
+        assert triage.json("--store", mine, "show", run_id) == \
+            triage.json("--store", root, "show", run_id)  # notes, archive time, labels
+    assert triage.json("--store", mine, "show", "base")["id"] == first
+    assert triage("--store", mine, "diff", first, second).exit_code == 0
+    checked = triage.json("--store", mine, "verify")
+    assert checked["ok"] and checked["leftovers"] == [] and checked["runs"] == 2
+    count = "select count(*) n, sum(duration_ns) t from kernels"
+    assert triage.json("--store", mine, "query", count) == \
+        triage.json("--store", root, "query", count)
+    again = triage.json("--store", mine, "archive", corpus_file(SMALL))[0]
+    assert (again["id"], again["new"]) == (first, False)  # the dedup key came along
+
+
+def test_pull_by_label_glob_brings_those_runs_alone(triage, local, tmp_path):
+    triage("--store", local["root"], "push")
+    mine = tmp_path / "colleague"
+    pulled = triage.json("--store", mine, "pull", str(local["team"]), "--label", "ba*")
+    assert pulled["runs_sent"] == [local["ids"][0]] and pulled["labels"] == {
+        "base": local["ids"][0]}
+    assert [r["id"] for r in triage.json("--store", mine, "ls")] == [local["ids"][0]]
+
+
+def test_a_push_killed_midway_is_finished_by_a_rerun(triage, local):
+    """The push is killed while it waits for the run's last object: its source file is made a
+    named pipe that nobody writes, so the kill lands once every other object arrived (watched at
+    the destination), whatever the machine's speed."""
+    root, team, run_id = local["root"], local["team"], local["ids"][1]
+    refs = sorted(manifest_refs(Store.open(root).read_manifest(run_id)))
+    last = object_file(root, refs[-1])  # objects go in the order of their names
+    kept = last.read_bytes()
+    last.unlink()
+    os.mkfifo(last)
+    env = {**os.environ, "TRIAGE_STORE": str(root)}
+    with subprocess.Popen([sys.executable, "-m", "triage", "push", "origin", run_id], env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as pusher:
+        deadline = time.monotonic() + 120
+        while not all(object_file(team, s).is_file() for s in refs[:-1]):
+            assert pusher.poll() is None, pusher.stderr.read() if pusher.stderr else ""
+            assert time.monotonic() < deadline, "the push never got to its last object"
+            time.sleep(0.05)
+        pusher.send_signal(signal.SIGKILL)
+    assert pusher.returncode == -signal.SIGKILL
+    assert triage.json("--store", team, "ls") == []  # nothing partial is visible
+    assert triage.json("--store", team, "verify")["ok"]
+    last.unlink()
+    last.write_bytes(kept)
+    finished = triage.json("--store", root, "push", "origin", run_id)
+    assert finished["runs_sent"] == [run_id]
+    assert (finished["objects_sent"], finished["objects_skipped"]) == (1, len(refs) - 1)
+    assert [r["id"] for r in triage.json("--store", team, "ls")] == [run_id]
+    assert triage.json("--store", team, "verify")["ok"]
+
+
+def test_a_damaged_object_at_the_destination_is_named_not_replaced(triage, local):
+    """A second run of the same report (other redaction) shares its report object with the
+    first: pushed after that object was damaged at the destination, it is refused there."""
+    root, team, first = local["root"], local["team"], local["ids"][0]
+    triage("--store", root, "push", "origin", first)
+    report = Store.open(root).read_manifest(first)["reports"][0]["sha256"]
+    damaged = object_file(team, report)
+    os.chmod(damaged, 0o644)
+    data = bytearray(damaged.read_bytes())
+    data[100] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    twin = triage.json("--store", root, "archive", corpus_file(SMALL), "--redact", "NOTHING_")[0]
+    assert twin["new"] and report in {r["sha256"] for r in
+                                      Store.open(root).read_manifest(twin["id"])["reports"]}
+    refused = triage("--store", root, "push", "origin", twin["id"], expect=1)
+    assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+    assert f"object {report[:12]}" in refused.stderr and "does not match its hash" in \
+        refused.stderr
+    assert damaged.read_bytes() == bytes(data)  # left as evidence
+    assert twin["id"] not in {r["id"] for r in triage.json("--store", team, "ls")}
+    damaged.unlink()  # what the message says to do: the next push sends it again
+    done = triage.json("--store", root, "push", "origin", twin["id"])
+    assert done["runs_sent"] == [twin["id"]] and done["objects_sent"] >= 1
+    assert triage.json("--store", team, "verify")["ok"]
+
+
+def test_two_pushers_lose_neither_label_move(triage, local, tmp_path):
+    """Alice moves `rc` first, Bob later; whoever pushes last, the team store's `rc` is Bob's
+    move (newest wins) and its history holds both."""
+    alice, team, (first, second) = local["root"], local["team"], local["ids"]
+    bob = tmp_path / "bob"
+    triage("--store", alice, "push")
+    triage("--store", bob, "pull", str(team))
+    triage("--store", alice, "label", "rc", first)
+    triage("--store", bob, "label", "rc", second)  # later
+    triage("--store", bob, "push", str(team))
+    triage("--store", alice, "push")  # the older move arrives last
+    assert triage.json("--store", team, "show", "rc")["id"] == second
+    history = triage("--store", team, "label", "--history", "rc").stdout.splitlines()
+    assert len(history) == 2 and history[-1].endswith(second[:12])
+    triage("--store", alice, "pull", "origin")
+    assert triage.json("--store", alice, "show", "rc")["id"] == second
+
+
+def test_notes_added_later_are_carried(triage, local):
+    root, team, (first, _second) = local["root"], local["team"], local["ids"]
+    triage("--store", root, "push")
+    triage("--store", root, "archive", corpus_file(SMALL), "--note", "seen on the cluster")
+    again = triage.json("--store", root, "push")
+    assert again["objects_sent"] == 0
+    notes = [n["text"] for n in triage.json("--store", team, "show", first)["notes"]]
+    assert notes == ["seen on the cluster"]
+    listed = triage.json("--store", team, "ls")
+    assert {r["id"]: r["notes"] for r in listed}[first] == "seen on the cluster"
+
+
+def test_push_on_a_terminal_shows_runs_bytes_and_rate(local, tmp_path):
+    code, shown = on_terminal(["--store", local["root"], "push"], tmp_path, local["root"])
+    assert code == 0, shown
+    assert "pushing to origin (0/2)" in shown and "/s" in shown and " kB" in shown
+
+
+def format_1(root: Path) -> None:
+    """A store marked format 1 (its runs are not: only the refusal is under test)."""
+    marker = root / STORE_MARKER
+    os.chmod(marker, 0o644)
+    marker.write_bytes(canonical_json({"format": "triage-store", "version": 1}))
+
+
+def refused(triage, *args, code: int = 1) -> str:
+    result = triage(*args, expect=code)
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    return result.stderr
+
+
+def test_every_bad_input_is_one_line(triage, local, tmp_path):
+    root, team = local["root"], local["team"]
+    assert "unknown remote 'nowhere'" in refused(triage, "--store", root, "pull", "nowhere")
+    lonely = tmp_path / "lonely"
+    triage("--store", lonely, "remote", "add", "x", "y")
+    triage("--store", lonely, "remote", "remove", "x")
+    assert "no remote to push to" in refused(triage, "--store", lonely, "push")
+    assert "exists" in refused(triage, "--store", root, "remote", "add", "origin", "x", code=2)
+    assert "unknown remote" in refused(triage, "--store", root, "remote", "remove", "nope")
+    assert "invalid remote name" in refused(triage, "--store", root, "remote", "add", "a b",
+                                            "x", code=2)
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    assert "remote " + str(foreign) in refused(triage, "--store", root, "push", str(foreign))
+    assert "not a triage store" in refused(triage, "--store", root, "pull", str(foreign))
+    assert "run 'nosuch' not found" in refused(triage, "--store", root, "push", "origin",
+                                               "nosuch")
+    triage("--store", root, "push")
+    missing = refused(triage, "--store", tmp_path / "c", "pull", str(team), "cafe1234")
+    assert "not found" in missing and f"triage ls --store {team}" in missing
+    assert "no label matches" in refused(triage, "--store", root, "push", "--label", "zz*")
+    assert "not both" in refused(triage, "--store", root, "push", "origin", "base", "--label",
+                                 "b*", code=2)
+    format_1(team)
+    old = refused(triage, "--store", root, "push")
+    assert "format version 1" in old and f"triage migrate --store {team}" in old
+    format_1(root)
+    assert "triage migrate" in refused(triage, "--store", root, "push")
+    assert not (tmp_path / "c" / "runs").exists() or not os.listdir(tmp_path / "c" / "runs")

@@ -1,0 +1,30 @@
+"""Wording of `triage push`, `triage pull` and `triage remote list` (the library returns data)."""
+
+from __future__ import annotations
+
+from triage import textview
+from triage.units import fmt_bytes
+
+
+def render_sync(result: dict) -> str:
+    """One line per run sent, one for the runs already there, the labels, and the totals."""
+    short = textview.short_id
+    url = textview.printable(result["url"])
+    where = url if result["remote"] == result["url"] else f"{result['remote']} ({url})"
+    verb = "pushed to" if result["direction"] == "push" else "pulled from"
+    lines = [f"{short(run_id)}  {verb} {result['remote']}" for run_id in result["runs_sent"]]
+    if result["runs_present"]:
+        lines.append(f"{len(result['runs_present'])} run(s) there already")
+    lines += [f"{name} -> {short(run_id) if run_id else '(deleted there)'}"
+              for name, run_id in result["labels"].items()]
+    lines.append(f"{len(result['runs_sent'])} run(s) {verb} {where}: {result['objects_sent']} "
+                 f"object(s) sent ({fmt_bytes(result['bytes_sent'])}), "
+                 f"{result['objects_skipped']} there already")
+    return "\n".join(lines)
+
+
+def render_remotes(remotes: list[dict]) -> str:
+    if not remotes:
+        return "no remotes yet; `triage remote add NAME URL` adds one"
+    width = max(len(r["name"]) for r in remotes)
+    return "\n".join(f"{r['name']:<{width}}  {textview.printable(r['url'])}" for r in remotes)
