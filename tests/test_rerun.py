@@ -243,3 +243,17 @@ def test_a_commit_that_slows_forward_is_named(setup):
     assert out["reproduced"]["change"]["name"] == "forward", out["reproduced"]
     assert out["line"].startswith("reproduced: no — forward +")
     setup.assert_original_untouched()
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["ncu", "--export", "reps/a", "-f", "./app", "-o", "x"],
+     ["ncu", "--export", "FRESH/a", "-f", "./app", "-o", "x"]),  # the app's own -o is its own
+    (["ncu", "-o", "a%p", "./app"], ["ncu", "-o", "FRESH/a%p", "./app"]),
+    (["nsys", "profile", "--output=out/r", "./app"], ["nsys", "profile", "--output=FRESH/r",
+                                                       "./app"]),
+    (["nsys", "profile", "./app"], ["nsys", "profile", "-o", "FRESH/report%n", "./app"]),
+])
+def test_every_output_spelling_moves_into_the_fresh_directory(argv, expected):
+    from triage.capture.replay import rewrite_outputs
+
+    assert rewrite_outputs(argv, Path("FRESH")) == expected
