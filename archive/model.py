@@ -264,6 +264,9 @@ class CaptureInfo:
     from_run: str | None = None
     nsys_source: str | None = None
     machine: Mapping[str, Any] = field(default_factory=lambda: EMPTY)
+    rerun_of: str | None = None  # the run `triage rerun` re-executed to make this one
+    environ: Mapping[str, Any] = field(default_factory=lambda: EMPTY)  # redacted
+    shell: bool = False
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> CaptureInfo:
@@ -275,7 +278,9 @@ class CaptureInfo:
                    GitState.from_dict(git) if isinstance(git, dict) else None,
                    _listing(lists.get("sections")), _listing(lists.get("sets")),
                    _strings(raw.get("warnings")), raw.get("group"), raw.get("rank"),
-                   raw.get("from_run"), raw.get("nsys_source"), _mapping(raw.get("machine")))
+                   raw.get("from_run"), raw.get("nsys_source"), _mapping(raw.get("machine")),
+                   _text(raw.get("rerun_of")), _mapping(raw.get("environment")),
+                   bool(raw.get("shell")))
 
 
 def _listing(raw: object) -> NcuListing | None:

@@ -54,6 +54,7 @@ class CaptureRequest:
     shell: bool = False
     group: str | None = None
     from_run: str | None = None
+    rerun_of: str | None = None  # the run `triage rerun` re-executes (its full id)
     nsys: str | None = None
     redact_patterns: tuple[str, ...] = ()
     cwd: Path = field(default_factory=Path.cwd)
@@ -296,20 +297,25 @@ def attempt_provenance(parsed: ParsedCommand, version: str | None, facts: dict,
     settings, sources = _settings(parsed, version)
     return {
         "tool": parsed.tool, "tool_version": version, "created": outcome.started,
-        "command": command,
-        "environment": {
-            "driver_version": _fact(facts, "gpu", "driver_version"),
-            "cuda_version": _fact(facts, "gpu", "cuda_driver_version"),
-            "gpus": _gpus_from_facts(facts),
-            "host": {"name": _fact(facts, "host", "hostname"),
-                     "os": _fact(facts, "host", "os_release"),
-                     "cpu": _fact(facts, "host", "cpu_model"), "arch": None,
-                     "platform": None},
-            "working_directory": None, "variables": None},
+        "command": command, "environment": environment_of(facts),
         "application": {"argv": parsed.application} if parsed.application else None,
         "settings": settings, "settings_source": sources, "evidence": {},
         "notices": [_no_report_notice(parsed, outcome)],
     }
+
+
+def environment_of(facts: dict) -> dict:
+    """The manifest's `environment` as the machine facts say it (no report to read it from):
+    for a failed attempt, and for the machine `triage rerun` is about to run on."""
+    return {
+        "driver_version": _fact(facts, "gpu", "driver_version"),
+        "cuda_version": _fact(facts, "gpu", "cuda_driver_version"),
+        "gpus": _gpus_from_facts(facts),
+        "host": {"name": _fact(facts, "host", "hostname"),
+                 "os": _fact(facts, "host", "os_release"),
+                 "cpu": _fact(facts, "host", "cpu_model"), "arch": None,
+                 "platform": None},
+        "working_directory": None, "variables": None}
 
 
 def _no_report_notice(parsed: ParsedCommand, outcome: Outcome) -> str:
@@ -343,7 +349,8 @@ def capture_record(request: CaptureRequest, parsed: ParsedCommand, executable: s
         "output_tail": [redact.redact_value(line) for line in outcome.tail[-60:]],
         "tool_path": executable, "tool_version_text": version_text,
         "environment": redact.redact_mapping(dict(request.environ), patterns),
-        "group": request.group, "from_run": request.from_run, **extra,
+        "group": request.group, "from_run": request.from_run, "rerun_of": request.rerun_of,
+        **extra,
     }
 
 

@@ -69,6 +69,31 @@ def _host(record: RunRecord, key: str) -> Value:
     return getattr(record.environment.host, key)
 
 
+def _facts(record: RunRecord, section: str) -> dict:
+    """A section of the machine facts `triage capture` recorded (capture/machine.py)."""
+    machine = record.capture.machine if record.capture is not None else {}
+    found = machine.get(section)
+    return found if isinstance(found, dict) else {}
+
+
+def persistence_mode(record: RunRecord) -> Value:
+    """The first GPU's persistence mode as nvidia-smi said at capture time."""
+    gpus = _facts(record, "gpu").get("gpus")
+    listed = gpus.get("value") if isinstance(gpus, dict) else None
+    first = listed[0] if isinstance(listed, list) and listed else {}
+    return first.get("persistence_mode") if isinstance(first, dict) else None
+
+
+def counters_permitted(record: RunRecord) -> Value:
+    """Whether the capturing user could read GPU counters: not RmProfilingAdminOnly, or root."""
+    counters = _facts(record, "profiling_counters")
+    admin_only = counters.get("admin_only")
+    restricted = admin_only.get("value") if isinstance(admin_only, dict) else None
+    if restricted is None:
+        return None
+    return not restricted or bool(counters.get("is_root"))
+
+
 def _major(version: Value) -> str | None:
     return str(version).split(".")[0] if version else None
 
@@ -135,6 +160,15 @@ def _nsys(a: RunRecord, b: RunRecord) -> bool:
     return "nsys" in (a.tool, b.tool)
 
 
+def _captured(a: RunRecord, b: RunRecord) -> bool:
+    """Machine facts are `triage capture`'s: compared when both runs have them."""
+    return a.capture is not None and b.capture is not None
+
+
+def _captured_ncu(a: RunRecord, b: RunRecord) -> bool:
+    return _captured(a, b) and _ncu(a, b)
+
+
 @dataclass(frozen=True)
 class DriftRule:
     """One row of the grading table."""
@@ -171,6 +205,10 @@ DRIFT_RULES: list[DriftRule] = [
     DriftRule("settings.replay_mode", lambda r: r.setting("replay_mode"), INVALIDATES,
               "different --replay-mode: kernel vs application/range replay measure differently",
               when=_ncu),
+    DriftRule("counters.permitted", counters_permitted, INVALIDATES,
+              "GPU counters readable on one side only (RmProfilingAdminOnly, not root): ncu "
+              "collects no metrics where they are not", when=_captured_ncu,
+              listed_unrecorded=False),
     DriftRule("workload.program", lambda r: workload(r).program, CAUTION,
               "different program: the numbers may measure other work"),
     DriftRule("workload.arguments", lambda r: workload(r).arguments, CAUTION,
@@ -187,6 +225,10 @@ DRIFT_RULES: list[DriftRule] = [
               when=_ncu),
     DriftRule("settings.trace", lambda r: r.setting("trace"), CAUTION,
               "different nsys trace domains: tracing overhead differs", when=_nsys),
+    DriftRule("gpu.persistence_mode", persistence_mode, CAUTION,
+              "persistence mode on one side only: without it the driver starts up for each "
+              "process and the first launches and clocks differ", when=_captured,
+              listed_unrecorded=False),
     DriftRule("host.cpu", lambda r: _host(r, "cpu"), CAUTION,
               "different host CPU: launch overhead and host-side gaps differ"),
     DriftRule("host.os", lambda r: _host(r, "os"), CAUTION,

@@ -135,9 +135,10 @@ def _record(triage) -> dict:
 
 
 NCU_RULES = [r for r in DRIFT_RULES  # the nsys-only fields: tests/test_diff_nsys.py; git facts
-             # come from captures: tests/test_workload_drift.py
+             # come from captures: tests/test_workload_drift.py; machine facts too:
+             # tests/test_machine_drift.py
              if r.field not in ("settings.trace", "environment.working_directory", "git.commit",
-                                "git.dirty")]
+                                "git.dirty", "gpu.persistence_mode", "counters.permitted")]
 
 
 @pytest.mark.parametrize("rule", NCU_RULES, ids=lambda r: r.field)

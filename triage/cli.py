@@ -451,6 +451,59 @@ def capture(command, label, note, shell, group, from_run, nsys, redact, as_json,
                lambda infos: "\n".join(map(_archive_line, infos)))
 
 
+@cli.command()
+@click.argument("run")
+@click.option("--label", help="Point this label at the new run (NAME/1 .. NAME/N with --repeat).")
+@click.option("--repeat", default=1, type=click.IntRange(min=1), metavar="N",
+              help="Run it N times: the rerun side's noise is measured over them.")
+@click.option("--at-commit", "mode", flag_value="at_commit",
+              help="Run in a temporary worktree of the recorded commit with its stored patch.")
+@click.option("--here", "mode", flag_value="here", default=True,
+              help="Run in the current tree (the default); say how it differs from the record.")
+@click.option("--build", metavar="CMD", help="Run CMD (a shell command) in that tree first.")
+@click.option("--strict", is_flag=True, help="Refuse to run when the verdict would be invalid.")
+@click.option("--threshold", default=1.0, show_default=True, type=click.FloatRange(min=0),
+              metavar="PCT", help="A change beyond noise smaller than PCT % still reproduces.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON at the end.")
+@store_option
+def rerun(run, label, repeat, mode, build, strict, threshold, as_json, store):
+    """Re-execute a run made by `triage capture` and say whether it reproduced: this machine
+    graded against the record first (the drift table of `diff`), then the recorded command in
+    its working directory with its recorded environment (redacted values: from this one), its
+    outputs in a fresh directory; the new runs (rerun_of: RUN) diffed against the original.
+
+    Example: triage rerun base --at-commit --repeat 5 --build make"""
+    from triage.compare.reproduce import RerunRequest
+    from triage.compare.reproduce import rerun as run_rerun
+    from triage.rerunview import outcome_line, render_plan, rerun_json
+
+    from triage.progressview import CaptureOutput
+
+    request = RerunRequest(run, store=store, label=label, repeat=repeat, mode=mode,
+                           build=build, strict=strict, threshold_pct=threshold)
+    # With --json, stdout carries only the JSON document; everything else goes to stderr.
+    stream = click.get_text_stream("stderr" if as_json else "stdout")
+    shown = CaptureOutput(stream, stream.isatty() and not as_json, "rerun")
+    try:
+        result = run_rerun(request,
+                           on_plan=lambda plan, tree: click.echo(render_plan(plan, tree),
+                                                                 err=as_json),
+                           on_output=shown,
+                           on_warning=lambda w: click.echo(f"triage: warning: {w}", err=True))
+    finally:
+        shown.close()
+    if as_json:
+        click.echo(textview.to_json(rerun_json(result)))
+        return
+    from triage.diffview import render_diff
+
+    for run_id in result.new_runs:
+        click.echo(f"{textview.short_id(run_id)}  rerun of {textview.short_id(run)}")
+    click.echo("")
+    click.echo(render_diff(result.diff))
+    click.echo(outcome_line(result.outcome))
+
+
 @cli.command(name="env")
 @click.option("--nsys", "nsys", envvar="TRIAGE_NSYS", help="nsys to check instead of PATH's.")
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON.")

@@ -4,7 +4,7 @@ terminal's width (100 columns when piped)."""
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from triage.compare.result import (NO_SIDE, DiffResult, DriftItem, KernelDiff, KernelSide,
                                    MetricDiff, NsysDiff, SummaryChange, Value)
@@ -28,16 +28,26 @@ def _run_label(diff: DiffResult, side: str) -> str:
 
 
 def _verdict_lines(diff: DiffResult, width: int) -> list[str]:
-    if diff.verdict == "invalid":
+    return verdict_lines(diff.verdict, width)
+
+
+def verdict_lines(verdict: str, width: int) -> list[str]:
+    """The verdict banner (also for the verdict `rerun` predicts before running)."""
+    if verdict == "invalid":
         return ["!" * width, "VERDICT: INVALID - these runs are NOT comparable "
                 "(see INVALIDATES below)", "!" * width]
-    if diff.verdict == "caution":
+    if verdict == "caution":
         return ["VERDICT: CAUTION - comparable with care (see caution below)"]
     return ["VERDICT: comparable"]
 
 
 def _drift_lines(diff: DiffResult, width: int) -> list[str]:
-    entries = drift_entries(diff.drift)
+    return drift_lines(diff.drift, width)
+
+
+def drift_lines(drift: Sequence[DriftItem], width: int) -> list[str]:
+    """The drift table, worst first (also the drift `rerun` predicts before running)."""
+    entries = drift_entries(drift)
     if not entries:
         return ["drift: none recorded"]
     lines = ["drift:"]

@@ -71,6 +71,14 @@ class PatchNotStored(TriageError):
     """`show --patch` of a run with no stored patch (clean tree, over the limit, no git)."""
 
 
+class RerunRefused(TriageError):
+    """`triage rerun` cannot replay what was recorded, or would be invalid (--strict)."""
+
+
+class BuildFailed(TriageError):
+    """`triage rerun --build CMD` exited non-zero: nothing was profiled."""
+
+
 class ComparisonGate(TriageError):
     """`diff --strict`: the comparison verdict is at or above the requested gate. Exit code 3."""
 

@@ -119,7 +119,8 @@ def _capture_lines(capture: CaptureInfo, run_id: str) -> list[str]:
     if sections is not None or sets is not None:
         lines.append(_line("ncu knew", f"{sections.count if sections else None} sections, "
                                        f"{sets.count if sets else None} sets"))
-    for value, label in ((capture.from_run, "follows run"), (capture.group, "group"),
+    for value, label in ((capture.from_run, "follows run"), (capture.rerun_of, "rerun of"),
+                         (capture.group, "group"),
                          (capture.rank, "rank")):
         if value is not None:
             lines.append(_line(label, value))
