@@ -10,7 +10,7 @@ from triage import __version__, svgcharts
 from triage.compare.history import HistoryResult
 from triage.historyview import (HEADERS, METHOD_TEXT, boundary_lines, boundary_text, rows,
                                 run_name, step_lines, title, value_of)
-from triage.report import _environment
+from triage.report import template_environment
 from triage.textview import fmt_pct
 
 
@@ -32,7 +32,7 @@ def render_history_html(result: HistoryResult) -> str:
     table = rows(result)
     classes = [{"invalid": "sev-invalidates", "caution": "sev-caution"}.get(p.boundary or "", "")
                for p in result.points]
-    return _environment(False).get_template("history.html.j2").render(
+    return template_environment(False).get_template("history.html.j2").render(
         version=__version__, title=title(result), chart=trend(result), headers=HEADERS,
         rows=list(zip(classes, table, strict=True)), boundaries=boundary_lines(result),
         steps=step_lines(result), found=bool(result.steps),

@@ -301,7 +301,9 @@ def visible(value):
     return value
 
 
-def _environment(markdown: bool) -> jinja2.Environment:
+def template_environment(markdown: bool) -> jinja2.Environment:
+    """The review pages' Jinja environment and filters (the history page renders with it too, so
+    both pages escape and format values alike)."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("triage.templates", "."),
         autoescape=not markdown,
@@ -457,7 +459,7 @@ def render_html(diffs: list[DiffResult], show_unchanged: bool | None = None,
 
     show_unchanged: None shows the metrics each diff lists; False hides unchanged ones.
     raw_names: metrics by raw name (gpu__time_duration.sum), not their labels (Duration)."""
-    return _environment(False).get_template("report.html.j2").render(
+    return template_environment(False).get_template("report.html.j2").render(
         **_context(diffs, show_unchanged, charts=True, raw_names=raw_names))
 
 
@@ -466,7 +468,7 @@ def render_markdown(diffs: list[DiffResult], show_unchanged: bool | None = None,
     """GitHub-flavoured Markdown for a PR comment: verdict and headline on top, details folded.
 
     Less detail is tried until the text fits `max_chars`; the last resort cuts it with a note."""
-    template = _environment(True).get_template("report.md.j2")
+    template = template_environment(True).get_template("report.md.j2")
     context = _context(diffs, show_unchanged, charts=False, raw_names=raw_names)
     for limits in MD_LEVELS:
         text = template.render(**context, limits=limits)
