@@ -19,9 +19,15 @@ CHUNK = 1 << 20
 def hash_file(path: Path) -> tuple[str, int]:
     """sha256 hex digest and size of a file, read in chunks."""
     with open(path, "rb") as stream:
-        reader = HashingReader(stream)
-        while reader.read(CHUNK):
-            pass
+        return hash_stream(stream)
+
+
+def hash_stream(stream: BinaryIO) -> tuple[str, int]:
+    """sha256 hex digest and size of what is left in a stream (a store's object, local or
+    remote), read in chunks."""
+    reader = HashingReader(stream)
+    while reader.read(CHUNK):
+        pass
     return reader.digest.hexdigest(), reader.size
 
 
