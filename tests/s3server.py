@@ -78,17 +78,25 @@ class S3Server:
         log.close()
         self._wait_ready()
 
+    def client(self, **options):
+        """A pyarrow S3 client of this server (the tests' own: creating buckets, listing)."""
+        from pyarrow import fs
+
+        return fs.S3FileSystem(access_key=ACCESS_KEY, secret_key=SECRET_KEY, scheme="http",
+                               endpoint_override=self.endpoint.removeprefix("http://"),
+                               region="us-east-1", **options)
+
+    def create_bucket(self, name: str) -> None:
+        self.client(allow_bucket_creation=True).create_dir(name)
+
     def _wait_ready(self) -> None:
         """Poll until a signed bucket listing and a small write both succeed (the volume server
         registers with the master after the gateway first answers)."""
         from pyarrow import fs
 
         deadline = time.monotonic() + START_DEADLINE
-        probe = fs.S3FileSystem(access_key=ACCESS_KEY, secret_key=SECRET_KEY, scheme="http",
-                                endpoint_override=self.endpoint.removeprefix("http://"),
-                                region="us-east-1", allow_bucket_creation=True,
-                                connect_timeout=2, request_timeout=5,
-                                retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=1))
+        probe = self.client(allow_bucket_creation=True, connect_timeout=2, request_timeout=5,
+                            retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=1))
         last: Exception | None = None
         while time.monotonic() < deadline:
             assert self.process is not None
