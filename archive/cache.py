@@ -63,11 +63,14 @@ def cached_object(files: StoreFiles, key: str, sha: str) -> Path:
 def trim(cap: int) -> None:
     """Remove the least recently used copies until the cache holds at most `cap` bytes."""
     root = cache_dir() / "objects"
-    try:
-        found = [(p.stat().st_mtime, p.stat().st_size, p) for p in root.glob("*/*")
-                 if not p.name.startswith(atomic.TMP_PREFIX)]
-    except OSError:
-        return
+    found = []
+    for path in root.glob("*/*"):
+        try:
+            if not path.name.startswith(atomic.TMP_PREFIX):
+                stat = path.stat()
+                found.append((stat.st_mtime, stat.st_size, path))
+        except OSError:  # removed meanwhile (another process trimming)
+            continue
     total = sum(size for _mtime, size, _path in found)
     for _mtime, size, path in sorted(found):
         if total <= cap:

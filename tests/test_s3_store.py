@@ -38,6 +38,10 @@ def test_every_command_works_on_an_s3_store(triage, s3_store, s3_server, tmp_pat
     assert {r["run_id"] for r in rows} == {first, second}
     triage("label", "moved", second)
     assert triage.json("show", "moved")["id"] == second
+    triage("label", "moved", first)
+    assert first[:12] in triage("label", "--history", "moved").stdout
+    assert triage("migrate", expect=None).exit_code == 0
+    assert triage.json("history", "base", "--kernel", ".")["points"]
     assert triage.json("verify")["ok"]
     bundle = tmp_path / "runs.tar"
     triage("export", first, "-o", bundle)
