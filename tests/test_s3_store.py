@@ -42,6 +42,9 @@ def test_every_command_works_on_an_s3_store(triage, s3_store, s3_server, tmp_pat
     assert first[:12] in triage("label", "--history", "moved").stdout
     assert triage("migrate", expect=None).exit_code == 0
     assert triage.json("history", "base", "--kernel", ".")["points"]
+    page = tmp_path / "report.html"
+    triage("report", first, second, "-o", page)
+    assert first[:12] in page.read_text()
     assert triage.json("verify")["ok"]
     bundle = tmp_path / "runs.tar"
     triage("export", first, "-o", bundle)
