@@ -40,8 +40,7 @@ from typing import IO, BinaryIO, cast
 
 from triage.archive import atomic, catalog, lease, validate
 from triage.archive.integrity import manifest_refs
-from triage.archive.store import (SHA256_RE, Store, canonical_json, check_label, manifest_id,
-                                  os_error)
+from triage.archive.store import (SHA256_RE, Store, canonical_json, check_label, manifest_id)
 from triage.errors import CorruptObject, NewerFormat, TriageError, UsageError
 from triage.progress import Progress, Step, no_progress
 from triage.hashing import HashingReader, copy_hashing
@@ -153,9 +152,9 @@ def _write_bundle(stream, kind: str, store: Store, doc: dict, objects: list[str]
         for sha in objects:
             total += _add_object(tar, store, sha)
         for run_id in manifests:
-            path = store.annotations / f"{run_id}.json"
-            if path.is_file():
-                _add_bytes(tar, f"annotations/{run_id}.json", path.read_bytes())
+            notes = store.read_file(store.annotations_key(run_id))
+            if notes is not None:
+                _add_bytes(tar, f"annotations/{run_id}.json", notes)
         for run_id, (data, _doc) in manifests.items():
             _add_bytes(tar, f"runs/{run_id}.json", data)
     if closer is not None:
@@ -169,10 +168,9 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 def _add_object(tar: tarfile.TarFile, store: Store, sha: str) -> int:
     """Copy one object into the tar, re-hashing it on the way: a damaged object is not sent."""
-    path = store.object_path(sha)
     try:
-        with open(path, "rb") as stream:
-            size = path.stat().st_size
+        with store.open_object(sha) as stream:
+            size = stream.size()
             reader = HashingReader(stream)
             tar.addfile(_tar_info(f"objects/{sha[:2]}/{sha[2:]}", size), reader)
     except FileNotFoundError:
@@ -238,7 +236,7 @@ def import_bundle(store_path: str | os.PathLike | None, bundle: str,
                 progress(Step("adding its runs"))
                 return _publish(store, unpacked, labels)
         except OSError as exc:
-            raise os_error(exc, store.root, "write") from None
+            raise store.error(exc, "write") from None
         finally:
             unpacked.discard()
 
@@ -353,7 +351,8 @@ class _Capped:
 
 def _stage_object(store: Store, path: Path, source, sha: str) -> Path:
     """Copy one object to a temp file under objects/, hashing it; refuse it if it is damaged."""
-    with atomic.temp_file_in(store.objects, "-import", keep=True) as (sink, temp):
+    with atomic.temp_file_in(store.files.temp_folder("objects"), "-import",
+                             keep=True) as (sink, temp):
         if copy_hashing(source, sink)[0] != sha:
             raise CorruptObject(f"{path}: object {sha[:12]} does not match its hash; the bundle "
                                 "is damaged, export it again")
@@ -449,14 +448,22 @@ def _check_tables(store: Store, path: Path, unpacked: _Unpacked) -> None:
             continue
         current = manifest["tables_schema_version"] == tables_version()
         for name, ref in sorted(manifest["tables"].items()):
-            file = unpacked.objects.get(ref["sha256"]) or store.object_path(ref["sha256"])
-            if not _table_fits(file, name, ref["rows"], current):
+            if not _table_fits(_table_file(store, unpacked, ref["sha256"]), name, ref["rows"],
+                               current):
                 raise TriageError(f"{path}: table {name} of run {run_id[:12]} is not the table "
                                   "its manifest describes; the bundle was altered, export it "
                                   "again")
 
 
-def _table_fits(file: Path, name: str, rows: int, current: bool) -> bool:
+def _table_file(store: Store, unpacked: _Unpacked, sha: str) -> Path | None:
+    """A table's file: staged from the bundle, else the store's (None: in neither)."""
+    try:
+        return unpacked.objects.get(sha) or store.local_object(sha)
+    except FileNotFoundError:
+        return None
+
+
+def _table_fits(file: Path | None, name: str, rows: int, current: bool) -> bool:
     """Only the Parquet footer is read; a table of an older tables version (`current` False)
     is checked for its rows only, its columns being those of its day."""
     import pyarrow as pa
@@ -464,6 +471,8 @@ def _table_fits(file: Path, name: str, rows: int, current: bool) -> bool:
 
     from triage.schemas.tables import arrow_schema, table_specs
 
+    if file is None:
+        return False
     try:
         footer = pq.read_metadata(file)
     except (pa.ArrowException, OSError):
@@ -514,9 +523,9 @@ def _add_run(store: Store, run_id: str, unpacked: _Unpacked) -> bool:
     if store.has_run(run_id):
         return False
     if run_id in unpacked.annotations and not store.read_annotations(run_id):
-        atomic.write_bytes(store.annotations / f"{run_id}.json",
-                           canonical_json(unpacked.annotations[run_id]))
-    atomic.write_bytes(store.run_path(run_id), unpacked.manifests[run_id][0], readonly=True)
+        store.files.write(store.annotations_key(run_id),
+                          canonical_json(unpacked.annotations[run_id]))
+    store.files.write(store.run_key(run_id), unpacked.manifests[run_id][0], readonly=True)
     return True
 
 

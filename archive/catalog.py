@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -98,25 +97,26 @@ def _row(record: RunRecord, kernel_summary: list[dict]) -> dict:
     }
 
 
-def segments(store: Store) -> list[Path]:
-    """The catalog's segment files, sorted: the one listing rule (verify checks their names)."""
-    try:
-        names = os.listdir(store.index)
-    except FileNotFoundError:
-        return []
-    return sorted(store.index / n for n in names
+def segments(store: Store) -> list[str]:
+    """The keys of the catalog's segments, sorted: the one listing rule (verify checks their
+    names)."""
+    return sorted(f"index/{n}" for n in store.files.names("index")
                   if n.startswith(SEGMENT_PREFIX) and n.endswith(".parquet"))
 
 
-def _write_segment(store: Store, table: pa.Table) -> Path:
+def segment_sha(key: str) -> str:
+    """The hash a segment's name carries (of its bytes)."""
+    return key.rsplit("/", 1)[-1][len(SEGMENT_PREFIX):-len(".parquet")]
+
+
+def _write_segment(store: Store, table: pa.Table) -> str:
     """Write one immutable segment named by the hash of its rows."""
-    store.index.mkdir(parents=True, exist_ok=True)
-    with atomic.temp_file_in(store.index, ".parquet") as (stream, temp):
+    with atomic.temp_file_in(store.files.temp_folder("index"), ".parquet") as (stream, temp):
         pq.write_table(table, stream, **PARQUET_OPTIONS)
         stream.close()
         sha, _size = hash_file(temp)
-        target = store.index / f"{SEGMENT_PREFIX}{sha}.parquet"
-        atomic.publish(temp, target, readonly=False)
+        target = f"index/{SEGMENT_PREFIX}{sha}.parquet"
+        store.files.publish(temp, target, readonly=False)
     return target
 
 
@@ -133,7 +133,7 @@ def add_rows(store: Store, rows: list[dict]) -> None:
 
 
 def _read_segments(store: Store, columns: list[str] | None = None
-                   ) -> tuple[pa.Table, list[Path]]:
+                   ) -> tuple[pa.Table, list[str]]:
     """All segment rows (with duplicates) and the files they came from.
 
     A file that a merge removed between listing and reading is skipped: the merge wrote its rows
@@ -145,16 +145,18 @@ def _read_segments(store: Store, columns: list[str] | None = None
     schema = arrow_schema("catalog")
     if columns is not None:
         schema = pa.schema([schema.field(c) for c in columns])
-    parts: dict[Path, pa.Table | None] = {}
+    parts: dict[str, pa.Table | None] = {}
     for _attempt in range(READ_ATTEMPTS):
         vanished = False
-        for path in segments(store):
-            if path in parts:
+        for key in segments(store):
+            if key in parts:
                 continue
             try:
-                parts[path] = _read_segment(path, schema)
+                parts[key] = _read_segment(store.local_copy(key, segment_sha(key)), schema)
             except FileNotFoundError:
                 vanished = True
+            except CorruptObject:  # a remote segment whose bytes are not its name's
+                parts[key] = None
         if not vanished:
             break
     tables = _by_first_row([part for part in parts.values() if part is not None and part.num_rows])
@@ -249,13 +251,13 @@ def merge(store: Store) -> None:
     runs/ is listed after the segments are read: every row read then finds its manifest (a
     manifest is written before its row), so no row of a run archived meanwhile is dropped with
     the segment that held it."""
-    table, paths = _read_segments(store)
+    table, keys = _read_segments(store)
     rows = _reconcile(table, store.run_files())[0]
     merged = rows.take(oldest_first(rows))
     target = _write_segment(store, merged)
-    for path in paths:
-        if path != target:
-            path.unlink(missing_ok=True)
+    for key in keys:
+        if key != target:
+            store.files.delete(key)
 
 
 def _index_missing(store: Store, missing: set[str]) -> Catalog:
@@ -278,7 +280,7 @@ def _index_missing(store: Store, missing: set[str]) -> Catalog:
         except (OSError, pa.ArrowException) as exc:  # pyarrow: FileNotFoundError, ArrowInvalid
             partial.append(_row(RunRecord.from_manifest(run_id, manifest, annotations), []))
             problems.append(_summary_problem(store, run_id, manifest, exc))
-    if os.access(store.root, os.W_OK):
+    if store.writable():
         add_rows(store, rows)
     return Catalog(pa.Table.from_pylist(rows + partial, schema=arrow_schema("catalog")),
                    tuple(problems))
@@ -286,7 +288,7 @@ def _index_missing(store: Store, missing: set[str]) -> Catalog:
 
 def _summary_problem(store: Store, run_id: str, manifest: dict, exc: Exception) -> str:
     sha = manifest["tables"]["kernel_summary"]["sha256"]
-    where = store.object_path(sha).relative_to(store.root).as_posix()
+    where = store.object_key(sha)
     state = "missing" if isinstance(exc, FileNotFoundError) else "damaged"
     return (f"run {run_id[:12]}: its kernel_summary table {where} is {state}, so it is listed "
             "without its kernel ranking; `triage verify` lists what is damaged")
@@ -325,6 +327,6 @@ def read_catalog(store: Store, columns: list[str] | None = None) -> pa.Table:
     return scan(store, columns).table
 
 
-def segment_digest(path: Path) -> str:
+def segment_digest(store: Store, key: str) -> str:
     """sha256 of a segment file (its name carries the same hash; verify compares them)."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashlib.sha256(store.files.read(key)).hexdigest()

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from triage import __version__
-from triage.archive import atomic, catalog, lease, space
+from triage.archive import catalog, lease, space
 from triage.archive.integrity import manifest_refs
 from triage.progress import Progress, Step, no_progress
 from triage.hashing import hash_file
 from triage.archive.manifest import MANIFEST_KIND, MANIFEST_VERSION
 from triage.archive.store import (STORE_MARKER, Staged, Store, canonical_json, check_label,
-                                  manifest_file, os_error, store_path as resolve_store)
+                                  manifest_file, store_files)
 from triage.archive.summaries import SUMMARIES, compute_summaries
 from triage.archive.tables import TableSet
 from triage.capture import redact
@@ -96,8 +96,8 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
     found = [_archived_before(store_path, request) for request in requests]
     prepared: list[list[PreparedReport]] = []
     exports = ExitStack()  # the leases of nsys exports staged before the store is opened
-    root = resolve_store(store_path)
-    root_existed, new_store = root.is_dir(), not (root / STORE_MARKER).is_file()
+    files = store_files(store_path)
+    root_existed, new_store = files.is_dir(""), not files.exists(STORE_MARKER)
     try:
         # Every report is validated before the store is opened (or created; only an nsys
         # export, staged in it, makes it sooner): a bad input, even the last of several,
@@ -118,10 +118,10 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
     except BaseException as exc:
         _close(prepared)  # first: an nsys export staged in the new store is a file in it
         exports.close()  # and its lease
-        if new_store:
-            _remove_new_store(root, keep_root=root_existed)
+        if new_store and files.local_root is not None:
+            _remove_new_store(files.local_root, keep_root=root_existed)
         if space.is_disk_full(exc):  # a small write after the objects (manifest, catalog)
-            raise space.sized(exc, root, space.COMMIT_BYTES) from None
+            raise space.sized(exc, Store(files).disk, space.COMMIT_BYTES) from None
         raise
     finally:
         _close(prepared)
@@ -198,10 +198,7 @@ def _staging(store_path, leases: ExitStack | None = None) -> Callable[[str], Pat
         store = Store.open(store_path, create=True)
         if leases is not None:
             leases.enter_context(lease.held(store, "export"))
-        try:
-            return atomic.new_temp(store.objects, suffix)
-        except OSError as exc:
-            raise os_error(exc, store.root, "write") from None
+        return store.new_temp(suffix)
 
     return new_file
 
@@ -251,7 +248,7 @@ def archive_run(store: Store, request: RunRequest,
                 prepared: list[PreparedReport] | None = None) -> ArchiveResult:
     """Archive the reports of one request as one run (or find the run that has them)."""
     if prepared is None:
-        prepared = [prepare_report(i.path, nsys=request.nsys, staging=_staging(store.root))
+        prepared = [prepare_report(i.path, nsys=request.nsys, staging=_staging(store.files.url))
                     for i in request.inputs]
     try:
         tools = {p.tool for p in prepared}
@@ -264,8 +261,8 @@ def archive_run(store: Store, request: RunRequest,
             found = store.read_manifest(existing)
             if not request.repair and _intact(store, found):
                 return _finish(store, existing, found, request, new=False)
-        space.check_room(store.root, sum(_size(p.path) for p in prepared) + space.COMMIT_BYTES)
-        with space.reserved(store.objects, space.COMMIT_BYTES) as room:
+        space.check_room(store.disk, sum(_size(p.path) for p in prepared) + space.COMMIT_BYTES)
+        with space.reserved(store.files.temp_folder("objects"), space.COMMIT_BYTES) as room:
             manifest = _build(store, request, prepared, digests)
             room.release()  # for the manifest, key, annotations and catalog segment
             run_id, _data = manifest_file(manifest)
@@ -297,13 +294,8 @@ def _intact(store: Store, manifest: dict) -> bool:
     """Whether every object a run references is there with its recorded size: one stat each,
     so that archiving a report again repairs a run whose tables were lost, without hashing.
     (A same-size flipped bit is `verify`'s to find, and `archive --repair`'s to mend.)"""
-    for sha, (_what, size) in manifest_refs(manifest).items():
-        try:
-            if store.object_path(sha).stat().st_size != size:
-                return False
-        except OSError:
-            return False
-    return True
+    return all(store.object_size(sha) == size for sha, (_what, size)
+               in manifest_refs(manifest).items())
 
 
 def _size(path: Path) -> int:
@@ -360,7 +352,7 @@ def _build(store: Store, request: RunRequest, prepared: list[PreparedReport],
             _discard_copies(store, copies)
             tables.discard()
             if space.is_disk_full(exc):
-                raise space.sized(exc, store.root, needed) from None
+                raise space.sized(exc, store.disk, needed) from None
             raise
         finally:
             tables.discard()

@@ -19,18 +19,17 @@ manifest, so until then nothing references them.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from triage.archive import atomic, catalog, lease, validate
+from triage.archive.files import Entry
 from triage.archive.store import (LABEL_RE, SEAL, SHA256_RE, STORE_MARKER, Store, canonical_json,
-                                  manifest_id, marker_bytes, os_error, seal_of)
+                                  manifest_id, marker_bytes, seal_of)
 from triage.errors import StoreError, UsageError
 from triage.progress import Progress, Step, no_progress
-from triage.hashing import hash_file
+from triage.hashing import hash_stream
 
 ERROR_KINDS = ("missing", "corrupt", "dangling", "unexpected")
 LEFTOVER_KINDS = ("orphan", "temp")
@@ -109,7 +108,7 @@ def manifest_refs(manifest: dict) -> dict[str, tuple[str, int | None]]:
 
 def _load_manifest(store: Store, run_id: str) -> tuple[bytes, dict]:
     """The bytes and parsed document of a manifest; ValueError/KeyError when unreadable."""
-    data = store.run_path(run_id).read_bytes()
+    data = store.files.read(store.run_key(run_id))
     manifest = validate.load_json(data)
     if not isinstance(manifest, dict):
         raise ValueError("not a JSON object")
@@ -168,16 +167,12 @@ def _check_marker(store: Store, report: VerifyReport) -> None:
     that the version reads as 0) is damage all the same."""
     expected = marker_bytes()
     try:
-        intact = (store.root / STORE_MARKER).read_bytes() == expected
+        intact = store.files.read(STORE_MARKER) == expected
     except OSError:
         intact = False
     if not intact:
         report.findings.append(Finding("corrupt", STORE_MARKER, "store marker is not what triage "
                                        f"writes; write {expected.decode()} into it"))
-
-
-def _rel(store: Store, path: Path) -> str:
-    return path.relative_to(store.root).as_posix()
 
 
 def _check_run(store: Store, run_id: str, report: VerifyReport, hashed: dict) -> None:
@@ -217,10 +212,10 @@ def _check_schema(manifest: dict, where: str, run_id: str, report: VerifyReport)
 
 def _check_object(store: Store, sha: str, size: int | None, what: str, run_id: str,
                   report: VerifyReport) -> bool:
-    path = store.object_path(sha)
-    where = _rel(store, path)
+    where = store.object_key(sha)
     try:
-        digest, actual = hash_file(path)
+        with store.open_object(sha) as stream:
+            digest, actual = hash_stream(stream)
     except FileNotFoundError:
         report.findings.append(Finding("missing", where, f"{what} of run {run_id[:12]}", run_id))
         return False
@@ -237,60 +232,58 @@ def _check_object(store: Store, sha: str, size: int | None, what: str, run_id: s
     return True
 
 
-def _entries(directory: Path) -> list[os.DirEntry]:
-    try:
-        with os.scandir(directory) as it:
-            return sorted(it, key=lambda e: e.name)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-
-
 def _scan_objects(store: Store, referenced: set[str], report: VerifyReport) -> None:
-    """Files under objects/ that no run references, temp files, and strangers."""
-    for entry in _entries(store.objects):
+    """Files under objects/ that no run references, temp files, and strangers (one listing
+    of the whole tree: on S3, a request per thousand objects)."""
+    inner: dict[str, list[Entry]] = {}
+    top = []
+    for entry in store.files.tree("objects"):
+        parts = entry.key.split("/")
+        if len(parts) == 2:
+            top.append(entry)
+        elif len(parts) == 3:
+            inner.setdefault(parts[1], []).append(entry)
+    for entry in top:
         if entry.name.startswith(atomic.TMP_PREFIX):
-            report.findings.append(Finding("temp", f"objects/{entry.name}", "unfinished write"))
-        elif entry.is_dir(follow_symlinks=False) and re.fullmatch(r"[0-9a-f]{2}", entry.name):
-            for inner in _entries(Path(entry.path)):
-                _classify_object(entry.name, inner, referenced, report)
+            report.findings.append(Finding("temp", entry.key, "unfinished write"))
+        elif entry.is_dir and re.fullmatch(r"[0-9a-f]{2}", entry.name):
+            for found in inner.get(entry.name, []):
+                _classify_object(entry.name, found, referenced, report)
         else:
-            report.findings.append(Finding("unexpected", f"objects/{entry.name}",
+            report.findings.append(Finding("unexpected", entry.key,
                                            "not part of the store layout"))
 
 
-def _classify_object(prefix: str, entry: os.DirEntry, referenced: set[str],
+def _classify_object(prefix: str, entry: Entry, referenced: set[str],
                      report: VerifyReport) -> None:
-    where = f"objects/{prefix}/{entry.name}"
     sha = prefix + entry.name
     if entry.name.startswith(atomic.TMP_PREFIX):
-        report.findings.append(Finding("temp", where, "unfinished write or gc"))
-    elif not SHA256_RE.match(sha) or not entry.is_file(follow_symlinks=False):
-        report.findings.append(Finding("unexpected", where, "not part of the store layout"))
+        report.findings.append(Finding("temp", entry.key, "unfinished write or gc"))
+    elif not SHA256_RE.match(sha) or not entry.is_file:
+        report.findings.append(Finding("unexpected", entry.key, "not part of the store layout"))
     elif sha not in referenced:
-        size = entry.stat(follow_symlinks=False).st_size
-        report.findings.append(Finding("orphan", where, f"no run references it ({size} bytes); "
-                                       "`triage gc` removes it"))
+        report.findings.append(Finding("orphan", entry.key, f"no run references it "
+                                       f"({entry.size} bytes); `triage gc` removes it"))
 
 
-def _walk_files(directory: Path):
-    """Every file below a directory (labels may contain '/')."""
-    for root, _dirs, files in os.walk(directory):
-        for name in sorted(files):
-            yield Path(root) / name
+FOLDERS = ("runs", "keys", "labels", "annotations", "index", "leases", "aliases",
+           "label-history")
+
+
+def _name(key: str) -> str:
+    return key.rsplit("/", 1)[-1]
 
 
 def _scan_temps(store: Store, report: VerifyReport) -> None:
-    for directory in (store.runs, store.keys, store.label_dir, store.annotations, store.index,
-                      store.leases, store.alias_dir, store.history_dir):
-        for path in _walk_files(directory):
-            if path.name.startswith(atomic.TMP_PREFIX):
-                report.findings.append(Finding("temp", _rel(store, path), "unfinished write"))
-    for path in _walk_files(store.runs):
-        name = path.name
+    for folder in FOLDERS:
+        for key in store.files.files(folder):
+            if _name(key).startswith(atomic.TMP_PREFIX):
+                report.findings.append(Finding("temp", key, "unfinished write"))
+    for key in store.files.files("runs"):
+        name = _name(key)
         if not name.startswith(atomic.TMP_PREFIX) and (
                 not name.endswith(".json") or not SHA256_RE.match(name[:-5])):
-            report.findings.append(Finding("unexpected", _rel(store, path),
-                                           "not a run manifest name"))
+            report.findings.append(Finding("unexpected", key, "not a run manifest name"))
 
 
 def _scan_leases(store: Store, report: VerifyReport) -> None:
@@ -298,60 +291,64 @@ def _scan_leases(store: Store, report: VerifyReport) -> None:
     writer's lease is no finding."""
     for found in lease.leases(store):
         if not found.live:
-            report.findings.append(Finding("temp", _rel(store, found.path), "lease of a writer "
+            report.findings.append(Finding("temp", found.key, "lease of a writer "
                                            f"that is gone ({found.holder}); `triage gc` "
                                            "removes it"))
 
 
 def _check_segments(store: Store, report: VerifyReport) -> None:
     """A segment's name carries the hash of its bytes."""
-    for path in catalog.segments(store):
-        expected = path.name[len(catalog.SEGMENT_PREFIX):-len(".parquet")]
+    for key in catalog.segments(store):
+        expected = catalog.segment_sha(key)
         try:
-            digest = catalog.segment_digest(path)
+            digest = catalog.segment_digest(store, key)
         except FileNotFoundError:
             continue  # merged away while we looked
         if digest != expected:
-            report.findings.append(Finding("corrupt", _rel(store, path), "catalog segment bytes "
+            report.findings.append(Finding("corrupt", key, "catalog segment bytes "
                                            f"hash to {digest[:12]}; delete it, the catalog is "
                                            "rebuilt from runs/"))
 
 
 def _check_pointers(store: Store, report: VerifyReport) -> None:
     """keys/, labels/ and aliases/ must point at runs that exist."""
-    for kind, directory in (("key", store.keys), ("label", store.label_dir),
-                            ("alias", store.alias_dir)):
-        for path in _walk_files(directory):
-            if path.name.startswith(atomic.TMP_PREFIX):
+    for kind, folder in (("key", "keys"), ("label", "labels"), ("alias", "aliases")):
+        for key in store.files.files(folder):
+            if _name(key).startswith(atomic.TMP_PREFIX):
                 continue
-            if kind == "label" and not LABEL_RE.match(_rel(store, path)[len("labels/"):]):
-                report.findings.append(Finding("unexpected", _rel(store, path), "not a label "
+            if kind == "label" and not LABEL_RE.match(key[len("labels/"):]):
+                report.findings.append(Finding("unexpected", key, "not a label "
                                                "name (`triage label` never writes it)"))
                 continue
             try:
-                target = path.read_text().strip()
+                target = store.files.read(key).decode().strip()
+            except FileNotFoundError:
+                continue  # moved or removed since the listing
             except (OSError, UnicodeDecodeError) as exc:
-                report.findings.append(Finding("corrupt", _rel(store, path), f"unreadable {kind} "
+                report.findings.append(Finding("corrupt", key, f"unreadable {kind} "
                                                f"({exc})"))
                 continue
             if not SHA256_RE.match(target) or not store.has_run(target):
-                report.findings.append(Finding("dangling", _rel(store, path), f"{kind} points at "
+                report.findings.append(Finding("dangling", key, f"{kind} points at "
                                                f"{target[:12]!r}, which is not a run"))
 
 
 def _check_annotations(store: Store, run_ids: set[str], report: VerifyReport) -> None:
-    for path in _walk_files(store.annotations):
-        if path.name.startswith(atomic.TMP_PREFIX):
+    for key in store.files.files("annotations"):
+        name = _name(key)
+        if name.startswith(atomic.TMP_PREFIX):
             continue
-        run_id = path.name[:-5] if path.name.endswith(".json") else ""
+        run_id = name[:-5] if name.endswith(".json") else ""
         try:
-            _check_annotation_bytes(path.read_bytes())
+            _check_annotation_bytes(store.files.read(key))
+        except FileNotFoundError:
+            continue
         except (OSError, ValueError) as exc:
-            report.findings.append(Finding("corrupt", _rel(store, path),
+            report.findings.append(Finding("corrupt", key,
                                            f"unreadable annotations ({exc})", run_id or None))
             continue
         if run_id not in run_ids:
-            report.findings.append(Finding("orphan", _rel(store, path), "annotations of no run; "
+            report.findings.append(Finding("orphan", key, "annotations of no run; "
                                            "`triage gc` removes them"))
 
 
@@ -423,29 +420,27 @@ def gc(store: Store, grace_seconds: float = 3600, dry_run: bool = False) -> GcRe
     cutoff = time.time() - grace_seconds
     report = GcReport(dry_run=dry_run, grace_seconds=grace_seconds)
     for finding in _leftovers(store, referenced):
-        try:
-            stat = (store.root / finding.path).stat()
-        except FileNotFoundError:
+        found = store.files.info(finding.path)
+        if found is None:
             continue
-        mark = _age_mark(finding.path, stat)
+        mark = _age_mark(store, found)
         if mark > cutoff:
             report.kept_recent += 1
         elif since is not None and mark >= since:
             report.kept_live += 1
         else:
             report.removed.append({"path": finding.path, "kind": finding.kind,
-                                   "bytes": stat.st_size})
+                                   "bytes": found.size})
     if not dry_run:
         _remove(store, report, cutoff)
     return report
 
 
-def _age_mark(path: str, stat: os.stat_result) -> float:
+def _age_mark(store: Store, found: Entry) -> float:
     """When a leftover was last wanted: its mtime; for another gc's trash (renamed, so with an
     old mtime), the rename time too, so that two gcs at once do not race over it."""
-    name = path.rsplit("/", 1)[-1]
-    return max(stat.st_mtime, stat.st_ctime) if name.startswith(GC_TRASH_PREFIX) \
-        else stat.st_mtime
+    return store.files.changed(found.key) if found.name.startswith(GC_TRASH_PREFIX) \
+        else found.mtime
 
 
 def _leftovers(store: Store, referenced: set[str]) -> list[Finding]:
@@ -466,23 +461,24 @@ def _remove(store: Store, report: GcReport, cutoff: float) -> None:
     since = lease.protected_since(store)
     try:
         for item in list(report.removed):
-            path = store.root / item["path"]
-            if since is not None and _mtime(path) >= since:
+            key = item["path"]
+            if since is not None and _mtime(store, key) >= since:
                 report.removed.remove(item)
                 report.kept_live += 1
                 continue
-            if item["kind"] != "orphan" or not item["path"].startswith("objects/"):
-                path.unlink(missing_ok=True)
+            if item["kind"] != "orphan" or not key.startswith("objects/"):
+                store.files.delete(key)
                 continue
-            trash = path.with_name(GC_TRASH_PREFIX + path.name)
+            folder, _, name = key.rpartition("/")
+            trash = f"{folder}/{GC_TRASH_PREFIX}{name}"
             try:
-                os.replace(path, trash)
+                store.files.move(key, trash)
             except FileNotFoundError:
                 report.removed.remove(item)
                 continue
-            trashed.append((trash, path, item))
+            trashed.append((trash, key, item))
     except OSError as exc:
-        raise os_error(exc, store.root, "clean") from None
+        raise store.error(exc, "clean") from None
     finally:
         _settle(store, trashed, cutoff, report)
 
@@ -495,23 +491,21 @@ def _settle(store: Store, trashed: list, cutoff: float, report: GcReport) -> Non
         referenced = referenced_objects(store, store.run_ids())
     except StoreError:
         referenced = None  # a manifest became unreadable meanwhile: keep every object
-    for trash, path, item in trashed:
-        sha = path.parent.name + path.name
-        mtime = _mtime(trash)
+    for trash, key, item in trashed:
+        sha = "".join(key.split("/")[1:])
+        mtime = _mtime(store, trash)
         if referenced is None or sha in referenced or mtime > cutoff or (
                 since is not None and mtime >= since):
             try:
-                os.replace(trash, path)
+                store.files.move(trash, key)
             except FileNotFoundError:
                 pass  # already gone (another gc): an archive that needs it writes it again
             report.removed.remove(item)
             report.restored += 1
         else:
-            trash.unlink(missing_ok=True)
+            store.files.delete(trash)
 
 
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except FileNotFoundError:
-        return 0.0
+def _mtime(store: Store, key: str) -> float:
+    found = store.files.info(key)
+    return found.mtime if found is not None else 0.0

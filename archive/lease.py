@@ -54,36 +54,38 @@ MARGIN = 60.0  # seconds: coarse or stepped file timestamps never make a writer'
 class Lease:
     """One lease file as gc and verify judge it."""
 
-    path: Path
+    key: str  # leases/<name>, under the store root
     mtime: float
     live: bool
     holder: str  # "archive, pid 123 on host-a since 2026-...", for verify's listing
 
+    @property
+    def name(self) -> str:
+        return self.key.rsplit("/", 1)[-1]
+
 
 @contextmanager
-def held(store: Store, what: str) -> Iterator[Path]:
+def held(store: Store, what: str) -> Iterator[str]:
     """Hold a lease while writing `what`: an archive or import from before its first object to
     after its manifest, and each small write of a mutable file (label, key, annotations,
     catalog segment), whose temp file gc must not take either. Only the process that took it
-    removes it (a forked reader worker that unwinds must not)."""
+    removes it (a forked reader worker that unwinds must not). Yields the lease's key."""
     owner = os.getpid()
-    path = store.leases / f"{owner}-{_machine_tag()}-{secrets.token_hex(8)}.json"
+    key = f"leases/{owner}-{_machine_tag()}-{secrets.token_hex(8)}.json"
     doc = {"what": what, "pid": owner, "start": _start_ticks(owner), "host": socket.gethostname(),
            "created": utc_now(precise=True), **_machine()}
     try:
         # Written in place, not as a temp file renamed: a temp file would be a leftover that
         # `gc --grace 0` may remove before the lease exists. Half-written (its writer killed
         # between create and write), it is judged by its name: pid and machine (_judge).
-        atomic.ensure_dir(store.leases)
-        with open(path, "xb") as stream:
-            stream.write(json.dumps(doc, sort_keys=True).encode())
+        store.files.write_new(key, json.dumps(doc, sort_keys=True).encode())
     except OSError as exc:
-        raise _store_error(exc, store, "write") from None
+        raise store.error(exc, "write") from None
     try:
-        yield path
+        yield key
     finally:
         if os.getpid() == owner:
-            path.unlink(missing_ok=True)
+            store.files.delete(key)
 
 
 def holding(what: str) -> Callable[[F], F]:
@@ -100,13 +102,12 @@ def holding(what: str) -> Callable[[F], F]:
 
 def leases(store: Store) -> list[Lease]:
     """Every lease in the store, live or stale (`.tmp-*` files are none: leases have no temp)."""
-    try:
-        names = sorted(os.listdir(store.leases))
-        judged = [_judge(store.leases / n) for n in names if not n.startswith(atomic.TMP_PREFIX)]
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    except OSError as exc:  # gc must not guess that no writer is live
-        raise _store_error(exc, store, "read") from None
+    try:  # an OSError here is raised: gc must not guess that no writer is live
+        names = sorted(store.files.names("leases"))
+        judged = [_judge(store, f"leases/{n}") for n in names
+                  if not n.startswith(atomic.TMP_PREFIX)]
+    except OSError as exc:
+        raise store.error(exc, "read") from None
     return [found for found in judged if found is not None]
 
 
@@ -117,48 +118,42 @@ def protected_since(store: Store) -> float | None:
     return min(live) - MARGIN if live else None
 
 
-def _judge(path: Path) -> Lease | None:
+def _judge(store: Store, key: str) -> Lease | None:
     """A lease file, live or not; None when it vanished (its writer finished). One that cannot
     be read is judged by its age alone, like a lease from another machine."""
-    try:
-        mtime = path.stat().st_mtime
-    except FileNotFoundError:
+    found = store.files.info(key)
+    if found is None:
         return None
+    mtime = found.mtime
     try:
-        doc = validate.load_json(path.read_bytes())
+        doc = validate.load_json(store.files.read(key))
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
         doc = None
     if not isinstance(doc, dict):
-        return _judge_by_name(path, mtime)
+        return _judge_by_name(key, mtime)
     holder = (f"{doc.get('what')}, pid {doc.get('pid')} on {doc.get('host')} since "
               f"{doc.get('created')}")
     here = _machine()
     if None not in here.values() and all(doc.get(k) == v for k, v in here.items()):
         pid = doc.get("pid")
         live = isinstance(pid, int) and pid > 0 and _start_ticks(pid) == doc.get("start")
-        return Lease(path, mtime, live, holder)
-    return Lease(path, mtime, _young(mtime), holder)
+        return Lease(key, mtime, live, holder)
+    return Lease(key, mtime, _young(mtime), holder)
 
 
-def _judge_by_name(path: Path, mtime: float) -> Lease:
+def _judge_by_name(key: str, mtime: float) -> Lease:
     """A lease whose contents cannot be read (empty: its writer was killed between creating and
     writing it). Its name holds the writer's pid and machine: on this machine it is live while
     that pid exists (its start time is unknown, so a reused pid keeps it live: the safe side);
     from anywhere else, judged by age like any foreign lease."""
-    pid, _, rest = path.name.partition("-")
+    pid, _, rest = key.rsplit("/", 1)[-1].partition("-")
     tag = rest.partition("-")[0]
     if pid.isdigit() and tag == _machine_tag() and None not in _machine().values():
-        return Lease(path, mtime, _start_ticks(int(pid)) is not None,
+        return Lease(key, mtime, _start_ticks(int(pid)) is not None,
                      f"unreadable lease of pid {pid} on this machine")
-    return Lease(path, mtime, _young(mtime), "unreadable lease")
-
-
-def _store_error(exc: OSError, store: Store, doing: str) -> Exception:
-    from triage.archive.store import os_error  # imported here: store.py imports this module
-
-    return os_error(exc, store.root, doing)
+    return Lease(key, mtime, _young(mtime), "unreadable lease")
 
 
 def _young(mtime: float) -> bool:

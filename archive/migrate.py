@@ -40,17 +40,17 @@ def migrate(store: Store) -> Migration:
     if found == STORE_VERSION and not store.migrating():
         return Migration(found, 0, 0, nothing=True)
     with lease.held(store, "migrate"):
-        _write(store, store.root / STORE_MARKER, migrating_marker_bytes())
+        _write(store, STORE_MARKER, migrating_marker_bytes())
         tried = {old: _migrate_run(store, old) for old in store.run_ids()}
         moved = {old: new for old, new in tried.items() if new is not None}
         renamed = {**store.aliases(), **moved}
-        _repoint(store, store.keys, renamed)
-        _repoint(store, store.label_dir, renamed)
+        _repoint(store, "keys", renamed)
+        _repoint(store, "labels", renamed)
         for old in moved:
-            (store.annotations / f"{old}.json").unlink(missing_ok=True)
-            store.run_path(old).unlink(missing_ok=True)
+            store.files.delete(store.annotations_key(old))
+            store.files.delete(store.run_key(old))
         _rebuild_catalog(store)
-        _write(store, store.root / STORE_MARKER, marker_bytes())
+        _write(store, STORE_MARKER, marker_bytes())
     return Migration(found, len(moved), len(renamed))
 
 
@@ -64,38 +64,33 @@ def _migrate_run(store: Store, old: str) -> str | None:
     if manifest.get("schema_version") != 1:
         return None
     new = store.write_manifest({**manifest, "schema_version": 2})
-    notes = store.annotations / f"{old}.json"
-    if notes.is_file() and not (store.annotations / f"{new}.json").is_file():
-        _write(store, store.annotations / f"{new}.json", notes.read_bytes())
+    notes = store.read_file(store.annotations_key(old))
+    if notes is not None and not store.files.exists(store.annotations_key(new)):
+        _write(store, store.annotations_key(new), notes)
     store.write_alias(old, new)
     return new
 
 
-def _repoint(store: Store, folder, renamed: dict[str, str]) -> None:
+def _repoint(store: Store, folder: str, renamed: dict[str, str]) -> None:
     """Point every key or label file that holds an old id at the new one."""
-    if not folder.is_dir():
-        return
-    for path in folder.rglob("*"):
-        if not path.is_file() or path.name.startswith(atomic.TMP_PREFIX):
+    for key in store.files.files(folder):
+        if key.rsplit("/", 1)[-1].startswith(atomic.TMP_PREFIX):
             continue
-        held = path.read_text(errors="replace").strip()
+        held = store.pointer(key) or ""
         if SHA256_RE.match(held) and held in renamed:
-            _write(store, path, (renamed[held] + "\n").encode())
+            _write(store, key, (renamed[held] + "\n").encode())
 
 
 def _rebuild_catalog(store: Store) -> None:
     """The catalog is derived: drop the segments (they name old ids) and index runs/ afresh."""
-    if store.index.is_dir():
-        for segment in store.index.iterdir():
-            if not segment.name.startswith(atomic.TMP_PREFIX):
-                segment.unlink(missing_ok=True)
+    for name in store.files.names("index"):
+        if not name.startswith(atomic.TMP_PREFIX):
+            store.files.delete(f"index/{name}")
     catalog.scan_unordered(store, ["id"])  # indexes every run that has no row (a writable store)
 
 
-def _write(store: Store, path, data: bytes) -> None:
+def _write(store: Store, key: str, data: bytes) -> None:
     try:
-        atomic.write_bytes(path, data)
+        store.files.write(key, data)
     except OSError as exc:
-        from triage.archive.store import os_error
-
-        raise os_error(exc, store.root, "migrate") from None
+        raise store.error(exc, "migrate") from None

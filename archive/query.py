@@ -121,7 +121,7 @@ def _register_table(con: duckdb.DuckDBPyConnection, store: Store, name: str,
             shas.append(sha)
             run_ids.append(run_id)
     parquet, local = ds.ParquetFileFormat(), fs.LocalFileSystem()
-    fragments = [parquet.make_fragment(str(store.object_path(sha)), local,
+    fragments = [parquet.make_fragment(str(_table_file(store, sha)), local,
                                        partition_expression=ds.field("_object") == sha)
                  for sha in sorted(set(shas))]
     schema = pa.schema([pa.field("_object", pa.string()), *arrow_schema(name)])
@@ -130,6 +130,18 @@ def _register_table(con: duckdb.DuckDBPyConnection, store: Store, name: str,
                                            "run_id": pa.array(run_ids, pa.string())}))
     con.execute(f"CREATE VIEW {name} AS SELECT r.run_id, t.* EXCLUDE (_object) "
                 f"FROM _{name}_files t JOIN _{name}_runs r ON t._object = r._object")
+
+
+def _table_file(store: Store, sha: str):
+    """A table's local file: the store's own, or a remote store's cached copy (cache.py), so
+    DuckDB reads local files only, whatever the store (no httpfs, nothing fetched by it)."""
+    from triage.errors import CorruptObject
+
+    try:
+        return store.local_object(sha)
+    except FileNotFoundError:
+        raise CorruptObject(f"table object {sha[:12]} is missing from the store; `triage verify` "
+                            "lists what is damaged") from None
 
 
 @lru_cache(maxsize=1)

@@ -30,9 +30,9 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 from triage.archive import atomic, lease, validate
+from triage.archive.files import StoreFiles
 from triage.errors import DiskFull, LabelNotFound, NewerFormat, StoreError, UsageError
 from triage.hashing import copy_hashing, hash_file
 from triage.timeutil import utc_now
@@ -119,26 +119,13 @@ def default_store_path() -> Path:
     return Path(platformdirs.user_data_path("triage")) / "store"
 
 
-def store_path(option: str | os.PathLike | None) -> Path:
-    """--store PATH, else $TRIAGE_STORE, else the per-user default."""
+def store_files(option: str | os.PathLike | None) -> StoreFiles:
+    """--store PATH|s3://bucket/prefix, else $TRIAGE_STORE, else the per-user default."""
     chosen = option or os.environ.get("TRIAGE_STORE")
-    if not chosen:
-        return default_store_path()
-    _refuse_url(os.fspath(chosen))
-    return Path(chosen).expanduser()
+    return StoreFiles.at(os.fspath(chosen) if chosen else str(default_store_path()))
 
 
-def _refuse_url(chosen: str) -> None:
-    """A URL is not a path: `s3://bucket/prefix` taken as one would archive into a local
-    folder `s3:/bucket/prefix` that nobody else sees."""
-    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", chosen)
-    if scheme:
-        raise StoreError(f"store {chosen}: {scheme.group(1)}:// stores are not supported yet; "
-                         "give a local directory or one on a shared filesystem with --store "
-                         "or $TRIAGE_STORE")
-
-
-def os_error(exc: OSError, path: Path, doing: str) -> StoreError:
+def os_error(exc: OSError, path: Path | str, doing: str) -> StoreError:
     """Turn an OSError into a one-line StoreError that names the path and the fix."""
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return StoreError(f"cannot {doing} store {path}: {exc.strerror}; "
@@ -178,76 +165,126 @@ class Staged:
 
 
 class Store:
-    """A triage store rooted at a directory."""
+    """A triage store: its files (a local directory or an S3 prefix, files.py) by key.
 
-    def __init__(self, root: Path):
-        self.root = Path(root)
-        self.objects = self.root / "objects"
-        self.runs = self.root / "runs"
-        self.keys = self.root / "keys"
-        self.annotations = self.root / "annotations"
-        self.label_dir = self.root / "labels"
-        self.index = self.root / "index"
-        self.leases = self.root / "leases"
-        self.alias_dir = self.root / "aliases"
-        self.history_dir = self.root / "label-history"
+    Every read, listing, write and removal goes through `files`, one implementation whatever
+    the filesystem. `root` and the folder paths below it are the local directory of a local
+    store (tests and tools that damage a store on purpose); a remote store has none."""
+
+    def __init__(self, files: StoreFiles | Path):
+        self.files = files if isinstance(files, StoreFiles) else StoreFiles.local(Path(files))
+
+    @property
+    def where(self) -> str:
+        """The store for messages: its directory, or its URL and endpoint."""
+        return self.files.where
+
+    @property
+    def disk(self) -> Path:
+        """The local folder whose disk a write fills first: the store's own, or for a remote
+        store the spool its temp files are staged in (space.py checks its room)."""
+        if self.files.local_root is not None:
+            return self.files.local_root
+        atomic.ensure_dir(self.files.spool)
+        return self.files.spool
+
+    @property
+    def root(self) -> Path:
+        if self.files.local_root is None:
+            raise StoreError(f"store {self.where} is not a local directory")
+        return self.files.local_root
+
+    objects = property(lambda self: self.root / "objects")
+    runs = property(lambda self: self.root / "runs")
+    keys = property(lambda self: self.root / "keys")
+    annotations = property(lambda self: self.root / "annotations")
+    label_dir = property(lambda self: self.root / "labels")
+    index = property(lambda self: self.root / "index")
+    leases = property(lambda self: self.root / "leases")
+    alias_dir = property(lambda self: self.root / "aliases")
+    history_dir = property(lambda self: self.root / "label-history")
+
+    def error(self, exc: OSError, doing: str) -> StoreError:
+        """An OSError of this store's filesystem as one line naming the store and the fix."""
+        return self.files.error(exc, doing)
 
     # -- opening -----------------------------------------------------------------------------
 
     @classmethod
     def open(cls, path: str | os.PathLike | None = None, create: bool = False,
              upgrade: bool = False) -> "Store":
-        """Open the store at `path` (see store_path); create it only when asked to write. A
+        """Open the store at `path` (see store_files); create it only when asked to write. A
         store of an older format opens only to be upgraded (`triage migrate`)."""
-        root = store_path(path)
-        marker = root / STORE_MARKER
-        if marker.is_file():
-            doc = cls._check_marker(marker)
+        files = store_files(path)
+        store = cls(files)
+        if files.remote:
+            store._check_bucket()
+        if files.exists(STORE_MARKER):
+            doc = store._check_marker()
             if not upgrade and (doc.get("version", 0) < STORE_VERSION or "migrating_from" in doc):
                 how = ("is being migrated to format 2; run `triage migrate` to finish"
                        if "migrating_from" in doc else
                        f"has format version {doc.get('version', 0)}; run `triage migrate` once "
                        f"to upgrade it to {STORE_VERSION} (old run ids keep working)")
-                raise StoreError(f"store {root} {how}")
-            return cls(root)
-        if root.exists() and not root.is_dir():
+                raise StoreError(f"store {store.where} {how}")
+            return store
+        if files.exists(""):
             # One message whether --store or $TRIAGE_STORE named it: the same mistake.
-            raise StoreError(f"store path {root} is a file, not a directory; give a store "
+            raise StoreError(f"store path {store.where} is a file, not a directory; give a store "
                              "directory with --store or $TRIAGE_STORE")
         # A crash while creating the store leaves at most a temp marker: still "empty".
-        if root.is_dir() and any(not p.name.startswith(atomic.TMP_PREFIX) for p in root.iterdir()):
-            raise StoreError(f"{root} is not a triage store (no {STORE_MARKER}); "
+        if any(not n.startswith(atomic.TMP_PREFIX) for n in files.names("")):
+            raise StoreError(f"{store.where} is not a triage store (no {STORE_MARKER}); "
                              "pass an empty or new directory with --store")
         if not create:
-            raise StoreError(f"no triage store at {root}; `triage archive REPORT` creates one")
+            raise StoreError(f"no triage store at {store.where}; `triage archive REPORT` "
+                             "creates one")
         try:
-            root.mkdir(parents=True, exist_ok=True)
-            atomic.write_bytes(marker, marker_bytes())
-            store = cls(root)
-            # leases/ is there from the start: a refused write that took a lease adds no folder
-            store.leases.mkdir(exist_ok=True)
+            if files.local_root is not None:
+                files.local_root.mkdir(parents=True, exist_ok=True)
+                # leases/ is there from the start: a refused write that took a lease adds no
+                # folder
+                atomic.write_bytes(files.local_root / STORE_MARKER, marker_bytes())
+                (files.local_root / "leases").mkdir(exist_ok=True)
+            else:
+                files.write(STORE_MARKER, marker_bytes())
         except OSError as exc:
-            raise os_error(exc, root, "create") from None
+            raise store.error(exc, "create") from None
         return store
 
-    @staticmethod
-    def _check_marker(marker: Path) -> dict:
+    def _check_bucket(self) -> None:
+        """A remote store's bucket must be there (one request): triage never creates buckets,
+        whose owner, region and policies are the team's to choose."""
+        from pyarrow import fs
+
         try:
-            doc = json.loads(marker.read_text())
+            found = self.files.fs.get_file_info(self.files.bucket)
+        except OSError as exc:
+            raise self.error(exc, "open") from None
+        if found.type == fs.FileType.NotFound:
+            from triage.archive.files import remote_error
+
+            raise remote_error(OSError("NO_SUCH_BUCKET"), self.where, self.files.bucket, "open")
+
+    def _check_marker(self) -> dict:
+        where = f"{self.where}/{STORE_MARKER}" if self.files.remote else \
+            str(self.root / STORE_MARKER)
+        try:
+            doc = json.loads(self.files.read(STORE_MARKER))
         except (OSError, ValueError) as exc:
-            raise StoreError(f"unreadable store marker {marker}: {exc}") from None
+            raise StoreError(f"unreadable store marker {where}: {exc}") from None
         if not isinstance(doc, dict) or doc.get("format") != STORE_FORMAT:
-            raise StoreError(f"{marker.parent} is not a triage store; pass another --store")
+            raise StoreError(f"{self.where} is not a triage store; pass another --store")
         if not isinstance(doc.get("version", 0), int):
-            raise StoreError(f"corrupt store marker {marker}: version is not a number")
+            raise StoreError(f"corrupt store marker {where}: version is not a number")
         if doc.get("version", 0) > STORE_VERSION:
-            raise NewerFormat(f"store {marker.parent} has format version {doc['version']}, newer "
+            raise NewerFormat(f"store {self.where} has format version {doc['version']}, newer "
                               f"than this triage ({STORE_VERSION}); upgrade triage")
         return doc
 
     def marker(self) -> dict:
         """The store's marker document (checked when the store was opened)."""
-        return self._check_marker(self.root / STORE_MARKER)
+        return self._check_marker()
 
     def format_version(self) -> int:
         return self.marker().get("version", 0)
@@ -256,19 +293,53 @@ class Store:
         """Whether a `triage migrate` began and has not finished."""
         return "migrating_from" in self.marker()
 
+    def writable(self) -> bool:
+        """Whether this process may add files (a remote store: the server decides per write)."""
+        return self.files.remote or os.access(self.root, os.W_OK)
+
     def check_writable(self) -> None:
         """Fail early, before any work, when the store cannot take new files."""
-        if not os.access(self.root, os.W_OK | os.X_OK):
+        if self.files.local_root is not None and not os.access(self.root, os.W_OK | os.X_OK):
             raise StoreError(f"cannot write store {self.root}: permission denied; "
                              "choose a writable location with --store or $TRIAGE_STORE")
 
     # -- objects -----------------------------------------------------------------------------
 
+    @staticmethod
+    def object_key(sha256: str) -> str:
+        return f"objects/{sha256[:2]}/{sha256[2:]}"
+
     def object_path(self, sha256: str) -> Path:
-        return self.objects / sha256[:2] / sha256[2:]
+        """An object's file in a local store (see `local_object` for any store)."""
+        return self.root / self.object_key(sha256)
 
     def has_object(self, sha256: str) -> bool:
-        return self.object_path(sha256).is_file()
+        return self.files.exists(self.object_key(sha256))
+
+    def object_size(self, sha256: str) -> int | None:
+        """An object's size; None when it is missing."""
+        found = self.files.info(self.object_key(sha256))
+        return found.size if found is not None else None
+
+    def open_object(self, sha256: str):
+        """An object opened for reading (random access), streamed from the store as it is:
+        not checked against its hash (`verify`, `export` hash what they read)."""
+        return self.files.open(self.object_key(sha256))
+
+    def local_object(self, sha256: str) -> Path:
+        """A local file holding an object, for readers that want a path (Parquet, DuckDB)."""
+        return self.local_copy(self.object_key(sha256), sha256)
+
+    def local_copy(self, key: str, sha256: str) -> Path:
+        """A local file holding a file named by the hash of its bytes (an object, a catalog
+        segment): the file itself in a local store; for a remote one, its copy in the cache
+        (cache.py), fetched once and checked against its hash. FileNotFoundError when it is
+        missing."""
+        if self.files.local_root is not None:
+            return self.files.local_root / key
+        from triage.archive.cache import cached_object
+
+        return cached_object(self.files, key, sha256)
 
     def put_stream(self, stream) -> tuple[str, int]:
         """Store the bytes of a readable stream; return (sha256, size). Idempotent."""
@@ -289,25 +360,25 @@ class Store:
         must not be handed on as the run's."""
         from triage.errors import CorruptObject
 
-        with self.open_object(sha256) as stream:
-            data = stream.read()
+        try:
+            data = self.files.read(self.object_key(sha256))
+        except FileNotFoundError:
+            raise CorruptObject(f"object {sha256[:12]} is missing from the store; `triage "
+                                "verify` lists what is damaged") from None
+        except OSError as exc:
+            raise self.error(exc, "read") from None
         if hashlib.sha256(data).hexdigest() != sha256:
             raise CorruptObject(f"object {sha256[:12]} does not match its hash; `triage verify` "
                                 "lists what is damaged")
         return data
 
-    def open_object(self, sha256: str) -> BinaryIO:
-        """An object as a binary stream, to copy or hash it in chunks (push, pull): a report
-        is never read whole. Not checked here: whoever reads it all hashes what it read."""
-        from triage.errors import CorruptObject
-
+    def new_temp(self, suffix: str = "") -> Path:
+        """A temp file for an object being made (an nsys export, a table, an imported object):
+        under objects/ in a local store, in the spool for a remote one (files.py)."""
         try:
-            return open(self.object_path(sha256), "rb")
-        except FileNotFoundError:
-            raise CorruptObject(f"object {sha256[:12]} is missing from store {self.root}; "
-                                "`triage verify` lists what is damaged") from None
+            return self.files.new_temp("objects", suffix)
         except OSError as exc:
-            raise os_error(exc, self.root, "read") from None
+            raise self.error(exc, "write") from None
 
     def stage_stream(self, stream, cancel=None) -> Staged:
         """Copy a stream into a durable temp file under objects/, hashing it on the way.
@@ -316,12 +387,13 @@ class Store:
         is being read, and dropped (`discard`) if reading it fails: nothing becomes visible.
         """
         try:
-            with atomic.temp_file_in(self.objects, keep=True) as (sink, temp):
+            with atomic.temp_file_in(self.files.temp_folder("objects"), keep=True) \
+                    as (sink, temp):
                 sha, size = copy_hashing(stream, sink, cancel)
                 sink.flush()
                 os.fsync(sink.fileno())
         except OSError as exc:
-            raise os_error(exc, self.root, "write") from None
+            raise self.error(exc, "write") from None
         return Staged(temp, sha, size)
 
     def stage_file(self, path: Path, cancel=None) -> Staged:
@@ -333,7 +405,7 @@ class Store:
         try:
             self._publish_object(staged.temp, staged.sha256)
         except OSError as exc:
-            raise os_error(exc, self.root, "write") from None
+            raise self.error(exc, "write") from None
         return staged.sha256, staged.bytes
 
     @staticmethod
@@ -347,16 +419,21 @@ class Store:
 
     def _publish_object(self, temp: Path, sha: str) -> None:
         # Renamed into place even when a copy exists: the fresh file tells a concurrent
-        # `triage gc` that the object is wanted again (see integrity._remove).
-        atomic.publish(temp, self.object_path(sha), readonly=True)
+        # `triage gc` that the object is wanted again (see integrity._remove). On S3 the
+        # same: a PUT of the same bytes under the same name, a new mtime.
+        self.files.publish(temp, self.object_key(sha), readonly=True)
 
     # -- runs --------------------------------------------------------------------------------
 
     def run_path(self, run_id: str) -> Path:
-        return self.runs / f"{run_id}.json"
+        return self.root / self.run_key(run_id)
+
+    @staticmethod
+    def run_key(run_id: str) -> str:
+        return f"runs/{run_id}.json"
 
     def has_run(self, run_id: str) -> bool:
-        return self.run_path(run_id).is_file()
+        return self.files.exists(self.run_key(run_id))
 
     def write_manifest(self, manifest: dict, replace: bool = False) -> str:
         """Write a manifest (after everything it references); return its id.
@@ -367,27 +444,31 @@ class Store:
         again repairs a run)."""
         run_id, data = manifest_file(manifest)
         if replace or self.manifest_bytes(run_id) is None:
-            self._write_small(self.run_path(run_id), data, readonly=True)
+            self.write_small(self.run_key(run_id), data, readonly=True)
         return run_id
 
-    def _write_small(self, target: Path, data: bytes, readonly: bool = False) -> None:
+    def write_small(self, key: str, data: bytes, readonly: bool = False) -> None:
         """Write a manifest, key, label or annotations file under a lease of its own: its temp
         file is a leftover to `triage gc` until it is renamed (lease.py)."""
         try:
             with lease.held(self, "write"):
-                atomic.write_bytes(target, data, readonly)
+                self.files.write(key, data, readonly)
         except OSError as exc:
-            raise os_error(exc, self.root, "write") from None
+            raise self.error(exc, "write") from None
+
+    def read_file(self, key: str) -> bytes | None:
+        """A small file's bytes (manifest, key, label, annotations); None when there is none."""
+        try:
+            return self.files.read(key)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+        except OSError as exc:
+            raise self.error(exc, "read") from None
 
     def manifest_bytes(self, run_id: str) -> bytes | None:
         """A manifest's bytes if they stand for its id; None if it is missing or damaged."""
-        try:
-            data = self.run_path(run_id).read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise os_error(exc, self.root, "read") from None
-        return data if manifest_id(data) == run_id else None
+        data = self.read_file(self.run_key(run_id))
+        return data if data is not None and manifest_id(data) == run_id else None
 
     def read_manifest(self, run_id: str) -> dict:
         """A run's manifest, checked against its id first (a few KB to hash): an edited or
@@ -403,7 +484,7 @@ class Store:
                                 "its report again repairs it")
         try:  # hash-valid is not enough: `"kernels": "many"` would fail every reader
             manifest = validate.load_json(data)
-            validate.check_manifest(manifest, self.run_path(run_id))
+            validate.check_manifest(manifest, self.run_key(run_id))
             manifest.pop(SEAL, None)
         except ValueError as exc:
             raise CorruptObject(f"manifest of run {run_id[:12]} is not a valid manifest ({exc}); "
@@ -419,42 +500,37 @@ class Store:
     def run_files(self) -> list[str]:
         """Every name in runs/, unchecked (one listing): the catalog checks only the few names
         its rows do not account for (`run_id_of`), where `run_ids` checks each."""
-        try:
-            return os.listdir(self.runs)
-        except FileNotFoundError:
-            return []
+        return self.files.names("runs")
 
     # -- dedup keys ----------------------------------------------------------------------------
 
     def lookup_key(self, key: str) -> str | None:
         """The run a dedup key points at, if that run is whole: a damaged manifest is not
         "already archived", so archiving the report again writes it afresh."""
-        try:
-            run_id = (self.keys / key).read_text().strip()
-        except FileNotFoundError:
+        data = self.read_file(f"keys/{key}")
+        if data is None:
             return None
+        run_id = data.decode("utf-8", "replace").strip()
         if not SHA256_RE.match(run_id) or self.manifest_bytes(run_id) is None:
             return None
         return run_id
 
     def record_key(self, key: str, run_id: str) -> None:
-        self._write_small(self.keys / key, (run_id + "\n").encode())
+        self.write_small(f"keys/{key}", (run_id + "\n").encode())
 
     # -- aliases -------------------------------------------------------------------------------
 
     def write_alias(self, old: str, new: str) -> None:
         """Let a run's format 1 id resolve to its id now (written by `triage migrate`)."""
-        self._write_small(self.alias_dir / old, (new + "\n").encode(), readonly=True)
+        self.write_small(f"aliases/{old}", (new + "\n").encode(), readonly=True)
 
     def aliases(self, prefix: str = "") -> dict[str, str]:
         """Old run id -> run id, for the old ids that begin with `prefix`."""
-        try:
-            names = [n for n in os.listdir(self.alias_dir) if n.startswith(prefix)]
-        except FileNotFoundError:
-            return {}
         out = {}
-        for name in names:
-            held = _pointer(self.alias_dir / name)
+        for name in self.files.names("aliases"):
+            if not name.startswith(prefix):
+                continue
+            held = self.pointer(f"aliases/{name}") or ""
             if SHA256_RE.match(name) and SHA256_RE.match(held):
                 out[name] = held
         return out
@@ -464,30 +540,37 @@ class Store:
     def remotes(self) -> dict[str, str]:
         """The remotes this store pushes to and pulls from: name -> store location
         (`triage remote add`), kept in remotes.json."""
+        where = f"{self.where}/{REMOTES_FILE}"
         try:
-            doc = validate.load_json((self.root / REMOTES_FILE).read_bytes())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            raise StoreError(f"cannot read {self.root / REMOTES_FILE} ({exc}); fix or delete it "
-                             "and add the remotes again with `triage remote add`") from None
+            data = self.read_file(REMOTES_FILE)
+            doc = validate.load_json(data) if data is not None else {"remotes": {}}
+        except ValueError as exc:
+            raise StoreError(f"cannot read {where} ({exc}); fix or delete it and add the "
+                             "remotes again with `triage remote add`") from None
         found = doc.get("remotes") if isinstance(doc, dict) else None
         if not isinstance(found, dict) or not all(isinstance(v, str) for v in found.values()):
-            raise StoreError(f"{self.root / REMOTES_FILE} is not a remotes file; delete it and "
-                             "add the remotes again with `triage remote add`")
+            raise StoreError(f"{where} is not a remotes file; delete it and add the remotes "
+                             "again with `triage remote add`")
         return found
 
     def write_remotes(self, remotes: dict[str, str]) -> None:
         """Replace the remotes file whole (one atomic write)."""
-        self._write_small(self.root / REMOTES_FILE, canonical_json({"remotes": remotes}))
+        self.write_small(REMOTES_FILE, canonical_json({"remotes": remotes}))
 
     # -- annotations ---------------------------------------------------------------------------
+
+    @staticmethod
+    def annotations_key(run_id: str) -> str:
+        return f"annotations/{run_id}.json"
 
     def read_annotations(self, run_id: str) -> dict:
         """A run's archive time and notes; {} when there are none, or when they are not what the
         annotations schema says (`verify` names them): bad notes must not hide the run."""
         try:
-            doc = validate.load_json((self.annotations / f"{run_id}.json").read_bytes())
+            data = self.read_file(self.annotations_key(run_id))
+            if data is None:
+                return {}
+            doc = validate.load_json(data)
             validate.check(doc, validate.ANNOTATIONS)
         except (OSError, ValueError):
             return {}
@@ -521,9 +604,22 @@ class Store:
 
     def _write_annotations(self, run_id: str, doc: dict) -> None:
         sealed = {**doc, SEAL: seal_of(doc)}
-        self._write_small(self.annotations / f"{run_id}.json", canonical_json(sealed))
+        self.write_small(self.annotations_key(run_id), canonical_json(sealed))
 
     # -- labels --------------------------------------------------------------------------------
+
+    def pointer(self, key: str) -> str | None:
+        """What a label, key or alias file says, as text; None when there is none, "" when it
+        cannot be read (a damaged label points at no run)."""
+        try:
+            data = self.files.read(key)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+        except StoreError:
+            raise
+        except OSError:
+            return ""
+        return data.decode("utf-8", "replace").strip()
 
     def labels(self) -> dict[str, str]:
         """All labels and the run each points at. A damaged label (bytes that are not text, a
@@ -531,31 +627,40 @@ class Store:
         whose name no label can have is not one (`verify` names it): one bad file must not
         hide the other labels."""
         out: dict[str, str] = {}
-        if not self.label_dir.is_dir():
-            return out
-        for path in self.label_dir.rglob("*"):
-            name = path.relative_to(self.label_dir).as_posix()
-            if LABEL_RE.match(name) and path.is_file() \
-                    and not path.name.startswith(atomic.TMP_PREFIX):
-                out[name] = _pointer(path)
+        for key in self.files.files("labels"):
+            name = key[len("labels/"):]
+            if LABEL_RE.match(name) and not key.rsplit("/", 1)[-1].startswith(atomic.TMP_PREFIX):
+                out[name] = self.pointer(key) or ""
         return out
 
     def label_history(self, name: str) -> list[LabelMove]:
         """Every move of a label, oldest first; [] for a label moved before histories were
         kept, or never. Newest wins: the last is where the label points."""
-        folder = self.history_dir / name
-        try:
-            names = sorted(n for n in os.listdir(folder) if n.endswith(MOVE_SUFFIX))
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        moves = [_move(folder / n) for n in names]
+        folder = f"label-history/{name}"
+        names = sorted(n for n in self.files.names(folder) if n.endswith(MOVE_SUFFIX))
+        moves = [self._move(f"{folder}/{n}") for n in names]
         return sorted((m for m in moves if m is not None), key=lambda m: (m.time, m.writer))
+
+    def _move(self, key: str) -> LabelMove | None:
+        """One history entry; None for one that cannot be read (`verify` names the store's
+        damage; a bad entry must not hide the label's other moves)."""
+        try:
+            data = self.read_file(key)
+            if data is None:
+                return None
+            doc = json.loads(data)
+            run_id = doc["run"]
+            if run_id is not None and not SHA256_RE.match(run_id):
+                return None
+            return LabelMove(str(doc["time"]), str(doc["writer"]), run_id)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     def _record_move(self, name: str, run_id: str | None) -> str | None:
         """Append a move to the label's history (a new file, never a rewrite: no conditional
         write, so two nodes moving one label both keep their move) and bring labels/<name> to
         the newest move; return where the label pointed before this move."""
-        before = _pointer_or_none(self.label_dir / name)
+        before = self.pointer(f"labels/{name}")
         self._write_move(name, LabelMove(utc_now(precise=True), writer_id(), run_id))
         self._point_at_newest(name)
         return before
@@ -563,8 +668,8 @@ class Store:
     def _write_move(self, name: str, move: LabelMove) -> None:
         entry = {"label": name, "run": move.run_id, "time": move.time, "writer": move.writer}
         stamp = move.time.replace(":", "").replace("-", "")
-        self._write_small(self.history_dir / name / f"{stamp}_{move.writer}{MOVE_SUFFIX}",
-                          canonical_json(entry), readonly=True)
+        self.write_small(f"label-history/{name}/{stamp}_{move.writer}{MOVE_SUFFIX}",
+                         canonical_json(entry), readonly=True)
 
     def add_label_moves(self, name: str, moves: list[LabelMove]) -> str | None:
         """Add another store's moves of a label to its history here, each under its own time
@@ -577,7 +682,7 @@ class Store:
             if move not in known and MOVE_TIME_RE.match(move.time) \
                     and WRITER_RE.match(move.writer):
                 self._write_move(name, move)
-        before = _pointer_or_none(self.label_dir / name)
+        before = self.pointer(f"labels/{name}")
         self._point_at_newest(name)
         return before
 
@@ -585,16 +690,16 @@ class Store:
         """Bring labels/<name> to the newest move, and look again after writing it: a writer
         whose move came in meanwhile writes after us, so the last pointer written is the newest
         move's (newest wins on every node; readers read the pointer, one file)."""
-        path, written = self.label_dir / name, None
+        key, written = f"labels/{name}", None
         while True:
             history = self.label_history(name)
             newest = history[-1] if history else None
             if newest is None or newest == written:
                 return
             if newest.run_id is None:
-                path.unlink(missing_ok=True)
+                self.files.delete(key)
             else:
-                self._write_small(path, (newest.run_id + "\n").encode())
+                self.write_small(key, (newest.run_id + "\n").encode())
             written = newest
 
     def set_label(self, name: str, run_id: str) -> str | None:
@@ -606,8 +711,9 @@ class Store:
     def _make_room(self, name: str) -> None:
         """Refuse a name no label may have, or one that clashes with a label here."""
         check_label(name)
-        path = self.label_dir / name
-        _remove_empty_folder(path)
+        # An empty folder where the label goes (made by hand, or left when its labels were
+        # removed) is in the way of nothing; one holding a label stays, and is named below.
+        self.files.delete_folder(f"labels/{name}")
         other = self.label_clash(name)
         if other == name:
             raise UsageError(f"label {name!r} clashes with label {name!r} being written, or with "
@@ -628,60 +734,22 @@ class Store:
         try:
             self._record_move(name, None)
         except OSError as exc:
-            raise os_error(exc, self.root, "write") from None
+            raise self.error(exc, "write") from None
         return held
 
     def label_clash(self, name: str) -> str | None:
         """The label that `name` cannot sit beside, one being a folder of the other (a label
         being written there counts: its temp file is in that folder, but is not named)."""
-        path = self.label_dir / name
-        clash = next((p for p in [*path.parents, path] if p.is_relative_to(self.label_dir)
-                      and p != self.label_dir and (p.is_file() if p != path else p.is_dir())),
-                     None)
-        if clash is None:
+        parts = name.split("/")
+        for depth in range(1, len(parts)):
+            above = "/".join(parts[:depth])
+            if self.files.exists(f"labels/{above}"):
+                return above
+        if not self.files.is_dir(f"labels/{name}"):
             return None
-        if clash.is_dir():
-            inner = (p for p in clash.rglob("*") if p.is_file()
-                     and not p.name.startswith(atomic.TMP_PREFIX))
-            return next(inner, clash).relative_to(self.label_dir).as_posix()
-        return clash.relative_to(self.label_dir).as_posix()
-
-
-def _pointer_or_none(path: Path) -> str | None:
-    """What a label file says; None when there is none (a new label)."""
-    return _pointer(path) if path.is_file() else None
-
-
-def _move(path: Path) -> LabelMove | None:
-    """One history entry; None for one that cannot be read (`verify` names the store's
-    damage; a bad entry must not hide the label's other moves)."""
-    try:
-        doc = json.loads(path.read_bytes())
-        run_id = doc["run"]
-        if run_id is not None and not SHA256_RE.match(run_id):
-            return None
-        return LabelMove(str(doc["time"]), str(doc["writer"]), run_id)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _pointer(path: Path) -> str:
-    """What a label file says, as text; "" when it cannot be read."""
-    try:
-        return path.read_bytes().decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
-
-
-def _remove_empty_folder(path: Path) -> None:
-    """An empty folder where a label should go (made by hand, or left when its labels were
-    removed) is in the way of nothing: remove it. One holding a label, or a label being
-    written, stays (rmdir fails) and `label_clash` names what is there."""
-    if path.is_dir() and not path.is_symlink():
-        try:
-            path.rmdir()
-        except OSError:
-            pass
+        inner = (e.key for e in self.files.tree(f"labels/{name}")
+                 if e.is_file and not e.name.startswith(atomic.TMP_PREFIX))
+        return next(inner, f"labels/{name}")[len("labels/"):]
 
 
 def run_id_of(name: str) -> str | None:

@@ -96,7 +96,7 @@ def transfer(source: Store, dest: Store, chosen: Selection, result: SyncResult,
     for name in chosen.labels:  # before anything is sent: a clash would stop it half done
         other = dest.label_clash(name)
         if other is not None:
-            raise UsageError(f"label {name!r} clashes with label {other!r} in store {dest.root} "
+            raise UsageError(f"label {name!r} clashes with label {other!r} in store {dest.where} "
                              "(one would be a folder of the other); rename one of them")
     verb = "pushing to" if result.direction == "push" else "pulling from"
     meter = _Meter(progress, f"{verb} {result.remote}", len(manifests))
@@ -142,13 +142,20 @@ def _send_run(source: Store, dest: Store, run_id: str, manifest: dict, result: S
 def _copy(source: Store, dest: Store, sha: str, what: str, run_id: str, meter: _Meter) -> int:
     """Stream one object across, hashing it as it goes; published only if it is what its name
     says. Returns its size."""
-    with source.open_object(sha) as stream:
-        staged = dest.stage_stream(_Metered(stream, meter))
+    try:
+        with source.open_object(sha) as stream:
+            staged = dest.stage_stream(_Metered(stream, meter))
+    except FileNotFoundError:
+        raise CorruptObject(f"the {what} of run {run_id[:12]} (object {sha[:12]}) is missing "
+                            f"from store {source.where}, so it was not sent; `triage verify "
+                            f"--store {source.where}` lists what is damaged") from None
+    except OSError as exc:
+        raise source.error(exc, "read") from None
     if staged.sha256 != sha:
         dest.discard(staged)
         raise CorruptObject(f"the {what} of run {run_id[:12]} (object {sha[:12]}) in store "
-                            f"{source.root} does not match its hash, so it was not sent; "
-                            f"`triage verify --store {source.root}` lists what is damaged")
+                            f"{source.where} does not match its hash, so it was not sent; "
+                            f"`triage verify --store {source.where}` lists what is damaged")
     dest.publish(staged)
     return staged.bytes
 
@@ -159,9 +166,9 @@ def _check_landed(dest: Store, sha: str, what: str, run_id: str) -> None:
         digest, _size = hash_stream(stream)
     if digest != sha:
         raise CorruptObject(f"object {sha[:12]} ({what} of run {run_id[:12]}) in store "
-                            f"{dest.root} does not match its hash; the run was not made "
+                            f"{dest.where} does not match its hash; the run was not made "
                             f"visible there and the object was left as it is: `triage verify "
-                            f"--store {dest.root}` names it, and once it is removed the push "
+                            f"--store {dest.where}` names it, and once it is removed the push "
                             "sends it again")
 
 

@@ -14,7 +14,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from triage.archive import atomic
 from triage.archive.store import Store
 from triage.errors import StoreError
 from triage.schemas.tables import arrow_schema, check_columns
@@ -129,8 +128,7 @@ class TableSet:
 
     def writer(self, name: str) -> TableWriter:
         if name not in self.writers:
-            self.store.objects.mkdir(parents=True, exist_ok=True)
-            temp = atomic.new_temp(self.store.objects, f"-{name}.parquet")
+            temp = self.store.new_temp(f"-{name}.parquet")
             self._temps.append(temp)
             self.writers[name] = TableWriter(name, temp)
         return self.writers[name]
@@ -203,4 +201,4 @@ def read_table(store: Store, ref: dict | None, columns: list[str] | None = None)
         return None
     # ParquetFile, not pq.read_table: that one imports pyarrow.dataset and pyarrow.compute
     # (about 60 ms on every command) to read a single file.
-    return pq.ParquetFile(store.object_path(ref["sha256"])).read(columns=columns)
+    return pq.ParquetFile(store.local_object(ref["sha256"])).read(columns=columns)

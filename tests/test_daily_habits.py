@@ -131,14 +131,14 @@ def test_a_store_path_that_is_a_file_is_one_error_however_given(triage, tmp_path
 @pytest.mark.parametrize("given", ["--store", "$TRIAGE_STORE"])
 def test_a_store_url_is_refused_not_made_a_local_folder(triage, tmp_path, monkeypatch, given):
     monkeypatch.chdir(tmp_path)
-    url = "s3://team-bucket/profiles"
+    url = "gs://team-bucket/profiles"  # s3:// is a store (tests/test_s3_store.py)
     if given == "$TRIAGE_STORE":
         monkeypatch.setenv("TRIAGE_STORE", url)
     args = ["archive", corpus_file(SMALL), *(["--store", url] if given == "--store" else [])]
     result = triage(*args, expect=1)
-    assert result.stderr == (f"triage: error: store {url}: s3:// stores are not supported yet; "
-                             "give a local directory or one on a shared filesystem with --store "
-                             "or $TRIAGE_STORE\n")
+    assert result.stderr == (f"triage: error: store {url}: gs:// stores are not supported; "
+                             "give a directory or s3://bucket/prefix with --store or "
+                             "$TRIAGE_STORE\n")
     assert list(tmp_path.iterdir()) == []  # no `s3:` folder archived into
 
 

@@ -212,7 +212,7 @@ def test_a_killed_archives_lease_is_stale_and_gc_clears_up_after_it(triage, stor
     # Stopped before or after it wrote its lease's contents: judged by them, or by its name.
     assert found and not any(f.live for f in found) and f"pid {proc.pid}" in found[0].holder
     report = triage.json("verify")
-    where = {f.path.relative_to(store.root).as_posix() for f in found}
+    where = {f.key for f in found}
     assert report["ok"] and where <= {f["path"] for f in report["leftovers"]
                                       if "writer that is gone" in f["detail"]}
     triage("gc", "--grace", "0")
@@ -223,8 +223,8 @@ def test_a_killed_archives_lease_is_stale_and_gc_clears_up_after_it(triage, stor
 def copied_lease(store: Store, **changes) -> Path:
     """A real lease of this process, copied under another name with some fields changed (as a
     lease written elsewhere, or by a process whose pid was reused since, would read)."""
-    with lease.held(store, "archive") as path:
-        doc = json.loads(path.read_bytes())
+    with lease.held(store, "archive") as key:
+        doc = json.loads((store.root / key).read_bytes())
     copy = store.leases / "copied.json"
     copy.write_bytes(canonical_json({**doc, **changes}))
     return copy
@@ -246,8 +246,8 @@ def test_a_lease_from_another_host_is_honoured_for_a_day(triage):
 def test_a_lease_whose_pid_was_reused_is_stale(triage):
     triage("archive", corpus_file(SMALL))
     store = store_of()
-    with lease.held(store, "archive") as path:
-        start = json.loads(path.read_bytes())["start"]
+    with lease.held(store, "archive") as key:
+        start = json.loads((store.root / key).read_bytes())["start"]
     copied_lease(store, pid=os.getpid(), start=start + 1)
     sha, _size = store.put_bytes(b"left by the process that had this pid before")
     result = triage.json("gc", "--grace", "0")
@@ -258,8 +258,8 @@ def test_a_lease_whose_pid_was_reused_is_stale(triage):
 def empty_lease_of(store: Store, pid: int) -> Path:
     """The lease a writer killed between creating and writing it leaves: empty, named as
     `lease.held` names it."""
-    with lease.held(store, "archive") as path:
-        name = path.name.replace(f"{os.getpid()}-", f"{pid}-", 1)
+    with lease.held(store, "archive") as key:
+        name = key.rsplit("/", 1)[-1].replace(f"{os.getpid()}-", f"{pid}-", 1)
     empty = store.leases / name
     empty.write_bytes(b"")
     return empty
@@ -274,7 +274,7 @@ def test_an_empty_lease_of_a_dead_writer_is_stale_and_of_a_live_one_is_live(tria
                           capture_output=True, text=True, check=True)
     dead = empty_lease_of(store, int(gone.stdout))
     live = empty_lease_of(store, os.getpid())
-    judged = {found.path.name: found.live for found in lease.leases(store)}
+    judged = {found.name: found.live for found in lease.leases(store)}
     assert judged == {dead.name: False, live.name: True}
     live.unlink()
     sha, _size = store.put_bytes(b"left by the writer that died")
@@ -291,7 +291,8 @@ def test_a_lease_is_removed_only_by_the_process_that_took_it(triage):
     """A reader's forked worker that unwinds through the archive's `with` keeps the lease."""
     triage("archive", corpus_file(SMALL))
     try:
-        with lease.held(store_of(), "archive") as path:
+        with lease.held(store_of(), "archive") as key:
+            path = store_of().root / key
             child = os.fork()
             if child == 0:
                 raise Unwind

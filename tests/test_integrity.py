@@ -11,6 +11,7 @@ import pytest
 
 from helpers import corpus_file
 from triage.archive import integrity
+from triage.archive.files import StoreFiles
 from triage.archive.store import Store
 
 SMALL = "LakshyaSingh354__CudaCode__report.ncu-rep"
@@ -179,16 +180,16 @@ def test_gc_puts_back_an_object_an_archive_republished_meanwhile(triage, monkeyp
     renames a fresh copy of the orphan into place and then writes the manifest that needs it."""
     store, run_id, manifest = archived(triage)
     sha = orphan_object(store, b"a report whose first archive crashed")
-    real_replace = os.replace
+    real_move = StoreFiles.move
     calls = []
 
-    def racing_replace(src, dst):
+    def racing_move(files, src, dst):
         calls.append((src, dst))
         if len(calls) == 1:  # the concurrent archive publishes its copy just before gc's rename
             store.put_bytes(b"a report whose first archive crashed")
-        return real_replace(src, dst)
+        return real_move(files, src, dst)
 
-    monkeypatch.setattr(integrity.os, "replace", racing_replace)
+    monkeypatch.setattr(StoreFiles, "move", racing_move)
     report = integrity.gc(store, grace_seconds=60)
     assert report.restored == 1 and report.removed == [] and store.has_object(sha)
 

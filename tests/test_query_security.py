@@ -108,7 +108,7 @@ def probe_sql(template: str, store_dir: Path, cwd: Path) -> str:
     store = Store.open(store_dir)
     tables = json.loads(catalog.read_catalog(store).column("tables")[0].as_py())
     return template.format(table=store.object_path(tables["kernels"]), cwd=cwd, store=store_dir,
-                           catalog=catalog.segments(store)[0])
+                           catalog=store.root / catalog.segments(store)[0])
 
 
 @pytest.mark.parametrize("name", PROBES)

@@ -23,7 +23,8 @@ def hash_file(path: Path) -> tuple[str, int]:
 
 
 def hash_stream(stream: BinaryIO) -> tuple[str, int]:
-    """sha256 hex digest and size of what is left in a stream, read in chunks."""
+    """sha256 hex digest and size of what is left in a stream (a store's object, local or
+    remote), read in chunks."""
     reader = HashingReader(stream)
     while reader.read(CHUNK):
         pass

@@ -1,0 +1,79 @@
+"""The local cache of a remote store's objects: `ls`, `show`, `diff` and queries on S3 fetch each
+table they need once, by its content hash, and read it from local disk after.
+
+An object is named by the sha256 of its bytes, so a cached copy is never stale and never needs
+revalidation: it is checked against its hash when it arrives, and kept until the cache grows past
+its cap ($TRIAGE_CACHE_BYTES, default 2 GiB), when the least recently used copies go. The cache
+lives in $XDG_CACHE_HOME/triage (default ~/.cache/triage), beside the spool where writes to a
+remote store stage their temp files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from triage.archive import atomic
+from triage.errors import CorruptObject
+
+if TYPE_CHECKING:
+    from triage.archive.files import StoreFiles
+
+DEFAULT_CAP = 2 << 30
+
+
+def cache_dir() -> Path:
+    """$XDG_CACHE_HOME/triage, else ~/.cache/triage."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "triage"
+
+
+def cap_bytes() -> int:
+    try:
+        return int(os.environ.get("TRIAGE_CACHE_BYTES", DEFAULT_CAP))
+    except ValueError:
+        return DEFAULT_CAP
+
+
+def cached_object(files: StoreFiles, key: str, sha: str) -> Path:
+    """A local copy of the object at `key` (named `sha`): the cached one, else fetched, checked
+    against its hash and kept. FileNotFoundError when the store has no such object."""
+    folder = cache_dir() / "objects" / sha[:2]
+    path = folder / sha[2:]
+    if path.is_file():
+        os.utime(path)  # recently used: the last to go when the cache is trimmed
+        return path
+    with atomic.temp_file_in(folder, "-fetch") as (sink, temp):
+        digest = hashlib.sha256()
+        with files.open(key) as source:
+            while chunk := source.read(1 << 22):
+                digest.update(chunk)
+                sink.write(chunk)
+        sink.close()
+        if digest.hexdigest() != sha:
+            raise CorruptObject(f"object {sha[:12]} in store {files.where} does not match its "
+                                "hash; `triage verify` lists what is damaged")
+        atomic.publish(temp, path, readonly=True)
+    trim(cap_bytes())
+    return path
+
+
+def trim(cap: int) -> None:
+    """Remove the least recently used copies until the cache holds at most `cap` bytes."""
+    root = cache_dir() / "objects"
+    found = []
+    for path in root.glob("*/*"):
+        try:
+            if not path.name.startswith(atomic.TMP_PREFIX):
+                stat = path.stat()
+                found.append((stat.st_mtime, stat.st_size, path))
+        except OSError:  # removed meanwhile (another process trimming)
+            continue
+    total = sum(size for _mtime, size, _path in found)
+    for _mtime, size, path in sorted(found):
+        if total <= cap:
+            break
+        path.unlink(missing_ok=True)
+        total -= size
