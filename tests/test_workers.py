@@ -22,15 +22,16 @@ pytestmark = pytest.mark.skipif(not workers.can_fork(), reason="workers fork (Li
 
 
 def children() -> list[int]:
-    """This process's child processes, zombies included."""
-    me, found = os.getpid(), []
+    """This process's child processes in its own session, zombies included: a server that a
+    session fixture started in a session of its own (tests/s3server.py) is not a worker."""
+    me, session, found = os.getpid(), os.getsid(0), []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/stat") as stat:
-                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+                fields = stat.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if parent == me:
+        if int(fields[1]) == me and int(fields[3]) == session:
             found.append(int(pid))
     return found
 
