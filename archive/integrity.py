@@ -267,7 +267,7 @@ def _classify_object(prefix: str, entry: Entry, referenced: set[str],
 
 
 FOLDERS = ("runs", "keys", "labels", "annotations", "index", "leases", "aliases",
-           "label-history")
+           "label-history", "remotes")
 
 
 def _name(key: str) -> str:

@@ -1,7 +1,8 @@
 """Remotes: the other stores a store pushes to and pulls from (`triage remote add NAME URL`).
 
-They are kept in the store's own config (Store.remotes, one small file replaced atomically), so
-every command on the store, from any directory, finds the same names. A URL is a store location
+They are kept in the store's own config (Store.remotes, one small file per remote), so every
+command on the store, from any directory, finds the same names, and two writers adding two
+remotes at once keep both. A URL is a store location
 as `--store` takes it: a local directory, one on a shared filesystem, or a store URL.
 """
 
@@ -11,10 +12,9 @@ import os
 import re
 from dataclasses import dataclass
 
-from triage.archive.store import STORE_VERSION, Store
+from triage.archive.store import REMOTE_RE, STORE_VERSION, Store
 from triage.errors import StoreError, UnknownRemote, UsageError
 
-REMOTE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -46,13 +46,15 @@ def add_remote(store: Store, name: str, url: str) -> Remote:
         raise UsageError(f"remote {name} exists ({remotes[name]}); `triage remote remove {name}` "
                          "first to point it elsewhere")
     remote = Remote(name, location(url))
-    store.write_remotes({**remotes, name: remote.url})
+    store.write_remote(name, remote.url)
     return remote
 
 
 def remove_remote(store: Store, name: str) -> Remote:
+    """Forget a remote: its file is left empty rather than deleted, so that it also hides the
+    name in an older store's remotes.json (never rewritten)."""
     remote = get_remote(store, name)
-    store.write_remotes({k: v for k, v in store.remotes().items() if k != name})
+    store.write_remote(name, None)
     return remote
 
 

@@ -15,6 +15,8 @@ Layout (all under the store root):
     index/*.parquet         catalog segments for fast `ls` and cross-run queries (derived)
     leases/*.json           one per write in progress (archive, import, label...), so gc spares
                             its files (lease.py)
+    remotes/<name>          a remote's store location (`triage remote add`); empty: removed
+    remotes.json            remotes as an older triage kept them, all in one: read, never written
 
 Objects and manifests are written to a temp file beside their target and renamed into place, so
 no reader sees a partial file; a run is visible once `runs/<id>.json` exists, and that file is
@@ -50,7 +52,10 @@ SEAL = "sha256"
 MOVE_SUFFIX = ".move"
 MOVE_TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$")  # utc_now's
 WRITER_RE = re.compile(r"^[A-Za-z0-9.-]{1,128}$")
-REMOTES_FILE = "remotes.json"
+# A remote's name is one file name: no '/', no leading '.' (not '.', '..' or a temp file)
+REMOTE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+REMOTES_DIR = "remotes"
+REMOTES_FILE = "remotes.json"  # where remotes were kept, all in one, before remotes/<name>
 # What a run's id leaves out: how its tables came out as bytes (Parquet writer, pyarrow) and
 # which library versions wrote them. Two people archiving one report get one run id.
 NOT_IDENTITY = ("tables", "extractor", SEAL)
@@ -539,7 +544,33 @@ class Store:
 
     def remotes(self) -> dict[str, str]:
         """The remotes this store pushes to and pulls from: name -> store location
-        (`triage remote add`), kept in remotes.json."""
+        (`triage remote add`). Each is a file of its own, remotes/<name>, so that two writers
+        adding two names at once both keep theirs (no file holds them all, no conditional
+        write). Over them, the remotes.json of a store written before (read, never written):
+        a name's own file wins, an empty one hides it (removed)."""
+        found = self._legacy_remotes()
+        for name in self.files.names(REMOTES_DIR):
+            if not REMOTE_RE.match(name):  # a temp file (.tmp-*) or a stranger: no remote's
+                continue
+            url = self._remote_url(name)
+            if url:
+                found[name] = url
+            elif url is not None:
+                found.pop(name, None)
+        return found
+
+    def _remote_url(self, name: str) -> str | None:
+        """What remotes/<name> holds: a URL, "" for a removed remote, None when it is gone."""
+        key = f"{REMOTES_DIR}/{name}"
+        data = self.read_file(key)
+        try:
+            return None if data is None else data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise StoreError(f"{self.where}/{key} is not a remote's URL; delete it and add the "
+                             f"remote again with `triage remote add {name} URL`") from None
+
+    def _legacy_remotes(self) -> dict[str, str]:
+        """The remotes a store kept in one remotes.json before they had a file each."""
         where = f"{self.where}/{REMOTES_FILE}"
         try:
             data = self.read_file(REMOTES_FILE)
@@ -553,9 +584,10 @@ class Store:
                              "again with `triage remote add`")
         return found
 
-    def write_remotes(self, remotes: dict[str, str]) -> None:
-        """Replace the remotes file whole (one atomic write)."""
-        self.write_small(REMOTES_FILE, canonical_json({"remotes": remotes}))
+    def write_remote(self, name: str, url: str | None) -> None:
+        """Point remote `name` at `url`, or mark it removed (None): its own file, replaced
+        atomically, so that no other remote is rewritten."""
+        self.write_small(f"{REMOTES_DIR}/{name}", (url or "").encode("utf-8"))
 
     # -- annotations ---------------------------------------------------------------------------
 

@@ -4,7 +4,6 @@ by their move histories."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -51,9 +50,54 @@ def test_remotes_are_kept_in_the_store(triage, local, tmp_path, monkeypatch):
     listed = triage.json("--store", root, "remote", "list")
     assert listed == [{"name": "nfs", "url": str(tmp_path / "shared/store")},
                       {"name": "origin", "url": str(local["team"])}]
-    assert json.loads((root / "remotes.json").read_bytes())["remotes"]["nfs"] == listed[0]["url"]
+    assert (root / "remotes" / "nfs").read_text() == listed[0]["url"]  # a file of its own
+    assert not (root / "remotes.json").exists()
     triage("--store", root, "remote", "remove", "nfs")
     assert [r["name"] for r in triage.json("--store", root, "remote", "list")] == ["origin"]
+    triage("--store", root, "remote", "add", "nfs", "elsewhere")  # a removed name is free again
+    assert triage.json("--store", root, "remote", "list")[0] == {
+        "name": "nfs", "url": str(tmp_path / "elsewhere")}
+    assert triage.json("--store", root, "verify")["ok"]
+
+
+NAMES = 10
+ADDER = """
+import subprocess, sys
+store, who = sys.argv[1], sys.argv[2]
+for i in range(int(sys.argv[3])):
+    subprocess.run([sys.executable, "-m", "triage", "--store", store, "remote", "add",
+                    f"{who}-{i}", f"{store}-{who}-{i}"], check=True, stdout=subprocess.DEVNULL)
+"""
+
+
+def test_two_processes_adding_remotes_at_once_lose_none(triage, local):
+    """Each `remote add` writes only its own name's file: two writers adding ten names each to
+    one store keep all twenty, however their writes interleave."""
+    root = local["root"]
+    adders = [subprocess.Popen([sys.executable, "-c", ADDER, str(root), who, str(NAMES)])
+              for who in ("a", "b")]
+    assert [a.wait(timeout=600) for a in adders] == [0, 0]
+    listed = triage.json("--store", root, "remote", "list")
+    expected = {f"{who}-{i}": f"{root}-{who}-{i}" for who in ("a", "b") for i in range(NAMES)}
+    assert {r["name"]: r["url"] for r in listed} == {**expected, "origin": str(local["team"])}
+
+
+def test_an_older_stores_remotes_json_is_still_honoured(triage, local, tmp_path):
+    """A store whose remotes an older triage kept in one remotes.json: they are read as they
+    are, the file is never rewritten, and a name's own file wins over it."""
+    root, team = local["root"], local["team"]
+    old = canonical_json({"remotes": {"legacy": str(team), "gone": "/old/place"}})
+    (root / "remotes.json").write_bytes(old)
+    assert [r["name"] for r in triage.json("--store", root, "remote", "list")] == [
+        "gone", "legacy", "origin"]
+    assert "exists" in refused(triage, "--store", root, "remote", "add", "legacy", "x", code=2)
+    triage("--store", root, "remote", "remove", "gone")
+    triage("--store", root, "remote", "add", "new", tmp_path / "new")
+    assert {r["name"]: r["url"] for r in triage.json("--store", root, "remote", "list")} == {
+        "legacy": str(team), "new": str(tmp_path / "new"), "origin": str(team)}
+    assert (root / "remotes.json").read_bytes() == old
+    pushed = triage.json("--store", root, "push", "legacy")
+    assert sorted(pushed["runs_sent"]) == sorted(local["ids"])
 
 
 def test_a_second_push_sends_nothing(triage, local):
@@ -217,8 +261,10 @@ def test_every_bad_input_is_one_line(triage, local, tmp_path):
     assert "no remote to push to" in refused(triage, "--store", lonely, "push")
     assert "exists" in refused(triage, "--store", root, "remote", "add", "origin", "x", code=2)
     assert "unknown remote" in refused(triage, "--store", root, "remote", "remove", "nope")
-    assert "invalid remote name" in refused(triage, "--store", root, "remote", "add", "a b",
-                                            "x", code=2)
+    for bad in ("a b", "a/b", "..", ".", ".tmp-x", "../up", "x" * 65):
+        assert "invalid remote name" in refused(triage, "--store", root, "remote", "add", bad,
+                                                "x", code=2)
+    assert not (root / "remotes" / "a").exists() and not (root.parent / "up").exists()
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")

@@ -64,3 +64,17 @@ def test_a_push_with_a_wrong_key_is_one_line_naming_the_endpoint(triage, pushed,
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.env()["AWS_SECRET_ACCESS_KEY"])
     assert sorted(triage.json("--store", pushed["root"], "push", "team")["runs_sent"]) == \
         sorted(pushed["ids"])  # the right key: the same command completes
+
+
+def test_an_s3_stores_own_remotes_are_one_object_each(triage, s3_store, s3_server, tmp_path):
+    """`remote add` on a store in S3 writes remotes/<name> through the store's file layer (one
+    PUT each, no file of every remote), and `remote remove` empties it."""
+    triage("--store", s3_store, "archive", corpus_file(SMALL))
+    for name in ("a", "b"):
+        triage("--store", s3_store, "remote", "add", name, tmp_path / name)
+    assert [k for k in keys(s3_server, s3_store) if k.startswith("remotes")] == [
+        "remotes/a", "remotes/b"]
+    triage("--store", s3_store, "remote", "remove", "a")
+    assert triage.json("--store", s3_store, "remote", "list") == [
+        {"name": "b", "url": str(tmp_path / "b")}]
+    assert triage.json("--store", s3_store, "verify")["ok"]
