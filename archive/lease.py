@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from triage.archive import atomic, validate
+from triage.errors import StoreError
 from triage.timeutil import utc_now
 
 if TYPE_CHECKING:  # store.py takes leases for its own small writes, so it imports this module
@@ -81,11 +82,19 @@ def held(store: Store, what: str) -> Iterator[str]:
         store.files.write_new(key, json.dumps(doc, sort_keys=True).encode())
     except OSError as exc:
         raise store.error(exc, "write") from None
+    failed = True
     try:
         yield key
+        failed = False
     finally:
         if os.getpid() == owner:
-            store.files.delete(key)
+            try:
+                store.files.delete(key)
+            except StoreError:
+                # The server that failed the write (killed, unreachable) fails this too: the
+                # write's error is the one to report; the lease left is stale by its pid.
+                if not failed:
+                    raise
 
 
 def holding(what: str) -> Callable[[F], F]:

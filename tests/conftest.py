@@ -71,10 +71,9 @@ def nvtx_program(tmp_path_factory) -> Path:
         require_or_skip(exc)
 
 
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory):
-    """A real S3 server (SeaweedFS, tests/s3server.py) for the session, stopped by its PID at
-    the end; a skip without `weed`, a failure when TRIAGE_REQUIRE_TOOLS=1."""
+def weed_or_skip() -> str:
+    """The `weed` binary; a skip without it, a failure when TRIAGE_REQUIRE_TOOLS=1 (shared by
+    the session's server and the private ones fault tests kill)."""
     import os
 
     import s3server
@@ -86,7 +85,16 @@ def s3_server(tmp_path_factory):
         if os.environ.get("TRIAGE_REQUIRE_TOOLS") == "1":
             pytest.fail(f"TRIAGE_REQUIRE_TOOLS=1 but {message}")
         pytest.skip(message)
-    server = s3server.S3Server(tmp_path_factory.mktemp("seaweedfs"), binary)
+    return binary
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3 server (SeaweedFS, tests/s3server.py) for the session, stopped by its PID at
+    the end."""
+    import s3server
+
+    server = s3server.S3Server(tmp_path_factory.mktemp("seaweedfs"), weed_or_skip())
     server.start()
     try:
         yield server
@@ -108,6 +116,20 @@ def s3_store(s3_server, monkeypatch, tmp_path) -> str:
     url = f"s3://{bucket}/team/store"
     monkeypatch.setenv("TRIAGE_STORE", url)
     return url
+
+
+@pytest.fixture
+def private_s3_server(tmp_path):
+    """An S3 server of this test's own (free ports, data under tmp_path), for a test that
+    SIGKILLs it: the session's server is never killed. Stopped by its PID at the end."""
+    import s3server
+
+    server = s3server.S3Server(tmp_path / "seaweedfs", weed_or_skip())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
 
 
 @pytest.fixture

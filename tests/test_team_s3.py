@@ -6,6 +6,12 @@ commands."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 from test_s3_store import OTHER, SMALL, keys
 
@@ -78,3 +84,56 @@ def test_an_s3_stores_own_remotes_are_one_object_each(triage, s3_store, s3_serve
     assert triage.json("--store", s3_store, "remote", "list") == [
         {"name": "b", "url": str(tmp_path / "b")}]
     assert triage.json("--store", s3_store, "verify")["ok"]
+
+
+PUSHED = [SMALL, OTHER, "spymaster2h__spyinfer__report.ncu-rep",
+          "iamcoleman__monte-carlo-pi__profile.ncu-rep",
+          "bwd29__self-join-MiSTIC__nodeCalc_profile.out.ncu-rep",
+          "cornflexxx__HomCmprsr__report.ncu-rep"]
+
+
+def test_a_server_killed_during_a_push_shows_no_partial_run_and_the_push_then_completes(
+        triage, private_s3_server, tmp_path, monkeypatch):
+    """SIGKILL a private SeaweedFS once the push's first object has landed there (seen by
+    listing, not by timing): one line naming the endpoint, exit 1; after a restart on the same
+    data and ports no run is visible that is not whole, and the same push completes."""
+    server = private_s3_server
+    for name, value in server.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    server.create_bucket("team")
+    url = "s3://team/store"
+    mine = tmp_path / "mine"
+    ids = {triage.json("--store", mine, "archive", corpus_file(name))[0]["id"]
+           for name in PUSHED}
+    triage("--store", mine, "remote", "add", "team", url)
+    push = [sys.executable, "-m", "triage", "--store", str(mine), "push", "team"]
+    proc = subprocess.Popen(push, env={**os.environ}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None and not any(
+                k.startswith("objects/") for k in keys(server, url)):
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGSTOP)  # held still while its server dies: no race
+        assert proc.poll() is None, "the push finished before the kill: push more runs"
+        server.kill()
+        os.kill(proc.pid, signal.SIGCONT)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        if server.process is None:
+            server.start()
+    lines = err.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, err
+    assert server.endpoint in lines[0] and "Traceback" not in err, err
+    assert "cannot clean" not in lines[0]  # the failed write's error, not its lease's cleanup
+    visible = {r["id"] for r in triage.json("--store", url, "ls")}
+    assert visible <= ids and len(visible) < len(ids)
+    assert triage.json("--store", url, "verify")["ok"]  # every visible run is whole
+    done = subprocess.run(push, env={**os.environ}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert {r["id"] for r in triage.json("--store", url, "ls")} == ids
+    assert triage.json("--store", url, "verify")["ok"]
