@@ -5,7 +5,8 @@ N runs are made by code from one real corpus report, archived N times with a dis
 redaction pattern each (the pattern is part of a run's identity, so each is its own run, sharing
 the report object). They are pushed once to an empty store; then `triage push --json` is timed
 again in fresh processes (Python start-up included), min and median of --rounds, with the load
-average. S3 (SeaweedFS) stores are not measured yet: the Store has no filesystem layer for them.
+average. The S3 (SeaweedFS) targets of issue 17 (archive into S3, cold and warm reads over
+1,000 runs, concurrent writers) are not measured here yet.
 
     python benchmarks/bench_team_store.py [--runs 100] [--rounds 5]
 """
