@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import IO, BinaryIO, cast
 
 from triage.archive import atomic, catalog, lease, validate
-from triage.archive.integrity import manifest_refs
-from triage.archive.store import (SHA256_RE, Store, canonical_json, check_label, manifest_id)
+from triage.archive.store import (SHA256_RE, Store, canonical_json, check_label, manifest_id,
+                                  run_parts)
 from triage.errors import CorruptObject, NewerFormat, TriageError, UsageError
 from triage.progress import Progress, Step, no_progress
 from triage.hashing import HashingReader, copy_hashing
@@ -115,7 +115,9 @@ def export_runs(store: Store, refs: list[str], output: str, labels: bool = False
     kind = compression_for(out)
     run_ids = list(dict.fromkeys(resolve(store, ref) for ref in refs))
     manifests = {run_id: _stored_manifest(store, run_id) for run_id in run_ids}
-    objects = sorted({sha for _data, doc in manifests.values() for sha in manifest_refs(doc)})
+    # A bundle holds each object once, by hash, whatever its key in the store (tables/...)
+    objects = {part.sha256: part.key for run_id, (_data, doc) in sorted(manifests.items())
+               for part in run_parts(run_id, doc)}
     doc = {"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "runs": run_ids,
            "created": utc_now()}
     if labels:
@@ -140,7 +142,7 @@ def _stored_manifest(store: Store, run_id: str) -> tuple[bytes, dict]:
     return data, json.loads(data)
 
 
-def _write_bundle(stream, kind: str, store: Store, doc: dict, objects: list[str],
+def _write_bundle(stream, kind: str, store: Store, doc: dict, objects: dict[str, str],
                   manifests: dict) -> int:
     sink, closer = stream, None
     if kind == "zst":
@@ -149,8 +151,8 @@ def _write_bundle(stream, kind: str, store: Store, doc: dict, objects: list[str]
     with (tarfile.open(fileobj=sink, mode="w|gz", format=tarfile.PAX_FORMAT) if kind == "gz"
           else tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT)) as tar:
         _add_bytes(tar, BUNDLE_DOC, canonical_json(doc))
-        for sha in objects:
-            total += _add_object(tar, store, sha)
+        for sha, key in sorted(objects.items()):
+            total += _add_object(tar, store, sha, key)
         for run_id in manifests:
             notes = store.read_file(store.annotations_key(run_id))
             if notes is not None:
@@ -166,10 +168,11 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(_tar_info(name, len(data)), io.BytesIO(data))
 
 
-def _add_object(tar: tarfile.TarFile, store: Store, sha: str) -> int:
-    """Copy one object into the tar, re-hashing it on the way: a damaged object is not sent."""
+def _add_object(tar: tarfile.TarFile, store: Store, sha: str, key: str) -> int:
+    """Copy one file of the store (at `key`) into the tar as the object of its hash,
+    re-hashing it on the way: a damaged object is not sent."""
     try:
-        with store.open_object(sha) as stream:
+        with store.open_file(key) as stream:
             size = stream.size()
             reader = HashingReader(stream)
             tar.addfile(_tar_info(f"objects/{sha[:2]}/{sha[2:]}", size), reader)
@@ -433,9 +436,10 @@ def _check_complete(store: Store, path: Path, unpacked: _Unpacked) -> None:
         raise TriageError(f"{path}: annotations of run {sorted(stray)[0][:12]}, which the bundle "
                           "does not hold")
     for run_id, (_data, manifest) in unpacked.manifests.items():
-        for sha, (what, _size) in manifest_refs(manifest).items():
-            if sha not in unpacked.objects and not store.has_object(sha):
-                raise TriageError(f"{path}: the bundle lacks the {what} of run {run_id[:12]}")
+        for part in run_parts(run_id, manifest):
+            if part.sha256 not in unpacked.objects and not store.files.exists(part.key):
+                raise TriageError(f"{path}: the bundle lacks the {part.what} of run "
+                                  f"{run_id[:12]}")
 
 
 def _check_tables(store: Store, path: Path, unpacked: _Unpacked) -> None:
@@ -448,17 +452,18 @@ def _check_tables(store: Store, path: Path, unpacked: _Unpacked) -> None:
             continue
         current = manifest["tables_schema_version"] == tables_version()
         for name, ref in sorted(manifest["tables"].items()):
-            if not _table_fits(_table_file(store, unpacked, ref["sha256"]), name, ref["rows"],
-                               current):
+            if not _table_fits(_table_file(store, unpacked, run_id, name, ref["sha256"]), name,
+                               ref["rows"], current):
                 raise TriageError(f"{path}: table {name} of run {run_id[:12]} is not the table "
                                   "its manifest describes; the bundle was altered, export it "
                                   "again")
 
 
-def _table_file(store: Store, unpacked: _Unpacked, sha: str) -> Path | None:
+def _table_file(store: Store, unpacked: _Unpacked, run_id: str, name: str,
+                sha: str) -> Path | None:
     """A table's file: staged from the bundle, else the store's (None: in neither)."""
     try:
-        return unpacked.objects.get(sha) or store.local_object(sha)
+        return unpacked.objects.get(sha) or store.local_table(run_id, name, sha)
     except FileNotFoundError:
         return None
 
@@ -498,13 +503,13 @@ def _publish(store: Store, unpacked: _Unpacked, labels: bool) -> ImportResult:
     """Objects first, then each run's annotations and manifest, then keys, catalog rows, labels."""
     result = ImportResult()
     pending = [r for r in unpacked.runs if not store.has_run(r)]
-    needed = {sha for run_id in pending for sha in manifest_refs(unpacked.manifests[run_id][1])}
-    for sha in sorted(needed & set(unpacked.objects)):
-        existed = store.has_object(sha)
-        _sha, size = store.adopt_temp(unpacked.objects.pop(sha))
-        if not existed:
-            result.objects_added += 1
-            result.bytes_added += size
+    keys: dict[str, list[str]] = {}  # an object's hash -> the keys it goes to in the store
+    for run_id in pending:
+        for part in run_parts(run_id, unpacked.manifests[run_id][1]):
+            keys.setdefault(part.sha256, []).append(part.key)
+    for sha in sorted(keys.keys() & unpacked.objects.keys()):
+        for number, key in enumerate(sorted(set(keys[sha]))):
+            _put(store, unpacked, sha, key, number == len(set(keys[sha])) - 1, result)
     for run_id in unpacked.runs:
         added = run_id in pending and _add_run(store, run_id, unpacked)
         (result.runs_added if added else result.runs_present).append(run_id)
@@ -514,6 +519,19 @@ def _publish(store: Store, unpacked: _Unpacked, labels: bool) -> ImportResult:
     catalog.add_rows(store, rows)
     _apply_labels(store, unpacked.labels, labels, result)
     return result
+
+
+def _put(store: Store, unpacked: _Unpacked, sha: str, key: str, last: bool,
+         result: ImportResult) -> None:
+    """Publish a staged object at one of its keys: the staged file itself at the last (it
+    is renamed away), a copy of it at the others (equal tables of two runs)."""
+    existed = store.files.exists(key)
+    staged = store.stage_temp(unpacked.objects.pop(sha)) if last else \
+        store.stage_file(unpacked.objects[sha])
+    _sha, size = store.publish(staged, key)
+    if not existed:
+        result.objects_added += 1
+        result.bytes_added += size
 
 
 def _add_run(store: Store, run_id: str, unpacked: _Unpacked) -> bool:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -64,7 +64,8 @@ def catalog_row(store: Store, run_id: str, manifest: dict, annotations: dict) ->
 
     record = RunRecord.from_manifest(run_id, manifest, annotations)
     summary = record.tables.get("kernel_summary")
-    rows = read_table(store, asdict(summary)) if summary is not None else None
+    rows = read_table(store, run_id, "kernel_summary", summary.sha256) \
+        if summary is not None else None
     return _row(record, rows.to_pylist() if rows is not None else [])
 
 
@@ -288,7 +289,7 @@ def _index_missing(store: Store, missing: set[str]) -> Catalog:
 
 def _summary_problem(store: Store, run_id: str, manifest: dict, exc: Exception) -> str:
     sha = manifest["tables"]["kernel_summary"]["sha256"]
-    where = store.object_key(sha)
+    where = store.table_key(run_id, "kernel_summary", sha)
     state = "missing" if isinstance(exc, FileNotFoundError) else "damaged"
     return (f"run {run_id[:12]}: its kernel_summary table {where} is {state}, so it is listed "
             "without its kernel ranking; `triage verify` lists what is damaged")

@@ -22,12 +22,11 @@ from typing import TYPE_CHECKING
 
 from triage import __version__
 from triage.archive import catalog, lease, space
-from triage.archive.integrity import manifest_refs
 from triage.progress import Progress, Step, no_progress
 from triage.hashing import hash_file
 from triage.archive.manifest import MANIFEST_KIND, MANIFEST_VERSION
 from triage.archive.store import (STORE_MARKER, Staged, Store, canonical_json, check_label,
-                                  manifest_file, store_files)
+                                  manifest_file, run_parts, store_files)
 from triage.archive.summaries import SUMMARIES, compute_summaries
 from triage.archive.tables import TableSet
 from triage.capture import redact
@@ -179,7 +178,7 @@ def _archived_before(store_path, request: RunRequest) -> tuple[str | None, str |
         store = Store.open(store_path)
         digest = hash_file(path)[0]
         run_id = store.lookup_key(dedup_key(tool, [digest], request))
-        if run_id and (request.repair or not _intact(store, store.read_manifest(run_id))):
+        if run_id and (request.repair or not _intact(store, run_id, store.read_manifest(run_id))):
             return None, digest  # to be exported again and rebuilt (archive_run)
         return run_id, digest
     except (OSError, TriageError):  # no store yet, or a problem the real attempt will report
@@ -259,17 +258,18 @@ def archive_run(store: Store, request: RunRequest,
         existing = store.lookup_key(key) if key else None
         if existing:
             found = store.read_manifest(existing)
-            if not request.repair and _intact(store, found):
+            if not request.repair and _intact(store, existing, found):
                 return _finish(store, existing, found, request, new=False)
         space.check_room(store.disk, sum(_size(p.path) for p in prepared) + space.COMMIT_BYTES)
-        with space.reserved(store.files.temp_folder("objects"), space.COMMIT_BYTES) as room:
-            manifest = _build(store, request, prepared, digests)
+        with space.reserved(store.files.temp_folder("objects"), space.COMMIT_BYTES) as room, \
+                TableSet(store) as tables:
+            manifest = _build(store, request, prepared, digests, tables)
             room.release()  # for the manifest, key, annotations and catalog segment
             run_id, _data = manifest_file(manifest)
             first = _whole_run(store, run_id) if not request.repair else None
             present = store.manifest_bytes(run_id) is not None
             if first is None:
-                store.write_manifest(manifest, replace=True)
+                first = _commit(store, run_id, manifest, tables, replace=present)
         if key:
             store.record_key(key, run_id)
         if first is not None:  # another writer archived the same run first: it wins
@@ -281,21 +281,53 @@ def archive_run(store: Store, request: RunRequest,
             item.close()
 
 
+def _commit(store: Store, run_id: str, manifest: dict, tables: TableSet,
+            replace: bool = False) -> dict | None:
+    """Publish the run's tables, then its manifest (the run is visible from then on; it
+    replaces a damaged one when `replace`); the manifest of another writer who made the same
+    run meanwhile and won, else None.
+
+    Engines read tables/<name>/ in place, so a loser's tables (the same rows in other bytes:
+    another pyarrow) must not stay beside the winner's: the loser removes its own, never
+    another writer's (whose manifest may be on its way). A killed writer's, or a repaired
+    run's old ones, no manifest names: `triage gc` removes them."""
+    tables.publish(run_id)
+    store.write_manifest(manifest, replace=replace)
+    won = store.read_manifest(run_id)
+    if won.get("tables") == manifest.get("tables"):
+        return None
+    _drop_tables(store, run_id, manifest, won)
+    return won
+
+
+def _drop_tables(store: Store, run_id: str, mine: dict, kept: dict) -> None:
+    kept_keys = {p.key for p in run_parts(run_id, kept)}
+    for part in run_parts(run_id, {"tables": mine.get("tables")}):
+        if part.key not in kept_keys:
+            try:
+                store.files.delete(part.key)
+            except OSError as exc:
+                raise store.error(exc, "clean") from None
+
+
 def _whole_run(store: Store, run_id: str) -> dict | None:
     """The manifest of a run already in the store with all its objects, else None (missing,
     damaged, or its tables lost: then the new manifest replaces it)."""
     if store.manifest_bytes(run_id) is None:
         return None
     found = store.read_manifest(run_id)
-    return found if _intact(store, found) else None
+    return found if _intact(store, run_id, found) else None
 
 
-def _intact(store: Store, manifest: dict) -> bool:
-    """Whether every object a run references is there with its recorded size: one stat each,
+def _intact(store: Store, run_id: str, manifest: dict) -> bool:
+    """Whether every file a run references is there with its recorded size: one stat each,
     so that archiving a report again repairs a run whose tables were lost, without hashing.
     (A same-size flipped bit is `verify`'s to find, and `archive --repair`'s to mend.)"""
-    return all(store.object_size(sha) == size for sha, (_what, size)
-               in manifest_refs(manifest).items())
+    return all(_has(store.size_of(part.key), part.size) for part in run_parts(run_id, manifest))
+
+
+def _has(found: int | None, recorded: int | None) -> bool:
+    return found is not None and recorded in (None, found)
 
 
 def _size(path: Path) -> int:
@@ -316,8 +348,9 @@ def _finish(store: Store, run_id: str, manifest: dict, request: RunRequest,
 
 
 def _build(store: Store, request: RunRequest, prepared: list[PreparedReport],
-           digests: list[str]) -> dict:
-    """Write every report's batches into one table set, store the blobs, assemble the manifest.
+           digests: list[str], tables: TableSet) -> dict:
+    """Write every report's batches into `tables`, store the blobs, assemble the manifest
+    (the tables are sealed, to be published under the run's id by `_commit`).
 
     The readers start reading before any thread does (an ncu reader forks its workers' relay
     then, and a fork beside a running thread can deadlock). The raw reports are copied into
@@ -325,7 +358,6 @@ def _build(store: Store, request: RunRequest, prepared: list[PreparedReport],
     Nothing becomes visible until every table and copy is whole on disk (the room for the
     manifest is held by the caller: `space`), so a full disk leaves nothing of the run behind.
     """
-    tables = TableSet(store)
     streams = [p.batches(index) for index, p in enumerate(prepared)]
     failed = threading.Event()
     with ThreadPoolExecutor(max_workers=1) as copier:
@@ -341,7 +373,7 @@ def _build(store: Store, request: RunRequest, prepared: list[PreparedReport],
             write_batches(tables, request.extra_tables.items())
             tables.close()
             staged = [copy.result() for copy in copies]
-            table_refs = tables.finish()
+            table_refs = tables.seal()
             reports = [_store_blob(store, p, s, d, i, prov) for p, s, d, i, prov
                        in zip(prepared, staged, digests, request.inputs, provenances,
                               strict=True)]
@@ -354,8 +386,6 @@ def _build(store: Store, request: RunRequest, prepared: list[PreparedReport],
             if space.is_disk_full(exc):
                 raise space.sized(exc, store.disk, needed) from None
             raise
-        finally:
-            tables.discard()
     return _manifest(request, provenances, reports, table_refs)
 
 
@@ -373,21 +403,15 @@ def _discard_copies(store: Store, copies: list[Future]) -> None:
             store.discard(copy.result())
 
 
-def _finish_tables(tables: TableSet, request: RunRequest) -> dict:
-    write_batches(tables, request.extra_tables.items())
-    return tables.finish()
-
-
 @lease.holding("archive")
 def record_attempt(store: Store, request: RunRequest, provenance: dict) -> ArchiveResult:
     """A capture that produced no report still becomes a run: the attempt is not lost."""
-    tables = TableSet(store)
-    try:
-        table_refs = _finish_tables(tables, request)
-    finally:
-        tables.discard()
-    manifest = _manifest(request, [provenance], [], table_refs)
-    return _finish(store, store.write_manifest(manifest), manifest, request, new=True)
+    with TableSet(store) as tables:
+        write_batches(tables, request.extra_tables.items())
+        manifest = _manifest(request, [provenance], [], tables.seal())
+        run_id, _data = manifest_file(manifest)
+        _commit(store, run_id, manifest, tables)
+    return _finish(store, run_id, manifest, request, new=True)
 
 
 def _store_blob(store: Store, prepared: PreparedReport, staged: Staged, digest: str,

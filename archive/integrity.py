@@ -25,13 +25,15 @@ from dataclasses import asdict, dataclass, field
 
 from triage.archive import atomic, catalog, lease, validate
 from triage.archive.files import Entry
-from triage.archive.store import (LABEL_RE, SEAL, SHA256_RE, STORE_MARKER, Store, canonical_json,
-                                  manifest_id, marker_bytes, seal_of)
+from triage.archive.store import (LABEL_RE, SEAL, SHA256_RE, STORE_MARKER, TABLE_NAME_RE,
+                                  TABLES_DIR, Part, Store, canonical_json, manifest_id,
+                                  marker_bytes, run_parts, seal_of)
 from triage.errors import StoreError, UsageError
 from triage.progress import Progress, Step, no_progress
 from triage.hashing import hash_stream
 
 ERROR_KINDS = ("missing", "corrupt", "dangling", "unexpected")
+TABLE_FILE_RE = re.compile(r"^[0-9a-f]{64}\.parquet$")
 LEFTOVER_KINDS = ("orphan", "temp")
 GC_TRASH_PREFIX = atomic.TMP_PREFIX + "gc-"
 DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -90,39 +92,23 @@ def _shown(finding: Finding) -> dict:
 # -- references ----------------------------------------------------------------------------------
 
 
-def manifest_refs(manifest: dict) -> dict[str, tuple[str, int | None]]:
-    """{sha256: (what it is, expected bytes)} for every object a manifest references.
-
-    Reads the stored document, not a RunRecord: verify, gc and import must fail on a malformed
-    reference list (KeyError/TypeError), where RunRecord degrades it to nothing."""
-    refs = {}
-    for report in manifest.get("reports") or []:
-        refs[report["sha256"]] = (f"report {report.get('name')}", report.get("bytes"))
-    for name, table in sorted((manifest.get("tables") or {}).items()):
-        refs[table["sha256"]] = (f"table {name}", table.get("bytes"))
-    patch = ((manifest.get("capture") or {}).get("git") or {}).get("patch")
-    if patch is not None:  # the dirty tree's patch a capture stored
-        refs[patch["sha256"]] = ("patch of the working tree", patch.get("bytes"))
-    return refs
-
-
 def _load_manifest(store: Store, run_id: str) -> tuple[bytes, dict]:
     """The bytes and parsed document of a manifest; ValueError/KeyError when unreadable."""
     data = store.files.read(store.run_key(run_id))
     manifest = validate.load_json(data)
     if not isinstance(manifest, dict):
         raise ValueError("not a JSON object")
-    manifest_refs(manifest)  # raises KeyError/TypeError on a malformed reference list
+    run_parts(run_id, manifest)  # raises on a malformed reference list
     return data, manifest
 
 
-def referenced_objects(store: Store, run_ids: list[str]) -> set[str]:
-    """Every object the runs reference; refuses when a manifest cannot be read (gc must not
-    guess what an unreadable manifest references)."""
+def referenced_keys(store: Store, run_ids: list[str]) -> set[str]:
+    """The key of every file the runs reference; refuses when a manifest cannot be read (gc
+    must not guess what an unreadable manifest references)."""
     out: set[str] = set()
     for run_id in run_ids:
         try:
-            out.update(manifest_refs(_load_manifest(store, run_id)[1]))
+            out.update(part.key for part in run_parts(run_id, _load_manifest(store, run_id)[1]))
         except FileNotFoundError:
             continue  # not there any more: nothing to protect
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -154,6 +140,7 @@ def verify(store: Store, refs: list[str] | None = None,
         progress(Step("scanning the store for leftovers"))
         _check_marker(store, report)
         _scan_objects(store, set(hashed), report)
+        _scan_tables(store, set(hashed), report)
         _scan_temps(store, report)
         _scan_leases(store, report)
         _check_segments(store, report)
@@ -196,9 +183,9 @@ def _check_run(store: Store, run_id: str, report: VerifyReport, hashed: dict) ->
                                        "not to the run id", run_id))
     else:
         _check_schema(manifest, where, run_id, report)
-    for sha, (what, size) in manifest_refs(manifest).items():
-        if isinstance(sha, str) and SHA256_RE.match(sha) and sha not in hashed:
-            hashed[sha] = _check_object(store, sha, size, what, run_id, report)
+    for part in run_parts(run_id, manifest):
+        if part.key not in hashed:
+            hashed[part.key] = _check_part(store, part, run_id, report)
 
 
 def _check_schema(manifest: dict, where: str, run_id: str, report: VerifyReport) -> None:
@@ -210,11 +197,10 @@ def _check_schema(manifest: dict, where: str, run_id: str, report: VerifyReport)
                                        f"({exc}); readers skip this run", run_id))
 
 
-def _check_object(store: Store, sha: str, size: int | None, what: str, run_id: str,
-                  report: VerifyReport) -> bool:
-    where = store.object_key(sha)
+def _check_part(store: Store, part: Part, run_id: str, report: VerifyReport) -> bool:
+    where, what, sha, size = part.key, part.what, part.sha256, part.size
     try:
-        with store.open_object(sha) as stream:
+        with store.open_file(where) as stream:
             digest, actual = hash_stream(stream)
     except FileNotFoundError:
         report.findings.append(Finding("missing", where, f"{what} of run {run_id[:12]}", run_id))
@@ -248,20 +234,34 @@ def _scan_objects(store: Store, referenced: set[str], report: VerifyReport) -> N
             report.findings.append(Finding("temp", entry.key, "unfinished write"))
         elif entry.is_dir and re.fullmatch(r"[0-9a-f]{2}", entry.name):
             for found in inner.get(entry.name, []):
-                _classify_object(entry.name, found, referenced, report)
+                _classify(found, SHA256_RE.match(entry.name + found.name) is not None,
+                          referenced, report)
         else:
             report.findings.append(Finding("unexpected", entry.key,
                                            "not part of the store layout"))
 
 
-def _classify_object(prefix: str, entry: Entry, referenced: set[str],
-                     report: VerifyReport) -> None:
-    sha = prefix + entry.name
+def _scan_tables(store: Store, referenced: set[str], report: VerifyReport) -> None:
+    """Files under tables/ (tables/<name>/run_id=<id>/<sha256>.parquet) that no run
+    references, temp files, and strangers; folders are only what holds them (one listing)."""
+    for entry in store.files.tree(TABLES_DIR):
+        if entry.is_dir:
+            continue
+        parts = entry.key.split("/")
+        fits = len(parts) == 4 and TABLE_NAME_RE.match(parts[1]) is not None and \
+            parts[2].startswith("run_id=") and SHA256_RE.match(parts[2][7:]) is not None and \
+            TABLE_FILE_RE.match(parts[3]) is not None
+        _classify(entry, fits, referenced, report)
+
+
+def _classify(entry: Entry, fits: bool, referenced: set[str], report: VerifyReport) -> None:
+    """An object's or table's file: a temp file, a stranger (`fits`: its key has a place in
+    the layout), an orphan, or one a run references (no finding)."""
     if entry.name.startswith(atomic.TMP_PREFIX):
         report.findings.append(Finding("temp", entry.key, "unfinished write or gc"))
-    elif not SHA256_RE.match(sha) or not entry.is_file:
+    elif not fits or not entry.is_file:
         report.findings.append(Finding("unexpected", entry.key, "not part of the store layout"))
-    elif sha not in referenced:
+    elif entry.key not in referenced:
         report.findings.append(Finding("orphan", entry.key, f"no run references it "
                                        f"({entry.size} bytes); `triage gc` removes it"))
 
@@ -416,7 +416,7 @@ def gc(store: Store, grace_seconds: float = 3600, dry_run: bool = False) -> GcRe
     if not dry_run:
         store.check_writable()
     since = lease.protected_since(store)
-    referenced = referenced_objects(store, store.run_ids())
+    referenced = referenced_keys(store, store.run_ids())
     cutoff = time.time() - grace_seconds
     report = GcReport(dry_run=dry_run, grace_seconds=grace_seconds)
     for finding in _leftovers(store, referenced):
@@ -447,6 +447,7 @@ def _leftovers(store: Store, referenced: set[str]) -> list[Finding]:
     """The leftovers verify reports (orphans and temp files), found without hashing anything."""
     report = VerifyReport(scope="store")
     _scan_objects(store, referenced, report)
+    _scan_tables(store, referenced, report)
     _scan_temps(store, report)
     _scan_leases(store, report)
     _check_annotations(store, set(store.run_ids()), report)
@@ -466,7 +467,7 @@ def _remove(store: Store, report: GcReport, cutoff: float) -> None:
                 report.removed.remove(item)
                 report.kept_live += 1
                 continue
-            if item["kind"] != "orphan" or not key.startswith("objects/"):
+            if item["kind"] != "orphan" or not key.startswith(("objects/", f"{TABLES_DIR}/")):
                 store.files.delete(key)
                 continue
             folder, _, name = key.rpartition("/")
@@ -488,13 +489,12 @@ def _settle(store: Store, trashed: list, cutoff: float, report: GcReport) -> Non
     enough for a writer that started since the scan); delete the others."""
     since = lease.protected_since(store)
     try:
-        referenced = referenced_objects(store, store.run_ids())
+        referenced = referenced_keys(store, store.run_ids())
     except StoreError:
         referenced = None  # a manifest became unreadable meanwhile: keep every object
     for trash, key, item in trashed:
-        sha = "".join(key.split("/")[1:])
         mtime = _mtime(store, trash)
-        if referenced is None or sha in referenced or mtime > cutoff or (
+        if referenced is None or key in referenced or mtime > cutoff or (
                 since is not None and mtime >= since):
             try:
                 store.files.move(trash, key)

@@ -1,18 +1,21 @@
-"""`triage migrate`: a store of format 1 to format 2, in one step that a kill cannot spoil.
+"""`triage migrate`: a store of format 1 or 2 to format 3, in one step that a kill cannot spoil.
 
 Format 1 named a run by the sha256 of its manifest's bytes, so the same report archived with
 other library versions was another run. Format 2 names it by its identity (store.manifest_file).
 Each run gets its new id; its old id stays an alias (aliases/<old id> holds the new one), so every
-id written down in notes, scripts and labels still resolves.
+id written down in notes, scripts and labels still resolves. Format 3 keeps a run's tables at
+tables/<name>/run_id=<id>/<sha256>.parquet (hive style, for engines) instead of objects/.
 
 The steps, each one safe to repeat (a rerun after a kill finishes the job):
 
-1. the marker says "version 2, migrating from 1": an older triage refuses the store as newer, this
-   triage refuses every command but `migrate`, so no one writes runs under the old rule meanwhile;
-2. per run: the version 2 manifest, the alias, the annotations under the new id;
+1. the marker says "version 3, migrating from N": an older triage refuses the store as newer,
+   this triage refuses every command but `migrate`, so no one writes runs under the old rules;
+2. per version 1 run: the version 2 manifest, the alias, the annotations under the new id;
 3. dedup keys and labels pointed at the new ids;
-4. the version 1 manifests and their annotations removed, the catalog (derived) rebuilt;
-5. the marker says "version 2": done.
+4. the version 1 manifests and their annotations removed;
+5. per run: each table copied from objects/ to its place under tables/; then the objects that
+   only tables were removed, and the catalog (derived) rebuilt;
+6. the marker says "version 3": done.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from triage.archive import atomic, catalog, lease, validate
-from triage.archive.store import (SHA256_RE, STORE_MARKER, STORE_VERSION, Store, marker_bytes,
-                                  migrating_marker_bytes)
+from triage.archive.store import (SHA256_RE, STORE_MARKER, STORE_VERSION, Part, Store,
+                                  marker_bytes, migrating_marker_bytes, run_parts)
+from triage.errors import CorruptObject
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,8 @@ def migrate(store: Store) -> Migration:
     if found == STORE_VERSION and not store.migrating():
         return Migration(found, 0, 0, nothing=True)
     with lease.held(store, "migrate"):
-        _write(store, STORE_MARKER, migrating_marker_bytes())
+        _write(store, STORE_MARKER, migrating_marker_bytes(
+            store.marker().get("migrating_from", found)))
         tried = {old: _migrate_run(store, old) for old in store.run_ids()}
         moved = {old: new for old, new in tried.items() if new is not None}
         renamed = {**store.aliases(), **moved}
@@ -49,6 +54,7 @@ def migrate(store: Store) -> Migration:
         for old in moved:
             store.files.delete(store.annotations_key(old))
             store.files.delete(store.run_key(old))
+        _move_tables(store)
         _rebuild_catalog(store)
         _write(store, STORE_MARKER, marker_bytes())
     return Migration(found, len(moved), len(renamed))
@@ -69,6 +75,39 @@ def _migrate_run(store: Store, old: str) -> str | None:
         _write(store, store.annotations_key(new), notes)
     store.write_alias(old, new)
     return new
+
+
+def _move_tables(store: Store) -> None:
+    """Each run's tables from objects/<sha> to tables/<name>/run_id=<id>/<sha>.parquet (copied
+    as they are: a damaged one stays damaged, for `verify` to name at its new place); then the
+    objects that were nothing but tables go, unless a manifest is damaged (what it references
+    cannot be told: the objects stay, and `verify` names the manifest)."""
+    manifests, damaged = {}, False
+    for run_id in store.run_ids():
+        try:
+            manifests[run_id] = store.read_manifest(run_id)
+        except CorruptObject:
+            damaged = True
+    kept = {part.sha256 for run_id, manifest in manifests.items()
+            for part in run_parts(run_id, {**manifest, "tables": {}})}
+    tabled = set()
+    for run_id, manifest in manifests.items():
+        for part in run_parts(run_id, {"tables": manifest.get("tables")}):
+            if store.files.exists(part.key) or _copied(store, part):
+                tabled.add(part.sha256)
+    for sha in sorted(tabled - kept if not damaged else ()):
+        store.files.delete(store.object_key(sha))
+
+
+def _copied(store: Store, part: Part) -> bool:
+    """One table copied to its key; False when its object is not there (nothing to copy)."""
+    try:
+        with store.files.open(store.object_key(part.sha256)) as stream:
+            staged = store.stage_stream(stream)
+    except FileNotFoundError:
+        return False
+    store.publish(staged, part.key)
+    return True
 
 
 def _repoint(store: Store, folder: str, renamed: dict[str, str]) -> None:

@@ -105,43 +105,34 @@ def _register_catalog(con: duckdb.DuckDBPyConnection, cat: pa.Table,
 
 def _register_table(con: duckdb.DuckDBPyConnection, store: Store, name: str,
                     cat: pa.Table) -> None:
-    """One view over the named table of every run in the catalog, with run_id.
-
-    The runs' files are one Arrow dataset, each file once (runs with equal tables share an
-    object) and tagged with its object id as a partition; a join names the runs.
-    """
+    """One view over the named table of every run in the catalog, with run_id: the runs'
+    files as one Arrow dataset, each file tagged with its run's id as a partition."""
     import pyarrow.dataset as ds
     from pyarrow import fs
 
-    shas, run_ids = [], []
+    parquet, local = ds.ParquetFileFormat(), fs.LocalFileSystem()
+    fragments = []
     for run_id, tables in zip(cat.column("id").to_pylist(), cat.column("tables").to_pylist(),
                               strict=True):
         sha = json.loads(tables or "{}").get(name)
         if sha:
-            shas.append(sha)
-            run_ids.append(run_id)
-    parquet, local = ds.ParquetFileFormat(), fs.LocalFileSystem()
-    fragments = [parquet.make_fragment(str(_table_file(store, sha)), local,
-                                       partition_expression=ds.field("_object") == sha)
-                 for sha in sorted(set(shas))]
-    schema = pa.schema([pa.field("_object", pa.string()), *arrow_schema(name)])
-    con.register(f"_{name}_files", _streamed_dataset()(fragments, schema, parquet, local))
-    con.register(f"_{name}_runs", pa.table({"_object": pa.array(shas, pa.string()),
-                                           "run_id": pa.array(run_ids, pa.string())}))
-    con.execute(f"CREATE VIEW {name} AS SELECT r.run_id, t.* EXCLUDE (_object) "
-                f"FROM _{name}_files t JOIN _{name}_runs r ON t._object = r._object")
+            fragments.append(parquet.make_fragment(
+                str(_table_file(store, run_id, name, sha)), local,
+                partition_expression=ds.field("run_id") == run_id))
+    schema = pa.schema([pa.field("run_id", pa.string()), *arrow_schema(name)])
+    con.register(name, _streamed_dataset()(fragments, schema, parquet, local))
 
 
-def _table_file(store: Store, sha: str):
+def _table_file(store: Store, run_id: str, name: str, sha: str):
     """A table's local file: the store's own, or a remote store's cached copy (cache.py), so
     DuckDB reads local files only, whatever the store (no httpfs, nothing fetched by it)."""
     from triage.errors import CorruptObject
 
     try:
-        return store.local_object(sha)
+        return store.local_table(run_id, name, sha)
     except FileNotFoundError:
-        raise CorruptObject(f"table object {sha[:12]} is missing from the store; `triage verify` "
-                            "lists what is damaged") from None
+        raise CorruptObject(f"the {name} table of run {run_id[:12]} is missing from the store; "
+                            "`triage verify` lists what is damaged") from None
 
 
 @lru_cache(maxsize=1)

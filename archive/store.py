@@ -2,8 +2,11 @@
 
 Layout (all under the store root):
 
-    triage-store.json       format marker and version (2; `triage migrate` upgrades a 1)
-    objects/ab/cdef...      raw reports and Parquet tables, by sha256; read-only once written
+    triage-store.json       format marker and version (3; `triage migrate` upgrades 1 and 2)
+    objects/ab/cdef...      raw reports, listings and patches, by sha256; read-only once written
+    tables/<table>/run_id=<id>/<sha256>.parquet
+                            a run's tables, hive style so that engines read them in place,
+                            named by the hash of their bytes; read-only once written
     runs/<id>.json          run manifests (canonical JSON); id = sha256 of the run's identity
                             (manifest_identity), the file sealed by the hash of its bytes
     keys/<key>              dedup key (report hashes + extractor version) -> run id
@@ -41,9 +44,10 @@ from triage.timeutil import utc_now
 
 STORE_MARKER = "triage-store.json"
 STORE_FORMAT = "triage-store"
-# 2: run ids hash the run's identity (manifest_file); a format 1 store is refused until
-# `triage migrate` upgrades it (migrate.py)
-STORE_VERSION = 2
+# 2: run ids hash the run's identity (manifest_file); 3: tables under tables/<table>/run_id=<id>/
+# (hive style), not objects/. An older store is refused until `triage migrate` upgrades it.
+STORE_VERSION = 3
+TABLES_DIR = "tables"
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 HEX_RE = re.compile(r"^[0-9a-fA-F]{4,64}$")
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
@@ -72,10 +76,10 @@ def marker_bytes() -> bytes:
     return canonical_json({"format": STORE_FORMAT, "version": STORE_VERSION})
 
 
-def migrating_marker_bytes() -> bytes:
-    """The marker while `triage migrate` runs: a newer format to an older triage, and to this
-    one a store that only `migrate` may open (to finish the job)."""
-    return canonical_json({"format": STORE_FORMAT, "migrating_from": 1,
+def migrating_marker_bytes(found: int) -> bytes:
+    """The marker while `triage migrate` runs from format `found`: a newer format to an older
+    triage, and to this one a store that only `migrate` may open (to finish the job)."""
+    return canonical_json({"format": STORE_FORMAT, "migrating_from": found,
                            "version": STORE_VERSION})
 
 
@@ -161,6 +165,52 @@ def writer_id() -> str:
 
 
 @dataclass(frozen=True)
+class Part:
+    """One file a run references: its key in the store, the sha256 its bytes must hash to,
+    what it is (for messages) and the size its manifest records (None: not recorded)."""
+
+    key: str
+    sha256: str
+    what: str
+    size: int | None
+
+
+TABLE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+def run_parts(run_id: str, manifest: dict) -> list[Part]:
+    """Every file a run references, each once: its reports, the `--list-sections`/`--list-sets`
+    output and working-tree patch a capture stored (objects/), and its tables (tables/).
+
+    Reads the stored document, not a RunRecord: verify, gc and import must fail on a malformed
+    reference list (KeyError, TypeError, ValueError), where RunRecord degrades it to nothing;
+    and a table name or hash that is not one could name a key outside the layout."""
+    capture = manifest.get("capture") or {}
+    objects = [(r["sha256"], f"report {r.get('name')}", r.get("bytes"))
+               for r in manifest.get("reports") or []]
+    objects += [(listing["blob"], f"ncu --list-{key} output", None)
+                for key, listing in sorted((capture.get("ncu_lists") or {}).items())
+                if listing.get("blob") is not None]
+    patch = (capture.get("git") or {}).get("patch")
+    if patch is not None:
+        objects.append((patch["sha256"], "patch of the working tree", patch.get("bytes")))
+    parts = [Part(Store.object_key(_sha(sha)), sha, what, size) for sha, what, size in objects]
+    for name, table in sorted((manifest.get("tables") or {}).items()):
+        if not TABLE_NAME_RE.match(name):
+            raise ValueError(f"table name {name[:40]!r} is not one")
+        sha = _sha(table["sha256"])
+        parts.append(Part(Store.table_key(run_id, name, sha), sha, f"table {name}",
+                          table.get("bytes")))
+    return list({part.key: part for part in parts}.values())
+
+
+def _sha(value: object) -> str:
+    if not isinstance(value, str) or not SHA256_RE.match(value):
+        raise ValueError(f"{str(value)[:40]!r} is not a sha256")
+    return value
+
+
+@dataclass(frozen=True)
 class Staged:
     """An object copied into a temp file under objects/, durable but not yet visible."""
 
@@ -227,7 +277,8 @@ class Store:
         if files.exists(STORE_MARKER):
             doc = store._check_marker()
             if not upgrade and (doc.get("version", 0) < STORE_VERSION or "migrating_from" in doc):
-                how = ("is being migrated to format 2; run `triage migrate` to finish"
+                how = (f"is being migrated to format {STORE_VERSION}; run `triage migrate` to "
+                       "finish"
                        if "migrating_from" in doc else
                        f"has format version {doc.get('version', 0)}; run `triage migrate` once "
                        f"to upgrade it to {STORE_VERSION} (old run ids keep working)")
@@ -314,6 +365,13 @@ class Store:
     def object_key(sha256: str) -> str:
         return f"objects/{sha256[:2]}/{sha256[2:]}"
 
+    @staticmethod
+    def table_key(run_id: str, name: str, sha256: str) -> str:
+        """Where a run's table lies: hive style, so that Spark, DuckDB, Polars or pyarrow read
+        `tables/<name>/` as one dataset with `run_id` as its partition column, no triage code
+        needed; named by the hash of its bytes, so a file never changes once written."""
+        return f"{TABLES_DIR}/{name}/run_id={run_id}/{sha256}.parquet"
+
     def object_path(self, sha256: str) -> Path:
         """An object's file in a local store (see `local_object` for any store)."""
         return self.root / self.object_key(sha256)
@@ -321,25 +379,29 @@ class Store:
     def has_object(self, sha256: str) -> bool:
         return self.files.exists(self.object_key(sha256))
 
-    def object_size(self, sha256: str) -> int | None:
-        """An object's size; None when it is missing."""
-        found = self.files.info(self.object_key(sha256))
+    def size_of(self, key: str) -> int | None:
+        """A file's size; None when it is missing."""
+        found = self.files.info(key)
         return found.size if found is not None else None
 
-    def open_object(self, sha256: str):
-        """An object opened for reading (random access), streamed from the store as it is:
-        not checked against its hash (`verify`, `export` hash what they read)."""
-        return self.files.open(self.object_key(sha256))
+    def open_file(self, key: str):
+        """A run's file (an object, a table) opened for reading (random access), streamed as it
+        is: not checked against its hash (`verify`, `export` hash what they read)."""
+        return self.files.open(key)
 
     def local_object(self, sha256: str) -> Path:
-        """A local file holding an object, for readers that want a path (Parquet, DuckDB)."""
+        """A local file holding an object, for readers that want a path."""
         return self.local_copy(self.object_key(sha256), sha256)
 
+    def local_table(self, run_id: str, name: str, sha256: str) -> Path:
+        """A local file holding a run's table, for readers that want a path (Parquet, DuckDB)."""
+        return self.local_copy(self.table_key(run_id, name, sha256), sha256)
+
     def local_copy(self, key: str, sha256: str) -> Path:
-        """A local file holding a file named by the hash of its bytes (an object, a catalog
-        segment): the file itself in a local store; for a remote one, its copy in the cache
-        (cache.py), fetched once and checked against its hash. FileNotFoundError when it is
-        missing."""
+        """A local file holding a file named by the hash of its bytes (an object, a table, a
+        catalog segment): the file itself in a local store; for a remote one, its copy in the
+        cache (cache.py), fetched once and checked against its hash. FileNotFoundError when
+        it is missing."""
         if self.files.local_root is not None:
             return self.files.local_root / key
         from triage.archive.cache import cached_object
@@ -405,10 +467,14 @@ class Store:
         with open(path, "rb") as stream:
             return self.stage_stream(stream, cancel)
 
-    def publish(self, staged: Staged) -> tuple[str, int]:
-        """Make a staged object visible under its hash."""
+    def publish(self, staged: Staged, key: str | None = None) -> tuple[str, int]:
+        """Make a staged file visible: at `key` (a table's), else as the object of its hash.
+
+        Renamed into place even when a copy exists: the fresh file tells a concurrent
+        `triage gc` that it is wanted again (see integrity._remove). On S3 the same: a PUT of
+        the same bytes under the same name, a new mtime."""
         try:
-            self._publish_object(staged.temp, staged.sha256)
+            self.files.publish(staged.temp, key or self.object_key(staged.sha256), readonly=True)
         except OSError as exc:
             raise self.error(exc, "write") from None
         return staged.sha256, staged.bytes
@@ -417,16 +483,11 @@ class Store:
     def discard(staged: Staged) -> None:
         staged.temp.unlink(missing_ok=True)
 
-    def adopt_temp(self, temp: Path) -> tuple[str, int]:
-        """Move a finished temp file (created under objects/) into the store by its hash."""
+    @staticmethod
+    def stage_temp(temp: Path) -> Staged:
+        """A finished temp file (made by `new_temp`), hashed, to be published."""
         sha, size = hash_file(temp)
-        return self.publish(Staged(temp, sha, size))
-
-    def _publish_object(self, temp: Path, sha: str) -> None:
-        # Renamed into place even when a copy exists: the fresh file tells a concurrent
-        # `triage gc` that the object is wanted again (see integrity._remove). On S3 the
-        # same: a PUT of the same bytes under the same name, a new mtime.
-        self.files.publish(temp, self.object_key(sha), readonly=True)
+        return Staged(temp, sha, size)
 
     # -- runs --------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """Push and pull: runs from one store into another (`triage push`, `triage pull`).
 
 Both are one transfer, from a source store to a destination store, built on the Store's own
-methods alone (open_object, stage_stream/publish, write_manifest, the label history), so it
+methods alone (open_file, stage_stream/publish, write_manifest, the label history), so it
 works between any two stores the Store can open. Per run, in this order:
 
 1. a run already whole at the destination (its manifest there and every object it names) is
@@ -32,9 +32,8 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from triage.archive import catalog, lease
-from triage.archive.integrity import manifest_refs
 from triage.archive.remotes import Remote, open_remote
-from triage.archive.store import Store
+from triage.archive.store import Part, Store, run_parts
 from triage.errors import CorruptObject, RunNotFound, StoreError, UsageError
 from triage.hashing import hash_stream
 from triage.progress import Progress, Step, no_progress
@@ -120,17 +119,17 @@ def _send_run(source: Store, dest: Store, run_id: str, manifest: dict, result: S
               meter: _Meter) -> bool:
     """One run, objects first and manifest last; True when the destination's catalog needs its
     row (it arrived, or its notes changed)."""
-    refs = manifest_refs(manifest)
-    if dest.manifest_bytes(run_id) is not None and all(map(dest.has_object, refs)):
+    parts = run_parts(run_id, manifest)
+    if dest.manifest_bytes(run_id) is not None and all(dest.files.exists(p.key) for p in parts):
         result.runs_present.append(run_id)
-        result.objects_skipped += len(refs)
+        result.objects_skipped += len(parts)
         return dest.merge_annotations(run_id, source.read_annotations(run_id))
-    for sha, (what, _size) in sorted(refs.items()):
-        if dest.has_object(sha):
-            _check_landed(dest, sha, what, run_id)
+    for part in sorted(parts, key=lambda p: p.key):
+        if dest.files.exists(part.key):
+            _check_landed(dest, part, run_id)
             result.objects_skipped += 1
         else:
-            result.bytes_sent += _copy(source, dest, sha, what, run_id, meter)
+            result.bytes_sent += _copy(source, dest, part, run_id, meter)
             result.objects_sent += 1
     dest.merge_annotations(run_id, source.read_annotations(run_id))
     if dest.write_manifest(manifest) != run_id:  # the same document: the same identity
@@ -139,11 +138,12 @@ def _send_run(source: Store, dest: Store, run_id: str, manifest: dict, result: S
     return True
 
 
-def _copy(source: Store, dest: Store, sha: str, what: str, run_id: str, meter: _Meter) -> int:
-    """Stream one object across, hashing it as it goes; published only if it is what its name
+def _copy(source: Store, dest: Store, part: Part, run_id: str, meter: _Meter) -> int:
+    """Stream one file across, hashing it as it goes; published only if it is what its name
     says. Returns its size."""
+    what, sha = part.what, part.sha256
     try:
-        with source.open_object(sha) as stream:
+        with source.open_file(part.key) as stream:
             staged = dest.stage_stream(_Metered(stream, meter))
     except FileNotFoundError:
         raise CorruptObject(f"the {what} of run {run_id[:12]} (object {sha[:12]}) is missing "
@@ -156,13 +156,14 @@ def _copy(source: Store, dest: Store, sha: str, what: str, run_id: str, meter: _
         raise CorruptObject(f"the {what} of run {run_id[:12]} (object {sha[:12]}) in store "
                             f"{source.where} does not match its hash, so it was not sent; "
                             f"`triage verify --store {source.where}` lists what is damaged")
-    dest.publish(staged)
+    dest.publish(staged, part.key)
     return staged.bytes
 
 
-def _check_landed(dest: Store, sha: str, what: str, run_id: str) -> None:
-    """An object the destination has, re-hashed there before a manifest names it."""
-    with dest.open_object(sha) as stream:
+def _check_landed(dest: Store, part: Part, run_id: str) -> None:
+    """A file the destination has, re-hashed there before a manifest names it."""
+    what, sha = part.what, part.sha256
+    with dest.open_file(part.key) as stream:
         digest, _size = hash_stream(stream)
     if digest != sha:
         raise CorruptObject(f"object {sha[:12]} ({what} of run {run_id[:12]}) in store "

@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from triage.archive.store import Store
+from triage.archive.store import Staged, Store
 from triage.errors import StoreError
 from triage.schemas.tables import arrow_schema, check_columns
 
@@ -125,6 +125,13 @@ class TableSet:
         self.store = store
         self.writers: dict[str, TableWriter] = {}
         self._temps: list[Path] = []
+        self._sealed: dict[str, Staged] = {}
+
+    def __enter__(self) -> TableSet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.discard()
 
     def writer(self, name: str) -> TableWriter:
         if name not in self.writers:
@@ -147,13 +154,21 @@ class TableSet:
         """What the temp files hold now (what the run needed when the disk filled up)."""
         return sum(temp.stat().st_size for temp in self._temps if temp.exists())
 
-    def finish(self) -> dict[str, dict]:
-        """Close every table and move it into the store; return {name: {sha256, rows, bytes}}."""
+    def seal(self) -> dict[str, dict]:
+        """Close every table and hash it; {name: {sha256, rows, bytes}} for the manifest. Still
+        nothing is visible: the tables' keys name the run, whose id the manifest gives."""
         names = sorted(self.writers)
         rows = [self.writers[name].close() for name in names]
-        adopted = [self._adopted(n) for n in names]
-        return {name: {"sha256": sha, "rows": count, "bytes": size}
-                for name, count, (sha, size) in zip(names, rows, adopted, strict=True)}
+        self._sealed = {name: self._staged(name) for name in names}
+        return {name: {"sha256": staged.sha256, "rows": count, "bytes": staged.bytes}
+                for name, count, staged in zip(names, rows, self._sealed.values(), strict=True)}
+
+    def publish(self, run_id: str) -> None:
+        """Move the sealed tables into the store under the run's id (tables/<name>/run_id=<id>)."""
+        for name, staged in self._sealed.items():
+            if not staged.temp.exists():
+                raise self._removed(name)
+            self.store.publish(staged, self.store.table_key(run_id, name, staged.sha256))
 
     def _written(self, name: str) -> Path:
         """A closed table's temp file, which `triage gc --grace 0` may have removed meanwhile
@@ -163,9 +178,9 @@ class TableSet:
             raise self._removed(name)
         return path
 
-    def _adopted(self, name: str) -> tuple[str, int]:
+    def _staged(self, name: str) -> Staged:
         try:
-            return self.store.adopt_temp(self._written(name))
+            return self.store.stage_temp(self._written(name))
         except FileNotFoundError:  # removed between the check and the hashing
             raise self._removed(name) from None
 
@@ -195,10 +210,9 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return table.select(schema.names)
 
 
-def read_table(store: Store, ref: dict | None, columns: list[str] | None = None) -> pa.Table | None:
-    """Read one stored table by its manifest entry, or None when the run has no such table."""
-    if not ref:
-        return None
+def read_table(store: Store, run_id: str, name: str, sha256: str,
+               columns: list[str] | None = None) -> pa.Table:
+    """Read one stored table of a run."""
     # ParquetFile, not pq.read_table: that one imports pyarrow.dataset and pyarrow.compute
     # (about 60 ms on every command) to read a single file.
-    return pq.ParquetFile(store.local_object(ref["sha256"])).read(columns=columns)
+    return pq.ParquetFile(store.local_table(run_id, name, sha256)).read(columns=columns)
