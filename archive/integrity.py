@@ -92,13 +92,19 @@ def _shown(finding: Finding) -> dict:
 # -- references ----------------------------------------------------------------------------------
 
 
-def _load_manifest(store: Store, run_id: str) -> tuple[bytes, dict]:
-    """The bytes and parsed document of a manifest; ValueError/KeyError when unreadable."""
+def _read_manifest(store: Store, run_id: str) -> tuple[bytes, dict]:
+    """The bytes and parsed document of a manifest; ValueError when it is not one."""
     data = store.files.read(store.run_key(run_id))
     manifest = validate.load_json(data)
     if not isinstance(manifest, dict):
         raise ValueError("not a JSON object")
-    run_parts(run_id, manifest)  # raises on a malformed reference list
+    return data, manifest
+
+
+def _load_manifest(store: Store, run_id: str) -> tuple[bytes, dict]:
+    """`_read_manifest`, also refusing a malformed reference list (ValueError/KeyError...)."""
+    data, manifest = _read_manifest(store, run_id)
+    run_parts(run_id, manifest)
     return data, manifest
 
 
@@ -167,7 +173,7 @@ def _check_run(store: Store, run_id: str, report: VerifyReport, hashed: dict) ->
     report.runs += 1
     where = f"runs/{run_id}.json"
     try:
-        data, manifest = _load_manifest(store, run_id)
+        data, manifest = _read_manifest(store, run_id)
     except FileNotFoundError:
         report.findings.append(Finding("missing", where, "manifest vanished", run_id))
         return
@@ -183,7 +189,14 @@ def _check_run(store: Store, run_id: str, report: VerifyReport, hashed: dict) ->
                                        "not to the run id", run_id))
     else:
         _check_schema(manifest, where, run_id, report)
-    for part in run_parts(run_id, manifest):
+    try:
+        parts = run_parts(run_id, manifest)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        if not any(f.path == where for f in report.findings):  # else said already
+            report.findings.append(Finding("corrupt", where, f"unreadable manifest ({exc})",
+                                           run_id))
+        return
+    for part in parts:
         if part.key not in hashed:
             hashed[part.key] = _check_part(store, part, run_id, report)
 

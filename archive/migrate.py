@@ -43,9 +43,9 @@ def migrate(store: Store) -> Migration:
     found = store.format_version()
     if found == STORE_VERSION and not store.migrating():
         return Migration(found, 0, 0, nothing=True)
+    found = store.marker().get("migrating_from", found)  # a killed migration's first format
     with lease.held(store, "migrate"):
-        _write(store, STORE_MARKER, migrating_marker_bytes(
-            store.marker().get("migrating_from", found)))
+        _write(store, STORE_MARKER, migrating_marker_bytes(found))
         tried = {old: _migrate_run(store, old) for old in store.run_ids()}
         moved = {old: new for old, new in tried.items() if new is not None}
         renamed = {**store.aliases(), **moved}

@@ -274,7 +274,9 @@ class Store:
         store = cls(files)
         if files.remote:
             store._check_bucket()
-        if files.exists(STORE_MARKER):
+        # Listed after the marker was looked for, a store being created by another writer
+        # (its marker, then its leases) may show up whole: it is a store, not a stranger's.
+        if files.exists(STORE_MARKER) or STORE_MARKER in (names := files.names("")):
             doc = store._check_marker()
             if not upgrade and (doc.get("version", 0) < STORE_VERSION or "migrating_from" in doc):
                 how = (f"is being migrated to format {STORE_VERSION}; run `triage migrate` to "
@@ -289,7 +291,7 @@ class Store:
             raise StoreError(f"store path {store.where} is a file, not a directory; give a store "
                              "directory with --store or $TRIAGE_STORE")
         # A crash while creating the store leaves at most a temp marker: still "empty".
-        if any(not n.startswith(atomic.TMP_PREFIX) for n in files.names("")):
+        if any(not n.startswith(atomic.TMP_PREFIX) for n in names):
             raise StoreError(f"{store.where} is not a triage store (no {STORE_MARKER}); "
                              "pass an empty or new directory with --store")
         if not create:
@@ -373,11 +375,8 @@ class Store:
         return f"{TABLES_DIR}/{name}/run_id={run_id}/{sha256}.parquet"
 
     def object_path(self, sha256: str) -> Path:
-        """An object's file in a local store (see `local_object` for any store)."""
+        """An object's file in a local store (tests and tools that damage one on purpose)."""
         return self.root / self.object_key(sha256)
-
-    def has_object(self, sha256: str) -> bool:
-        return self.files.exists(self.object_key(sha256))
 
     def size_of(self, key: str) -> int | None:
         """A file's size; None when it is missing."""
@@ -388,10 +387,6 @@ class Store:
         """A run's file (an object, a table) opened for reading (random access), streamed as it
         is: not checked against its hash (`verify`, `export` hash what they read)."""
         return self.files.open(key)
-
-    def local_object(self, sha256: str) -> Path:
-        """A local file holding an object, for readers that want a path."""
-        return self.local_copy(self.object_key(sha256), sha256)
 
     def local_table(self, run_id: str, name: str, sha256: str) -> Path:
         """A local file holding a run's table, for readers that want a path (Parquet, DuckDB)."""

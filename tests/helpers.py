@@ -69,3 +69,30 @@ def checked_schema(name: str) -> dict:
     schema = json.loads(resources.files("triage.schemas").joinpath(name).read_text("utf-8"))
     jsonschema.Draft202012Validator.check_schema(schema)
     return schema
+
+
+def table_file(root: Path, run_id: str, name: str) -> Path:
+    """A run's stored table in a local store (tables/<name>/run_id=<id>/<sha>.parquet)."""
+    from triage.archive.store import Store
+
+    store = Store.open(root)
+    sha = store.read_manifest(run_id)["tables"][name]["sha256"]
+    return root / store.table_key(run_id, name, sha)
+
+
+def derive_run(store, seed: str, manifest: dict) -> str:
+    """Write `manifest`, changed from run `seed`'s so that it is a run of its own (a new id),
+    with copies of seed's tables under the new id, as an archive of it would have laid them
+    out; its id."""
+    import shutil
+
+    from triage.archive.store import manifest_file
+
+    run_id, _data = manifest_file(manifest)
+    for name, ref in manifest["tables"].items():
+        target = store.root / store.table_key(run_id, name, ref["sha256"])
+        if target.exists():  # written by the caller: a table of its own
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(store.root / store.table_key(seed, name, ref["sha256"]), target)
+    return store.write_manifest(manifest)

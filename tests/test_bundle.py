@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import corpus_file
+from helpers import corpus_file, table_file
 from triage.archive import bundle
 from triage.archive.store import canonical_json, manifest_file, manifest_id
 
@@ -122,9 +122,7 @@ def test_zstd_missing_is_a_clear_error(triage, exported, tmp_path, monkeypatch):
 
 
 def test_export_refuses_a_damaged_object(triage, exported, tmp_path):
-    manifest = triage.json("show", exported["ids"][0])
-    path = exported["source"] / "objects" / manifest["tables"]["kernels"]["sha256"][:2] / \
-        manifest["tables"]["kernels"]["sha256"][2:]
+    path = table_file(exported["source"], exported["ids"][0], "kernels")
     os.chmod(path, 0o644)
     path.write_bytes(path.read_bytes()[:-1] + b"\0")
     out = tmp_path / "damaged.tar"
@@ -463,17 +461,17 @@ def test_runs_added_counts_only_what_this_import_added(triage, exported, tmp_pat
     """Another import of the same bundle finishes while this one publishes its objects: each
     run is added once, by the other one."""
     store = use_store(monkeypatch, tmp_path / "colleague")
-    adopt_temp, others = bundle.Store.adopt_temp, []
+    publish, others = bundle.Store.publish, []
 
-    def import_meanwhile(self, temp):
+    def import_meanwhile(self, staged, key=None):
         if not others:
             others.append(subprocess.run(
                 [sys.executable, "-m", "triage", "import", str(exported["path"]), "--json"],
                 env={**os.environ, "TRIAGE_STORE": str(store)}, check=True,
                 capture_output=True, text=True))
-        return adopt_temp(self, temp)
+        return publish(self, staged, key)
 
-    monkeypatch.setattr(bundle.Store, "adopt_temp", import_meanwhile)
+    monkeypatch.setattr(bundle.Store, "publish", import_meanwhile)
     result = triage.json("import", exported["path"])
     assert json.loads(others[0].stdout)["runs_added"] == exported["ids"]
     assert result["runs_added"] == [] and result["runs_present"] == exported["ids"]

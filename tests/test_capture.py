@@ -35,7 +35,7 @@ def head(work) -> str:
                           text=True, check=True).stdout.strip()
 
 
-def test_ncu_capture_without_gpu_is_recorded_and_fails(triage, workdir):
+def test_ncu_capture_without_gpu_is_recorded_and_fails(triage, workdir, store_dir):
     require_tool("ncu")
     argv = ["ncu", "--set", "full", "-o", "prof", sys.executable, "app.py"]
     result = triage("capture", "--", *argv, expect=1)
@@ -49,6 +49,10 @@ def test_ncu_capture_without_gpu_is_recorded_and_fails(triage, workdir):
     assert capture["cwd"] == str(workdir)
     assert capture["git"]["commit"] == head(workdir) and capture["git"]["dirty"] is False
     assert capture["ncu_lists"]["sections"]["count"] >= 15
+    listing = capture["ncu_lists"]["sections"]["blob"]  # the output itself, which gc keeps
+    triage("gc", "--grace", "0")
+    assert (store_dir / "objects" / listing[:2] / listing[2:]).is_file()
+    assert triage.json("verify")["ok"]
     assert shown["settings"]["section_set"] == "full"
     assert shown["settings_source"]["section_set"] == "command"
     assert shown["settings_source"]["clock_control"] == "default"

@@ -133,7 +133,10 @@ def test_gate_fails_beyond_noise_and_passes_a_wide_gate(triage, captured):
 def test_one_run_per_side_measures_launches(triage, captured):
     """One run each: the samples are the 40 launches; a single-launch range (epoch) is unknown
     and says how many samples a verdict needs; the gate judges it by the percentage alone."""
-    diff = diff_json(triage, captured, "base/1", "slow/1", "--max-slowdown", "50")
+    gated = triage("diff", "base/1", "slow/1", "--json", "--max-slowdown", "50", "--store",
+                   captured, expect=None)  # exit 4 when a stretched epoch failed the gate
+    diff = json.loads(gated.stdout)
+    assert gated.exit_code == (4 if not diff["gate"]["passed"] else 0)
     found = ranges(diff)
     forward, epoch = found["forward"]["noise"], found["epoch"]["noise"]
     assert forward["samples"] == "launches" and forward["a"]["n"] == STEPS

@@ -25,7 +25,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from helpers import checked_schema
+from helpers import checked_schema, derive_run
 from test_report import MEASURE_LAYOUT, assert_self_contained, chromium
 from triage.archive import catalog
 from triage.archive.runs import resolve
@@ -112,7 +112,7 @@ def fake(series: dict, tmp_path: Path, changes: dict) -> Path:
         old = resolve(store, label)
         manifest = store.read_manifest(old)
         change(manifest)
-        new = store.write_manifest(manifest)
+        new = derive_run(store, old, manifest)
         annotations = store.annotate(new, store.read_annotations(old)["archived"], None)
         catalog.add_rows(store, [catalog.catalog_row(store, new, manifest, annotations)])
         store.set_label(label, new)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from helpers import corpus_file
+from helpers import corpus_file, table_file
 from triage.archive import integrity
 from triage.archive.files import StoreFiles
 from triage.archive.store import Store
@@ -23,6 +23,10 @@ def archived(triage, name: str = SMALL) -> tuple[Store, str, dict]:
     run = triage.json("archive", corpus_file(name))[0]
     store = Store.open(os.environ["TRIAGE_STORE"])
     return store, run["id"], store.read_manifest(run["id"])
+
+
+def has(store: Store, sha: str) -> bool:
+    return store.files.exists(store.object_key(sha))
 
 
 def make_old(path, seconds: float = 7200) -> None:
@@ -47,8 +51,7 @@ def test_a_fresh_store_verifies_clean(triage):
 
 def test_a_missing_table_is_an_error_with_exit_1(triage):
     store, run_id, manifest = archived(triage)
-    sha = manifest["tables"]["metrics"]["sha256"]
-    store.object_path(sha).unlink()
+    table_file(store.root, run_id, "metrics").unlink()
     result = triage("verify", "--json", expect=1)
     found = json.loads(result.stdout)["errors"]
     assert [(f["kind"], f["run"]) for f in found] == [("missing", run_id)]
@@ -96,7 +99,8 @@ def test_a_manifest_that_does_not_hash_to_its_id_is_corrupt(triage):
 def stored_files(store: Store, run_id: str, manifest: dict) -> list:
     """Every object, table and the manifest of a run."""
     paths = [store.object_path(r["sha256"]) for r in manifest["reports"]]
-    paths += [store.object_path(t["sha256"]) for t in manifest["tables"].values()]
+    paths += [store.root / store.table_key(run_id, name, t["sha256"])
+              for name, t in manifest["tables"].items()]
     return paths + [store.run_path(run_id)]
 
 
@@ -145,12 +149,12 @@ def test_gc_removes_only_old_unreferenced_files(triage):
     assert sorted(i["path"] for i in dry["removed"]) == sorted(
         [f"objects/{old[:2]}/{old[2:]}", "objects/.tmp-stale"])
     assert dry["bytes"] == len(b"old orphan") + 100 and dry["kept_recent"] == 1
-    assert store.has_object(old) and temp.exists()
+    assert has(store, old) and temp.exists()
     done = triage.json("gc", "--grace", "30m")
-    assert done["files"] == 2 and not store.has_object(old) and not temp.exists()
-    assert store.has_object(fresh)
+    assert done["files"] == 2 and not has(store, old) and not temp.exists()
+    assert has(store, fresh)
     triage.json("gc", "--grace", "0")
-    assert not store.has_object(fresh)
+    assert not has(store, fresh)
     report = triage.json("verify")
     assert report["ok"] and report["leftovers"] == [] and report["runs"] == 1
     assert triage.json("show", "keep")["id"] == run_id
@@ -172,7 +176,8 @@ def test_gc_refuses_when_a_manifest_is_unreadable(triage):
     path.write_bytes(b"{not json")
     result = triage("gc", "--grace", "0", expect=1)
     assert "gc cannot tell what it references" in result.stderr
-    assert store.has_object(manifest["tables"]["kernels"]["sha256"])
+    assert (store.root / store.table_key(run_id, "kernels",
+                                         manifest["tables"]["kernels"]["sha256"])).is_file()
 
 
 def test_gc_puts_back_an_object_an_archive_republished_meanwhile(triage, monkeypatch):
@@ -191,23 +196,24 @@ def test_gc_puts_back_an_object_an_archive_republished_meanwhile(triage, monkeyp
 
     monkeypatch.setattr(StoreFiles, "move", racing_move)
     report = integrity.gc(store, grace_seconds=60)
-    assert report.restored == 1 and report.removed == [] and store.has_object(sha)
+    assert report.restored == 1 and report.removed == [] and has(store, sha)
 
 
 def test_gc_puts_back_an_object_a_new_manifest_references(triage, monkeypatch):
     store, run_id, manifest = archived(triage)
     sha = orphan_object(store, b"table of a run being written")
-    real = integrity.referenced_objects
+    real = integrity.referenced_keys
     calls = []
 
     def with_new_run(st, run_ids):
         calls.append(1)
         refs = real(st, run_ids)
-        return refs | {sha} if len(calls) == 2 else refs  # the manifest landed after the scan
+        landed = {store.object_key(sha)}  # the manifest landed after the scan
+        return refs | landed if len(calls) == 2 else refs
 
-    monkeypatch.setattr(integrity, "referenced_objects", with_new_run)
+    monkeypatch.setattr(integrity, "referenced_keys", with_new_run)
     report = integrity.gc(store, grace_seconds=60)
-    assert report.restored == 1 and store.has_object(sha)
+    assert report.restored == 1 and has(store, sha)
 
 
 @pytest.mark.parametrize("text,seconds", [("0", 0), ("90", 90), ("90s", 90), ("30m", 1800),
@@ -289,8 +295,7 @@ def test_archiving_again_rewrites_a_lost_table_and_repair_mends_a_flipped_bit(tr
     """verify's advice works: a run whose table is gone is repaired by archiving its report
     again (a stat per object finds it); a same-size flipped bit needs `archive --repair`."""
     store, run_id, manifest = archived(triage)
-    metrics = store.object_path(manifest["tables"]["metrics"]["sha256"])
-    metrics.unlink()
+    table_file(store.root, run_id, "metrics").unlink()
     result = triage("verify", expect=1)
     assert "archive --repair" in result.stderr
     again = triage.json("archive", corpus_file(SMALL))[0]
@@ -314,7 +319,9 @@ def test_archiving_an_sqlite_export_again_rewrites_its_missing_objects(triage):
     first = triage.json("archive", sqlite)[0]
     store = Store.open(os.environ["TRIAGE_STORE"])
     manifest = store.read_manifest(first["id"])
-    for ref in [*manifest["tables"].values(), *manifest["reports"]]:
+    for name in manifest["tables"]:
+        table_file(store.root, first["id"], name).unlink()
+    for ref in manifest["reports"]:
         store.object_path(ref["sha256"]).unlink()
     again = triage.json("archive", sqlite)[0]
     assert (again["id"], again["repaired"]) == (first["id"], True)

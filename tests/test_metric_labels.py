@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 
-from helpers import corpus_file
-from triage.archive.store import Store
+from helpers import corpus_file, table_file
 
 GEMM = ("LakshyaSingh354__CudaCode__gemm_naive.ncu-rep",  # lakshya-gemm: before, after
         "LakshyaSingh354__CudaCode__gemm_global_mem_coalesce.ncu-rep")
@@ -106,8 +105,7 @@ def test_a_section_collected_on_one_side_only_is_one_line(triage, tmp_path):
 def drop_labels(triage, store_dir, run: str) -> None:
     """Rewrite a run's sections object as tables version 1 wrote it: the same rows without
     metric_label (derived from the real table, as no corpus run predates the column)."""
-    sha = triage.json("show", run)["tables"]["sections"]["sha256"]
-    path = Store.open(store_dir).object_path(sha)
+    path = table_file(store_dir, triage.json("show", run)["id"], "sections")
     table = pq.read_table(path).drop_columns(["metric_label"])
     mode = path.stat().st_mode
     path.chmod(0o644)
@@ -123,8 +121,9 @@ def test_runs_archived_before_labels_diff_by_raw_name(triage, store_dir):
         ("dram__bytes.sum.per_second", "Memory Throughput")]
     assert metric_lines(triage("diff", a, b).stdout, "Memory Throughput")
 
-    a, b = archived(triage, *GEMM)  # the two runs share one sections object
+    a, b = archived(triage, *GEMM)  # neither run has labels
     drop_labels(triage, store_dir, a)
+    drop_labels(triage, store_dir, b)
     duration = next(m for m in section_json(triage.json("diff", a, b), "SpeedOfLight")["metrics"]
                     if m["name"] == DURATION)
     assert duration["label"] is None

@@ -1,8 +1,9 @@
-"""Store format 2 and `triage migrate` (issue 17, item 4).
+"""Store format 3 and `triage migrate` (issue 17, items 3 and 4).
 
-A format 1 store is made by code from real corpus runs, by the format 1 rules of docs/store.md:
-a manifest is version 1 with no seal, named by the sha256 of its bytes; keys, labels and
-annotations name runs by those ids; the marker says version 1."""
+Format 1 and 2 stores are made by code from real corpus runs, by the rules of docs/store.md:
+in both, a run's tables are objects (objects/<sha[:2]>/<sha[2:]>); in format 1 a manifest is
+version 1 with no seal, named by the sha256 of its bytes, and keys, labels and annotations name
+runs by those ids."""
 
 from __future__ import annotations
 
@@ -22,12 +23,26 @@ REPORTS = ["LakshyaSingh354__CudaCode__report.ncu-rep",
            "0x822a5b87__test-cuda__report1.sqlite"]
 
 
-def format_1_store(triage, root) -> dict[str, str]:
-    """A format 1 store of the REPORTS (label `base` on the first); {report name: old id}."""
+def format_2_store(triage, root) -> dict[str, str]:
+    """A format 2 store of the REPORTS (label `base` on the first): its tables moved from
+    tables/ into objects/; {report name: run id}."""
     ids = {name: triage.json("--store", root, "archive", corpus_file(name))[0]["id"]
            for name in REPORTS}
     triage("--store", root, "label", "base", ids[REPORTS[0]])
-    store = Store.open(root)
+    for table in sorted((root / "tables").rglob("*.parquet")):
+        sha = table.name.removesuffix(".parquet")
+        target = root / "objects" / sha[:2] / sha[2:]
+        target.parent.mkdir(exist_ok=True)
+        os.replace(table, target)
+    shutil.rmtree(root / "tables")
+    (root / STORE_MARKER).write_bytes(canonical_json({"format": "triage-store", "version": 2}))
+    return ids
+
+
+def format_1_store(triage, root) -> dict[str, str]:
+    """A format 1 store of the REPORTS (label `base` on the first); {report name: old id}."""
+    ids = format_2_store(triage, root)
+    store = Store.open(root, upgrade=True)
     old_of = {}
     for run_id in store.run_ids():
         doc = json.loads(store.run_path(run_id).read_bytes())
@@ -53,20 +68,37 @@ def files(root) -> dict[str, bytes]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def check_migrated(triage, root, old: dict[str, str]) -> None:
-    """Every run reachable by its old id (full and 12-digit prefix), labels kept, verify clean,
-    and archiving a report again finds its run."""
+def check_migrated(triage, root, old: dict[str, str], renamed: bool = True) -> None:
+    """Every run reachable by its old id (full and 12-digit prefix), labels kept, verify clean
+    with nothing left over, every table under tables/ and no object that is only a table, and
+    archiving a report again finds its run."""
     new = {name: triage.json("--store", root, "show", old_id)["id"] for name, old_id in old.items()}
-    assert set(new.values()).isdisjoint(old.values())
+    assert set(new.values()).isdisjoint(old.values()) == renamed
     assert sorted(r["id"] for r in triage.json("--store", root, "ls")) == sorted(new.values())
     for name, old_id in old.items():
         assert triage.json("--store", root, "show", old_id[:12])["id"] == new[name]
     assert triage.json("--store", root, "show", "base")["id"] == new[REPORTS[0]]
     a, b = old[REPORTS[0]], old[REPORTS[1]]
     assert triage("--store", root, "diff", a, b).exit_code == 0
-    assert triage.json("--store", root, "verify")["ok"]
+    checked = triage.json("--store", root, "verify")
+    assert checked["ok"] and checked["leftovers"] == [], checked
+    tabled = {p.name.removesuffix(".parquet") for p in (root / "tables").rglob("*.parquet")}
+    reports = {r["sha256"] for run in new.values()
+               for r in triage.json("--store", root, "show", run)["reports"]}
+    objects = {p.parent.name + p.name for p in (root / "objects").glob("*/*")}
+    assert objects == reports and tabled and not tabled & objects  # tables moved, none lost
     again = triage.json("--store", root, "archive", corpus_file(REPORTS[2]))[0]
     assert (again["id"], again["new"]) == (new[REPORTS[2]], False)
+
+
+def test_migrate_moves_a_format_2_stores_tables_keeping_its_ids(triage, tmp_path):
+    root = tmp_path / "store"
+    ids = format_2_store(triage, root)
+    refused = triage("--store", root, "ls", expect=1).stderr
+    assert "has format version 2; run `triage migrate` once to upgrade it to 3" in refused
+    assert "0 run(s) got new ids" in triage("--store", root, "migrate").stdout
+    assert sorted(r["id"] for r in triage.json("--store", root, "ls")) == sorted(ids.values())
+    check_migrated(triage, root, ids, renamed=False)
 
 
 def test_migrate_keeps_every_run_reachable(triage, tmp_path):
@@ -92,7 +124,7 @@ class Killed(BaseException):
 # (step, which call of it dies): the first marker write, midway through the runs, between keys
 # and labels, and with everything done but the catalog and the final marker
 KILLS = [("_write", 1), ("_migrate_run", 1), ("_migrate_run", 3), ("_write", 3), ("_repoint", 2),
-         ("_rebuild_catalog", 1)]
+         ("_copied", 5), ("_rebuild_catalog", 1)]
 
 
 @pytest.mark.parametrize(("step", "calls"), KILLS)
@@ -114,7 +146,7 @@ def test_a_migration_killed_midway_finishes_on_rerun(triage, tmp_path, monkeypat
         triage("--store", root, "migrate")
     monkeypatch.setattr(migration, step, real)
     marker = json.loads((root / STORE_MARKER).read_bytes())
-    if marker.get("version") == 2 and "migrating_from" not in marker:
+    if marker.get("version") == 3 and "migrating_from" not in marker:
         pytest.fail("a killed migration left a store marked as done")
     stopped = triage("--store", root, "ls", expect=1).stderr
     assert "run `triage migrate`" in stopped, stopped
@@ -125,8 +157,8 @@ def test_a_migration_killed_midway_finishes_on_rerun(triage, tmp_path, monkeypat
 def test_a_newer_format_is_refused_in_one_line(triage, tmp_path):
     root = tmp_path / "store"
     triage("--store", root, "archive", corpus_file(REPORTS[0]))
-    (root / STORE_MARKER).write_bytes(canonical_json({"format": "triage-store", "version": 3}))
+    (root / STORE_MARKER).write_bytes(canonical_json({"format": "triage-store", "version": 4}))
     for command in (["ls"], ["migrate"], ["archive", corpus_file(REPORTS[1])]):
         refused = triage("--store", root, *command, expect=1).stderr
         assert refused.count("\n") == 1, refused
-        assert "format version 3, newer than this triage (2); upgrade triage" in refused
+        assert "format version 4, newer than this triage (3); upgrade triage" in refused

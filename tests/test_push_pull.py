@@ -15,8 +15,7 @@ import pytest
 
 from tests.helpers import corpus_file
 from tests.test_progress import on_terminal
-from triage.archive.integrity import manifest_refs
-from triage.archive.store import STORE_MARKER, Store, canonical_json
+from triage.archive.store import STORE_MARKER, Store, canonical_json, run_parts
 
 SMALL = "LakshyaSingh354__CudaCode__report.ncu-rep"
 OTHER = "Lashi0812__CudaProgramming__simpleSOA.ncu-rep"
@@ -104,10 +103,10 @@ def test_a_second_push_sends_nothing(triage, local):
     root, team = local["root"], local["team"]
     first = triage.json("--store", root, "push")
     assert sorted(first["runs_sent"]) == sorted(local["ids"]) and first["runs_present"] == []
-    refs = {sha for run_id in local["ids"]
-            for sha in manifest_refs(Store.open(root).read_manifest(run_id))}
+    refs = {part.key for run_id in local["ids"]
+            for part in run_parts(run_id, Store.open(root).read_manifest(run_id))}
     assert first["objects_sent"] == len(refs) and first["objects_skipped"] == 0
-    assert first["bytes_sent"] == sum(object_file(root, s).stat().st_size for s in refs)
+    assert first["bytes_sent"] == sum((root / key).stat().st_size for key in refs)
     assert first["labels"] == {"base": local["ids"][0]}
     before = files(team)
     again = triage.json("--store", root, "push", "origin")
@@ -151,8 +150,8 @@ def test_a_push_killed_midway_is_finished_by_a_rerun(triage, local):
     named pipe that nobody writes, so the kill lands once every other object arrived (watched at
     the destination), whatever the machine's speed."""
     root, team, run_id = local["root"], local["team"], local["ids"][1]
-    refs = sorted(manifest_refs(Store.open(root).read_manifest(run_id)))
-    last = object_file(root, refs[-1])  # objects go in the order of their names
+    refs = sorted(p.key for p in run_parts(run_id, Store.open(root).read_manifest(run_id)))
+    last = root / refs[-1]  # files go in the order of their keys
     kept = last.read_bytes()
     last.unlink()
     os.mkfifo(last)
@@ -160,7 +159,7 @@ def test_a_push_killed_midway_is_finished_by_a_rerun(triage, local):
     with subprocess.Popen([sys.executable, "-m", "triage", "push", "origin", run_id], env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as pusher:
         deadline = time.monotonic() + 120
-        while not all(object_file(team, s).is_file() for s in refs[:-1]):
+        while not all((team / key).is_file() for key in refs[:-1]):
             assert pusher.poll() is None, pusher.stderr.read() if pusher.stderr else ""
             assert time.monotonic() < deadline, "the push never got to its last object"
             time.sleep(0.05)

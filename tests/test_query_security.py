@@ -25,10 +25,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from helpers import corpus_file
+from helpers import corpus_file, derive_run, table_file
 from triage.archive import catalog, query
-from triage.archive.store import Store
+from triage.archive.store import Store, manifest_file
 from triage.archive.tables import BATCH_ROWS, PARQUET_OPTIONS
+from triage.hashing import hash_file
 
 GEMM = ("LakshyaSingh354__CudaCode__gemm_naive.ncu-rep",
         "LakshyaSingh354__CudaCode__gemm_global_mem_coalesce.ncu-rep")
@@ -107,7 +108,9 @@ def snapshot(*roots: Path) -> dict[str, tuple[str, int]]:
 def probe_sql(template: str, store_dir: Path, cwd: Path) -> str:
     store = Store.open(store_dir)
     tables = json.loads(catalog.read_catalog(store).column("tables")[0].as_py())
-    return template.format(table=store.object_path(tables["kernels"]), cwd=cwd, store=store_dir,
+    run_id = catalog.read_catalog(store).column("id")[0].as_py()
+    return template.format(table=store.root / store.table_key(run_id, "kernels", tables["kernels"]),
+                           cwd=cwd, store=store_dir,
                            catalog=store.root / catalog.segments(store)[0])
 
 
@@ -173,15 +176,18 @@ def test_limit_reads_a_row_group_not_the_run(store_dir: Path, runs: list[str]) -
 def derived_run(store: Store, seed: str, kernels: int) -> tuple[str, Path]:
     """A run like `seed` whose kernels table repeats the real rows `kernels` times over."""
     manifest = store.read_manifest(seed)
-    real = pq.read_table(store.object_path(manifest["tables"]["kernels"]["sha256"]))
+    real = pq.read_table(table_file(store.root, seed, "kernels"))
     big = real.take(pa.array([i % real.num_rows for i in range(kernels)]))
     big = big.set_column(big.schema.get_field_index("kernel_index"), "kernel_index",
                          pa.array(range(kernels), pa.int64()))
     temp = store.objects / "derived-kernels.parquet"
     pq.write_table(big, temp, row_group_size=BATCH_ROWS, **PARQUET_OPTIONS)
-    sha, size = store.adopt_temp(temp)
+    sha, size = hash_file(temp)
     manifest["tables"]["kernels"] = {"sha256": sha, "rows": kernels, "bytes": size}
-    run_id = store.write_manifest(manifest)
+    manifest["redact_patterns"] = [*manifest.get("redact_patterns", []), "DERIVED"]  # its own id
+    run_id = manifest_file(manifest)[0]
+    store.publish(store.stage_temp(temp), store.table_key(run_id, "kernels", sha))
+    derive_run(store, seed, manifest)
     annotations = store.annotate(run_id, "2026-01-02T00:00:00Z", None)
     catalog.add_rows(store, [catalog.catalog_row(store, run_id, manifest, annotations)])
-    return run_id, store.object_path(sha)
+    return run_id, table_file(store.root, run_id, "kernels")

@@ -27,6 +27,7 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
+from helpers import derive_run
 from triage.archive.manifest import manifest_schema
 from triage.archive.store import Store
 from triage.capture.redact import MARKER
@@ -173,10 +174,11 @@ def _faked(setup: Setup, change, copy: Path) -> str:
     repeats); the store and every report stay as they are."""
     shutil.copytree(setup.store, copy)
     store = Store.open(copy)
-    manifest = store.read_manifest(store.labels()["base/1"])
+    seed = store.labels()["base/1"]
+    manifest = store.read_manifest(seed)
     manifest["capture"]["group"] = None
     change(manifest)
-    return store.write_manifest(manifest)
+    return derive_run(store, seed, manifest)
 
 
 def test_another_profiler_version_predicts_caution(setup, tmp_path):

@@ -80,3 +80,33 @@ def test_verify_catches_a_table_swapped_in_the_manifest(triage, tmp_path):
     assert "do not match their seal" in found, found
     assert "does not match its id" in triage("--store", store, "show", run_id, expect=1).stderr
     assert Store.open(store).manifest_bytes(run_id) is None
+
+
+def table_files(store) -> set[str]:
+    return {p.relative_to(store).as_posix() for p in (store / "tables").rglob("*.parquet")}
+
+
+def test_a_writer_that_loses_the_race_removes_its_own_tables(triage, tmp_path, monkeypatch):
+    """Two nodes archive one report at once, both past the "is it there" check: the other one's
+    manifest lands while this one publishes its tables. Engines read tables/ in place, so this
+    writer's tables (the same rows in other bytes) must go, and the other's stay whole."""
+    theirs, shared = tmp_path / "theirs", tmp_path / "shared"
+    with monkeypatch.context() as patch:
+        other_writer(patch)
+        run_id = archive(triage, theirs, REPORTS[0])["id"]
+    real = tables.TableSet.publish
+
+    def meanwhile(self, publishing: str) -> None:
+        for key in [*table_files(theirs), f"runs/{run_id}.json"]:
+            (shared / key).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(theirs / key, shared / key)
+        real(self, publishing)
+
+    monkeypatch.setattr(tables.TableSet, "publish", meanwhile)
+    lost = archive(triage, shared, REPORTS[0])
+    assert (lost["id"], lost["new"]) == (run_id, False)
+    assert table_files(shared) == table_files(theirs)
+    checked = triage.json("--store", shared, "verify")
+    assert checked["ok"] and checked["leftovers"] == [], checked
+    rows = triage.json("--store", shared, "query", "select count(*) as n from kernels")
+    assert rows == [{"n": manifest(theirs, run_id)["tables"]["kernels"]["rows"]}]

@@ -35,10 +35,9 @@ def test_every_table_has_its_declared_schema(archived_store):
     for run_id in archived_store.run_ids():
         manifest = archived_store.read_manifest(run_id)
         for name, ref in manifest["tables"].items():
-            stored = pq.read_schema(archived_store.object_path(ref["sha256"]))
-            assert stored.remove_metadata() == arrow_schema(name), name
-            assert pq.read_metadata(archived_store.object_path(ref["sha256"])).num_rows == \
-                ref["rows"]
+            path = archived_store.root / archived_store.table_key(run_id, name, ref["sha256"])
+            assert pq.read_schema(path).remove_metadata() == arrow_schema(name), name
+            assert pq.read_metadata(path).num_rows == ref["rows"]
 
 
 def test_schema_rejects_a_broken_manifest(archived_store):

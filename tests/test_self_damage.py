@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from helpers import corpus_file
+from helpers import corpus_file, table_file
 from triage.archive.store import Store
 
 SMALL = "LakshyaSingh354__CudaCode__report.ncu-rep"
@@ -35,8 +35,7 @@ def test_a_run_without_its_kernel_summary_is_listed_and_named(triage, damage):
     """A kernel_summary object gone or overwritten, then the catalog segments removed (what
     `verify` advises for a bad segment): `ls` used to fail for every run."""
     store, first, second = two_runs(triage)
-    sha = store.read_manifest(first)["tables"]["kernel_summary"]["sha256"]
-    path = store.object_path(sha)
+    path = table_file(store.root, first, "kernel_summary")
     if damage == "missing":
         path.unlink()
     else:
@@ -46,7 +45,7 @@ def test_a_run_without_its_kernel_summary_is_listed_and_named(triage, damage):
         segment.unlink()
     for _again in range(2):  # the partial row is not written: named on every read until repaired
         result = triage("ls")
-        where = f"objects/{sha[:2]}/{sha[2:]}"
+        where = path.relative_to(store.root).as_posix()
         assert result.stderr == (f"triage: warning: run {first[:12]}: its kernel_summary table "
                                  f"{where} is {damage}, so it is listed without its kernel "
                                  "ranking; `triage verify` lists what is damaged\n")

@@ -54,7 +54,8 @@ def corpus_runs(tmp_path_factory):
 
 
 def stored(store: Store, run: dict, table: str) -> pa.Table:
-    return pq.ParquetFile(store.object_path(run["tables"][table]["sha256"])).read()
+    return pq.ParquetFile(store.root / store.table_key(run["id"], table,
+                                                       run["tables"][table]["sha256"])).read()
 
 
 def test_every_corpus_reports_kernel_summary_is_duckdbs(corpus_runs, tmp_path):

@@ -746,19 +746,20 @@ def gc_command(dry_run, grace, as_json, store):
 @cli.command()
 @store_option
 def migrate(store):
-    """Upgrade a store of format 1 to format 2 in one step (run ids hash what a run is, not its
-    Parquet bytes): every run gets its new id, and its old id keeps resolving (show, diff,
-    labels). Other commands refuse a format 1 store until it is migrated. Safe to run again,
+    """Upgrade a store of format 1 or 2 to format 3 in one step: from 1, run ids hash what a
+    run is, not its Parquet bytes (every run gets its new id, and its old id keeps resolving in
+    show, diff, labels); from 2, tables move to tables/<table>/run_id=<id>/ for engines to read
+    in place. Other commands refuse an older store until it is migrated. Safe to run again,
     and to rerun after a kill: it finishes what it began. Run it when no one is writing."""
     from triage.archive.migrate import migrate as migrate_store
-    from triage.archive.store import Store
+    from triage.archive.store import STORE_VERSION, Store
 
     done = migrate_store(Store.open(store, upgrade=True))
     if done.nothing:
-        click.echo("store is at format 2 already; nothing to do")
+        click.echo(f"store is at format {STORE_VERSION} already; nothing to do")
         return
-    click.echo(f"migrated store from format {done.from_version} to 2: {done.runs} run(s) "
-               f"got new ids, {done.aliases} old id(s) kept as aliases")
+    click.echo(f"migrated store from format {done.from_version} to {STORE_VERSION}: {done.runs} "
+               f"run(s) got new ids, {done.aliases} old id(s) kept as aliases")
 
 
 def _gc_text(report: dict, grace: str) -> str:

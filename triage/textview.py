@@ -10,6 +10,7 @@ import difflib
 import io
 import json
 import math
+from decimal import Decimal
 import os
 import shutil
 import sys
@@ -148,9 +149,14 @@ def fitted_table(rows: list[list], headers: list[str], width: int,
 
 
 def finite(data):
-    """The same data with NaN and infinities as null: JSON has no such numbers."""
+    """The same data with NaN and infinities as null: JSON has no such numbers. A decimal
+    (DuckDB's sum of integers is a 128-bit integer, a decimal in Arrow) is a JSON number,
+    not a string: an integer when it is whole."""
     if isinstance(data, float):
         return data if math.isfinite(data) else None
+    if isinstance(data, Decimal):
+        return int(data) if data.is_finite() and data == data.to_integral_value() \
+            else finite(float(data))
     if isinstance(data, dict):
         return {k: finite(v) for k, v in data.items()}
     if isinstance(data, (list, tuple)):

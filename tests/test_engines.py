@@ -1,0 +1,100 @@
+"""Engines read a store's tables in place, with no triage code (issue 17, item 3): Apache Spark
+on a local store, plain pyarrow datasets on an S3 one, each against `triage query`.
+
+The layout they read is docs/store.md's: tables/<table>/run_id=<id>/<sha256>.parquet."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers import corpus_file
+
+REPORTS = ["LakshyaSingh354__CudaCode__report.ncu-rep",
+           "Lashi0812__CudaProgramming__simpleSOA.ncu-rep",
+           "0x822a5b87__test-cuda__report1.sqlite"]
+# What each engine must agree on with `triage query`, per run: row counts and column sums
+FIGURES = {
+    "kernels": "count(*) AS n, sum(duration_ns) AS total, sum(grid_x * block_x) AS threads",
+    "kernel_summary": "count(*) AS n, sum(instances) AS total, sum(total_ns) AS threads",
+}
+
+
+def triage_figures(triage, table: str) -> dict[str, tuple]:
+    rows = triage.json("query", f"SELECT run_id, {FIGURES[table]} FROM {table} GROUP BY run_id")
+    return {r["run_id"]: tuple(pytest.approx(v) if isinstance(v, float) else v
+                               for v in (r["n"], r["total"], r["threads"])) for r in rows}
+
+
+def archived(triage, reports=REPORTS) -> set[str]:
+    ids = {triage.json("archive", corpus_file(name))[0]["id"] for name in reports}
+    triage("archive", corpus_file(reports[0]))  # again: no second copy of its tables
+    return ids
+
+
+# Run in a process of its own: Spark's JVM outlives `spark.stop()`, and a test must leave no
+# child behind (tests/test_workers.py counts them).
+SPARK = """
+import json, os, sys
+from pyspark.sql import SparkSession
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+spark = (SparkSession.builder.master("local[1]").appName("triage-engines")
+         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
+         # a run id of digits and one 'e' would be read as a number
+         .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+         .getOrCreate())
+out = {}
+for table, figures in json.loads(sys.argv[2]).items():
+    spark.read.parquet(os.path.join(sys.argv[1], "tables", table)).createOrReplaceTempView(table)
+    rows = spark.sql(f"SELECT run_id, {figures} FROM {table} GROUP BY run_id").collect()
+    out[table] = {r["run_id"]: [r["n"], r["total"], r["threads"]] for r in rows}
+spark.stop()
+print(json.dumps(out))
+"""
+
+
+def spark_or_skip() -> None:
+    """Skip without PyPI pyspark or Java 17; fail instead when TRIAGE_REQUIRE_TOOLS=1."""
+    import importlib.util
+    import shutil
+
+    missing = ("pyspark (pip install -e '.[test]')" if importlib.util.find_spec("pyspark") is None
+               else "java (Debian: apt-get install openjdk-17-jre-headless)"
+               if shutil.which("java") is None else None)
+    if missing:
+        if os.environ.get("TRIAGE_REQUIRE_TOOLS") == "1":
+            pytest.fail(f"TRIAGE_REQUIRE_TOOLS=1 but {missing} is missing")
+        pytest.skip(f"{missing} is missing")
+
+
+def test_spark_reads_a_local_store_as_triage_query_does(triage, store_dir):
+    ids = archived(triage)
+    spark_or_skip()
+    done = subprocess.run([sys.executable, "-c", SPARK, str(store_dir), json.dumps(FIGURES)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    for table in FIGURES:
+        found = {run: tuple(figures) for run, figures in seen[table].items()}
+        assert found == triage_figures(triage, table)
+        assert set(found) == ids
+
+
+def test_pyarrow_datasets_read_an_s3_store_as_triage_query_does(triage, s3_store, s3_server):
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    ids = archived(triage, REPORTS[:2])
+    base = s3_store.removeprefix("s3://")
+    for table in FIGURES:
+        dataset = ds.dataset(f"{base}/tables/{table}", filesystem=s3_server.client(),
+                             format="parquet", partitioning=ds.partitioning(
+                                 pa.schema([("run_id", pa.string())]), flavor="hive"))
+        rows = dataset.to_table()
+        assert set(rows.column("run_id").to_pylist()) == ids
+        expected = triage_figures(triage, table)
+        assert rows.num_rows == sum(n for n, _total, _threads in expected.values())
