@@ -14,7 +14,8 @@ here, through one `pyarrow.fs.FileSystem`: `LocalFileSystem` for a directory, `S
 
 Temp files a writer needs before it knows an object's hash (a report's copy, a table being
 encoded) are local files: beside their target in a local store, in a spool folder of the cache
-for a remote one (`spool`), uploaded by `publish`.
+for a remote one (`spool`, one folder per process: a dead writer's is removed, `clean_spool`),
+uploaded by `publish`.
 
 Credentials and endpoint come the standard AWS way: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY
 (or a profile, AWS_PROFILE), AWS_REGION, and AWS_ENDPOINT_URL for an S3-compatible server. Time-
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,6 +46,7 @@ URL_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 CONNECT_TIMEOUT = 3.0  # seconds
 REQUEST_TIMEOUT = 5.0
 ATTEMPTS = 2  # one retry: enough for a dropped connection, no storm against a dead server
+SPOOL_GRACE = 3600.0  # seconds a dead writer's spool folder is kept (`clean_spool`)
 
 
 @dataclass(frozen=True)
@@ -103,8 +106,12 @@ class StoreFiles:
         if not bucket:
             raise StoreError(f"store {url}: no bucket; give s3://bucket/prefix")
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        # allow_delayed_open: an object smaller than a part is one PutObject at close (pyarrow
+        # otherwise starts a multipart upload per write: three requests instead of one, about
+        # 3x the time of each small write); failures still surface inside `_errors`, at close.
         options: dict = {"connect_timeout": CONNECT_TIMEOUT, "request_timeout": REQUEST_TIMEOUT,
-                         "retry_strategy": fs.AwsStandardS3RetryStrategy(max_attempts=ATTEMPTS)}
+                         "retry_strategy": fs.AwsStandardS3RetryStrategy(max_attempts=ATTEMPTS),
+                         "allow_delayed_open": True}
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         if endpoint:
             address = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
@@ -123,7 +130,7 @@ class StoreFiles:
         from triage.archive.cache import cache_dir
 
         return cls(filesystem, f"{bucket}/{prefix}".rstrip("/"), where, None,
-                   cache_dir() / "spool", url)
+                   own_spool(cache_dir() / "spool"), url)
 
     @property
     def remote(self) -> bool:
@@ -310,6 +317,54 @@ def _translated(files: StoreFiles, doing: str) -> Iterator[None]:
         if files.local_root is not None or missing:
             raise
         raise files.error(exc, doing) from None
+
+
+def own_spool(root: Path) -> Path:
+    """This process's spool folder (`<host>-<pid>` under `root`), after removing what writers
+    gone from this host left there: a killed process's temp files are removed by nothing else
+    (gc cleans the store, not this machine's cache)."""
+    clean_spool(root)
+    return root / f"{socket.gethostname()}-{os.getpid()}"
+
+
+def clean_spool(root: Path, grace: float = SPOOL_GRACE) -> None:
+    """Remove the spool folders of this host's processes that are no longer alive, and temp
+    files of the older flat spool, once untouched for `grace` seconds (a folder of a pid reused
+    since waits for that process to end; another host's folders, on a shared home, for their
+    own host's writers to clean)."""
+    import shutil
+    import time
+
+    try:
+        names = os.listdir(root)
+    except OSError:  # no spool yet
+        return
+    host, now = socket.gethostname(), time.time()
+    for name in names:
+        owner, _, pid = name.rpartition("-")
+        flat = name.startswith(atomic.TMP_PREFIX)
+        if not flat and (owner != host or not pid.isdigit() or _alive(int(pid))):
+            continue
+        path = root / name
+        try:
+            if now - path.lstat().st_mtime < grace:
+                continue
+            if flat:
+                path.unlink()
+            else:
+                shutil.rmtree(path)
+        except OSError:  # removed meanwhile (another process cleaning), or not ours to remove
+            continue
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        pass
+    return True
 
 
 def remote_error(exc: BaseException, where: str, bucket: str, doing: str) -> StoreError:

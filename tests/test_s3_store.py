@@ -124,3 +124,31 @@ def test_a_server_killed_during_an_archive_leaves_no_run_and_the_rerun_completes
     done = run_cli("archive", str(corpus_file(OTHER)), "--json", env=env)
     assert done.returncode == 0, done.stderr
     assert run_cli("verify", env=env).returncode == 0
+
+
+def test_the_spool_removes_what_dead_writers_left_once_past_the_grace(tmp_path):
+    """Spool folders are per process (<host>-<pid>); a killed writer's is removed by the next
+    process that opens an S3 store, once untouched for the grace, never a live writer's."""
+    import socket
+
+    from triage.archive.files import SPOOL_GRACE, own_spool
+
+    root, host = tmp_path / "spool", socket.gethostname()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    old = time.time() - SPOOL_GRACE - 60
+    folders = {name: root / name for name in (f"{host}-{gone}", f"{host}-{os.getppid()}",
+                                              f"other-host-{gone}")}
+    for folder in folders.values():
+        folder.mkdir(parents=True)
+        (folder / ".tmp-leftover.parquet").write_bytes(b"x")
+        os.utime(folder, (old, old))
+    flat = root / ".tmp-from-an-older-version"
+    flat.write_bytes(b"x")
+    os.utime(flat, (old, old))
+    young = root / f"{host}-{gone}0"  # a dead pid, but touched within the grace
+    young.mkdir()
+    mine = own_spool(root)
+    assert mine.name == f"{host}-{os.getpid()}"
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        [f"{host}-{os.getppid()}", f"other-host-{gone}", young.name])
