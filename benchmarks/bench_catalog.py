@@ -54,7 +54,7 @@ def build_store(root: Path, runs: int, kernels: int) -> None:
 
     seed = archive_files(root, [str(SEED)])[0]
     store = Store.open(root)
-    big = _big_kernels(store, seed.manifest, kernels)
+    big, big_file = _big_kernels(store, seed.id, seed.manifest, kernels)
     template = catalog.catalog_row(store, seed.id, seed.manifest, {})
     seeded = datetime.strptime(store.read_annotations(seed.id)["archived"],
                                "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
@@ -62,17 +62,27 @@ def build_store(root: Path, runs: int, kernels: int) -> None:
     rows = []
     for index in range(runs):
         manifest = json.loads(json.dumps(seed.manifest))
-        manifest["extractor"]["clone"] = index
+        manifest["redact_patterns"] = [f"BENCH_CLONE_{index}"]  # part of its identity: its own id
         if index == runs - 1:
             manifest["tables"]["kernels"] = big
         archived = (start + timedelta(seconds=index)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         run_id = _write_run(store, manifest, {"archived": archived, "notes": []})
+        _link_tables(store, seed.id, run_id, manifest, big_file)
         rows.append(dict(template, id=run_id, archived=archived, indexed=archived,
                          tables=json.dumps({k: v["sha256"]
                                             for k, v in sorted(manifest["tables"].items())})))
     seed_row = catalog.catalog_row(store, seed.id, seed.manifest,
                                    store.read_annotations(seed.id))
     _write_catalog(store, [seed_row, *rows])
+
+
+def _link_tables(store, seed: str, run_id: str, manifest: dict, big_file: Path) -> None:
+    """The clone's tables at its own keys: hard links to the seed's files (or the big one)."""
+    for name, ref in manifest["tables"].items():
+        target = store.root / store.table_key(run_id, name, ref["sha256"])
+        target.parent.mkdir(parents=True, exist_ok=True)
+        source = store.root / store.table_key(seed, name, ref["sha256"])
+        os.link(source if source.exists() else big_file, target)
 
 
 def _write_run(store, manifest: dict, annotations: dict) -> str:
@@ -103,20 +113,21 @@ def _write_catalog(store, rows: list[dict]) -> None:
         catalog._write_segment(store, pa.Table.from_pylist([row], schema=arrow_schema("catalog")))
 
 
-def _big_kernels(store, manifest: dict, count: int) -> dict:
+def _big_kernels(store, seed: str, manifest: dict, count: int) -> tuple[dict, Path]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from triage.archive.tables import PARQUET_OPTIONS
 
-    table = pq.read_table(store.object_path(manifest["tables"]["kernels"]["sha256"]))
+    table = pq.read_table(store.root / store.table_key(seed, "kernels",
+                                                        manifest["tables"]["kernels"]["sha256"]))
     repeats = -(-count // table.num_rows)
     big = pa.concat_tables([table] * repeats).slice(0, count)
     big = big.set_column(1, "kernel_index", pa.array(range(count), type=pa.int64()))
-    path = store.objects / "bench-kernels.parquet"
-    pq.write_table(big, path, **PARQUET_OPTIONS)
-    sha, size = store.adopt_temp(path)
-    return {"sha256": sha, "rows": count, "bytes": size}
+    path = store.objects / ".tmp-bench-kernels.parquet"  # a temp file to verify, linked from
+    pq.write_table(big, path, **PARQUET_OPTIONS)         # the biggest run's key
+    sha, size = store.stage_temp(path).sha256, path.stat().st_size
+    return {"sha256": sha, "rows": count, "bytes": size}, path
 
 
 def stores(folder: Path, sizes: list[int], kernels: int) -> dict[int, Path]:
