@@ -13,7 +13,8 @@ import pytest
 
 from helpers import corpus_file
 from triage.archive import catalog
-from triage.archive.store import Store
+from triage.archive.files import StoreFiles
+from triage.archive.store import STORE_MARKER, STORE_VERSION, Store
 
 SMALL = "LakshyaSingh354__CudaCode__report.ncu-rep"
 OTHER = "Lashi0812__CudaProgramming__simpleSOA.ncu-rep"
@@ -202,3 +203,15 @@ def test_imported_files_follow_the_umask(triage, umask, tmp_path, monkeypatch):
     assert len(mutable) == 3
     assert {stat.S_IMODE(p.stat().st_mode) for p in mutable} == {0o644}
     assert stat.S_IMODE(bundle.stat().st_mode) == 0o644
+
+
+def test_a_store_created_meanwhile_is_opened_not_refused(tmp_path, monkeypatch):
+    """Writers creating one new (S3) store at once: the marker was not there when this one
+    looked, and is by the time it lists the prefix, beside the other writer's lease. That is
+    the store being born, not a stranger's folder (4 archivers on a new S3 store lost runs)."""
+    root = tmp_path / "store"
+    Store.open(root, create=True)
+    real = StoreFiles.exists
+    monkeypatch.setattr(StoreFiles, "exists",
+                        lambda files, key: key != STORE_MARKER and real(files, key))
+    assert Store.open(root, create=True).format_version() == STORE_VERSION
