@@ -31,6 +31,7 @@ import json
 import os
 import secrets
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -49,6 +50,9 @@ if TYPE_CHECKING:  # store.py takes leases for its own small writes, so it impor
 F = TypeVar("F", bound=Callable[..., Any])
 LEASE_TTL = 24 * 3600  # no archive takes a day; a writer on another host is trusted that long
 MARGIN = 60.0  # seconds: coarse or stepped file timestamps never make a writer's file "older"
+# (pid, thread, store) -> the lease that thread holds there: a write inside a held lease (an
+# archive's manifest, key, label) needs none of its own (on S3, four requests a lease)
+_HELD: dict[tuple[int, int, str], str] = {}
 
 
 @dataclass(frozen=True)
@@ -70,8 +74,16 @@ def held(store: Store, what: str) -> Iterator[str]:
     """Hold a lease while writing `what`: an archive or import from before its first object to
     after its manifest, and each small write of a mutable file (label, key, annotations,
     catalog segment), whose temp file gc must not take either. Only the process that took it
-    removes it (a forked reader worker that unwinds must not). Yields the lease's key."""
+    removes it (a forked reader worker that unwinds must not). Yields the lease's key.
+
+    A write inside a lease this thread holds on the same store is covered by it (it was taken
+    before that write's first file, and gc keeps whatever is newer than a live lease), so it
+    takes none of its own."""
     owner = os.getpid()
+    holder = (owner, threading.get_ident(), store.where)
+    if holder in _HELD:
+        yield _HELD[holder]
+        return
     key = f"leases/{owner}-{_machine_tag()}-{secrets.token_hex(8)}.json"
     doc = {"what": what, "pid": owner, "start": _start_ticks(owner), "host": socket.gethostname(),
            "created": utc_now(precise=True), **_machine()}
@@ -83,10 +95,12 @@ def held(store: Store, what: str) -> Iterator[str]:
     except OSError as exc:
         raise store.error(exc, "write") from None
     failed = True
+    _HELD[holder] = key
     try:
         yield key
         failed = False
     finally:
+        _HELD.pop(holder, None)
         if os.getpid() == owner:
             try:
                 store.files.delete(key)
