@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from triage.archive import atomic, lease
@@ -196,6 +195,8 @@ def _reconcile(table: pa.Table, files: list[str]) -> tuple[pa.Table, set[str]]:
     usually the rows name exactly the manifests, once each; otherwise only the few names and
     rows that differ are looked at one by one. (Arrow's hash kernels are quicker in a warm
     process, but a fresh one pays three times the memory in page faults.)"""
+    import pyarrow.compute as pc  # only here: appending a segment (archive) needs none
+
     names = pc.binary_join_element_wise(table.column("id"), ".json", "")
     named = names.to_pylist()
     counts = Counter(named)
@@ -225,6 +226,8 @@ def _positions(names: pa.ChunkedArray, wanted: set) -> set[int]:
     """Where the few `wanted` names are among 100,000 (a small value set is quick to hash)."""
     if not wanted:
         return set()
+    import pyarrow.compute as pc
+
     found = pc.is_in(names, value_set=pa.array(list(wanted), type=pa.string()))
     return set(pc.indices_nonzero(found).to_pylist())
 
@@ -242,6 +245,8 @@ def _without(table: pa.Table, drop: set[int]) -> pa.Table:
 
 def oldest_first(table: pa.Table) -> pa.Array:
     """The order of the rows by archive time, then id; a run of unknown archive time first."""
+    import pyarrow.compute as pc
+
     return pc.sort_indices(table, sort_keys=[("archived", "ascending", "at_start"),
                                              ("id", "ascending", "at_start")])
 
