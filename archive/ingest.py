@@ -92,7 +92,8 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
                            redact_patterns=patterns, repair=repair) for p in paths]
     for request in requests:
         check_readable(request.inputs[0].path)
-    found = [_archived_before(store_path, request) for request in requests]
+    before = _existing(store_path)  # opened once: on S3 each open is a few requests
+    found = [_archived_before(before, request) for request in requests]
     prepared: list[list[PreparedReport]] = []
     exports = ExitStack()  # the leases of nsys exports staged before the store is opened
     files = store_files(store_path)
@@ -108,7 +109,7 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
                                                               staging=_staging(store_path,
                                                                                exports))
                                                for i in request.inputs])
-        store = Store.open(store_path, create=True)
+        store = before or Store.open(store_path, create=True)
         store.check_writable()
         progress(Step("storing", len(requests), len(requests)))
         return [_finish(store, run_id, store.read_manifest(run_id), r, new=False) if run_id
@@ -159,10 +160,18 @@ def archived_run(store_path, path: str) -> str | None:
     """The whole run `triage archive PATH` made before, found by the file's hash: nothing read
     but the bytes, nothing written (a RUN that names a report, in a store that may be
     read-only); None where there is none, or no store."""
-    return _archived_before(store_path, RunRequest([ReportInput(Path(path))]))[0]
+    return _archived_before(_existing(store_path), RunRequest([ReportInput(Path(path))]))[0]
 
 
-def _archived_before(store_path, request: RunRequest) -> tuple[str | None, str | None]:
+def _existing(store_path) -> Store | None:
+    """The store, if there is one to open (else the real attempt creates it, or says why not)."""
+    try:
+        return Store.open(store_path)
+    except (OSError, TriageError):
+        return None
+
+
+def _archived_before(store: Store | None, request: RunRequest) -> tuple[str | None, str | None]:
     """(run id, sha256) of a report archived before, found by the file's hash alone.
 
     Reading a report means running `nsys export` (minutes for a large capture, and an nsys that
@@ -172,10 +181,9 @@ def _archived_before(store_path, request: RunRequest) -> tuple[str | None, str |
     """
     path = request.inputs[0].path
     try:
-        if len(request.inputs) != 1:
+        if len(request.inputs) != 1 or store is None:
             return None, None
         tool = "ncu" if detect_format(path) in ("ncu-rep", "nsight-cuprof-report") else "nsys"
-        store = Store.open(store_path)
         digest = hash_file(path)[0]
         run_id = store.lookup_key(dedup_key(tool, [digest], request))
         if run_id and (request.repair or not _intact(store, run_id, store.read_manifest(run_id))):
