@@ -508,8 +508,9 @@ def _publish(store: Store, unpacked: _Unpacked, labels: bool) -> ImportResult:
         for part in run_parts(run_id, unpacked.manifests[run_id][1]):
             keys.setdefault(part.sha256, []).append(part.key)
     for sha in sorted(keys.keys() & unpacked.objects.keys()):
-        for number, key in enumerate(sorted(set(keys[sha]))):
-            _put(store, unpacked, sha, key, number == len(set(keys[sha])) - 1, result)
+        targets = sorted(set(keys[sha]))
+        for key in targets:
+            _put(store, unpacked, sha, key, key == targets[-1], result)
     for run_id in unpacked.runs:
         added = run_id in pending and _add_run(store, run_id, unpacked)
         (result.runs_added if added else result.runs_present).append(run_id)

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from triage.archive import atomic
+from triage.archive import atomic, lease
 from triage.errors import StoreError
 
 if TYPE_CHECKING:
@@ -343,7 +343,7 @@ def clean_spool(root: Path, grace: float = SPOOL_GRACE) -> None:
     for name in names:
         owner, _, pid = name.rpartition("-")
         flat = name.startswith(atomic.TMP_PREFIX)
-        if not flat and (owner != host or not pid.isdigit() or _alive(int(pid))):
+        if not flat and (owner != host or not pid.isdigit() or lease.alive(int(pid))):
             continue
         path = root / name
         try:
@@ -355,16 +355,6 @@ def clean_spool(root: Path, grace: float = SPOOL_GRACE) -> None:
                 shutil.rmtree(path)
         except OSError:  # removed meanwhile (another process cleaning), or not ours to remove
             continue
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        pass
-    return True
 
 
 def remote_error(exc: BaseException, where: str, bucket: str, doing: str) -> StoreError:

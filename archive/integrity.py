@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 
 from triage.archive import atomic, catalog, lease, validate
 from triage.archive.files import Entry
-from triage.archive.store import (LABEL_RE, SEAL, SHA256_RE, STORE_MARKER, TABLE_NAME_RE,
+from triage.archive.store import (LABEL_RE, SEAL, SHA256_RE, STORE_MARKER, TABLE_KEY_RE,
                                   TABLES_DIR, Part, Store, canonical_json, manifest_id,
                                   marker_bytes, run_parts, seal_of)
 from triage.errors import StoreError, UsageError
@@ -33,7 +33,6 @@ from triage.progress import Progress, Step, no_progress
 from triage.hashing import hash_stream
 
 ERROR_KINDS = ("missing", "corrupt", "dangling", "unexpected")
-TABLE_FILE_RE = re.compile(r"^[0-9a-f]{64}\.parquet$")
 LEFTOVER_KINDS = ("orphan", "temp")
 GC_TRASH_PREFIX = atomic.TMP_PREFIX + "gc-"
 DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -260,11 +259,7 @@ def _scan_tables(store: Store, referenced: set[str], report: VerifyReport) -> No
     for entry in store.files.tree(TABLES_DIR):
         if entry.is_dir:
             continue
-        parts = entry.key.split("/")
-        fits = len(parts) == 4 and TABLE_NAME_RE.match(parts[1]) is not None and \
-            parts[2].startswith("run_id=") and SHA256_RE.match(parts[2][7:]) is not None and \
-            TABLE_FILE_RE.match(parts[3]) is not None
-        _classify(entry, fits, referenced, report)
+        _classify(entry, TABLE_KEY_RE.match(entry.key) is not None, referenced, report)
 
 
 def _classify(entry: Entry, fits: bool, referenced: set[str], report: VerifyReport) -> None:

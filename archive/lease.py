@@ -174,7 +174,7 @@ def _judge_by_name(key: str, mtime: float) -> Lease:
     pid, _, rest = key.rsplit("/", 1)[-1].partition("-")
     tag = rest.partition("-")[0]
     if pid.isdigit() and tag == _machine_tag() and None not in _machine().values():
-        return Lease(key, mtime, _start_ticks(int(pid)) is not None,
+        return Lease(key, mtime, alive(int(pid)),
                      f"unreadable lease of pid {pid} on this machine")
     return Lease(key, mtime, _young(mtime), "unreadable lease")
 
@@ -203,6 +203,11 @@ def _machine_tag() -> str:
     """A short name for this boot and PID namespace, in each lease's file name."""
     here = _machine()
     return hashlib.sha256(f"{here['boot']}\0{here['pidns']}".encode()).hexdigest()[:12]
+
+
+def alive(pid: int) -> bool:
+    """Whether the process `pid` of this machine runs (a zombie does not)."""
+    return _start_ticks(pid) is not None
 
 
 def _start_ticks(pid: int) -> int | None:

@@ -176,6 +176,9 @@ class Part:
 
 
 TABLE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+# Store.table_key's keys, and nothing else under tables/
+TABLE_KEY_RE = re.compile(r"^tables/[a-z][a-z0-9_]{0,63}/run_id=[0-9a-f]{64}/"
+                          r"[0-9a-f]{64}\.parquet$")
 
 
 def run_parts(run_id: str, manifest: dict) -> list[Part]:

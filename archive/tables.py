@@ -164,18 +164,14 @@ class TableSet:
                 for name, count, staged in zip(names, rows, self._sealed.values(), strict=True)}
 
     def publish(self, run_id: str) -> None:
-        """Move the sealed tables into the store under the run's id (tables/<name>/run_id=<id>):
-        renamed one by one in a local store; uploaded side by side to a remote one, where each
-        PUT waits milliseconds on the server (6 tables of an ncu run: most of its archive)."""
+        """Move the sealed tables into the store under the run's id (tables/<name>/run_id=<id>),
+        side by side: on S3 each PUT waits milliseconds on the server (the 6 tables of an ncu
+        run were most of its archive there)."""
         for name, staged in self._sealed.items():
             if not staged.temp.exists():
                 raise self._removed(name)
         keys = [self.store.table_key(run_id, name, staged.sha256)
                 for name, staged in self._sealed.items()]
-        if not self.store.files.remote:
-            for staged, key in zip(self._sealed.values(), keys, strict=True):
-                self.store.publish(staged, key)
-            return
         with ThreadPoolExecutor(max_workers=len(keys) or 1) as uploads:
             list(uploads.map(self.store.publish, self._sealed.values(), keys))
 

@@ -6,7 +6,6 @@ The layout they read is docs/store.md's: tables/<table>/run_id=<id>/<sha256>.par
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -58,17 +57,17 @@ print(json.dumps(out))
 
 
 def spark_or_skip() -> None:
-    """Skip without PyPI pyspark or Java 17; fail instead when TRIAGE_REQUIRE_TOOLS=1."""
+    """PyPI pyspark and Java 17, else a skip (a failure when TRIAGE_REQUIRE_TOOLS=1)."""
     import importlib.util
     import shutil
 
-    missing = ("pyspark (pip install -e '.[test]')" if importlib.util.find_spec("pyspark") is None
-               else "java (Debian: apt-get install openjdk-17-jre-headless)"
-               if shutil.which("java") is None else None)
-    if missing:
-        if os.environ.get("TRIAGE_REQUIRE_TOOLS") == "1":
-            pytest.fail(f"TRIAGE_REQUIRE_TOOLS=1 but {missing} is missing")
-        pytest.skip(f"{missing} is missing")
+    from nvtx_capture import ToolUnavailable, require_or_skip
+
+    if importlib.util.find_spec("pyspark") is None:
+        require_or_skip(ToolUnavailable("pyspark is not installed (pip install -e '.[test]')"))
+    if shutil.which("java") is None:
+        require_or_skip(ToolUnavailable("java is not on PATH (Debian: apt-get install "
+                                        "openjdk-17-jre-headless)"))
 
 
 def test_spark_reads_a_local_store_as_triage_query_does(triage, store_dir):
