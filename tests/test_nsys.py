@@ -117,17 +117,22 @@ def test_sqlite_export_gives_the_same_tables(triage, steps_capture, nsys_exe, tm
         assert rows[0] == rows[1] and rows[0], table
 
 
-@pytest.mark.parametrize("in_order", [True, False], ids=["slice by slice", "sorted whole"])
+@pytest.mark.parametrize("check", ["rising", "slices", "unordered"],
+                         ids=["rising start", "each slice sorted", "sorted whole"])
 def test_arrow_export_read_in_slices_gives_the_sqlite_tables(triage, steps_capture, nsys_exe,
-                                                              tmp_path, monkeypatch, in_order):
+                                                              tmp_path, monkeypatch, check):
     """An Arrow export's launch-level queries run slice by slice, each slice numbered (rowid)
-    as it is read, the last selected row carried into the next slice's order check; with
-    5-row slices that is many slices, and the tables must still be the SQLite route's bytes.
-    Rows not in the query's order take the whole-table sort instead: the same bytes again."""
+    as it is read, when the rows are in the query's order: known at once from a first key
+    that rises strictly, else from each slice sorted with the last selected row of the one
+    before; with 5-row slices that is many slices, and the tables must still be the SQLite
+    route's bytes. Rows not in the query's order take the whole-table sort instead: the same
+    bytes again."""
     from triage.capture import nsys_export
 
     monkeypatch.setattr(nsys_export, "BATCH", 5)
-    if not in_order:
+    if check != "rising":
+        monkeypatch.setattr(nsys_export.ArrowExport, "_rises", lambda *_: False)
+    if check == "unordered":
         monkeypatch.setattr(nsys_export.ArrowExport, "_in_order", lambda *_: False)
     exported = export_sqlite(steps_capture, tmp_path / "steps.sqlite", nsys=nsys_exe)
     tables = [{k: v["sha256"] for k, v in archive_one(triage, path)["tables"].items()}
