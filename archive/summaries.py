@@ -111,11 +111,13 @@ def compute_summaries(tables: TableSet, names: list[str]) -> None:
             rows = kernels.read(columns=["name", "short_name", "duration_ns"])
             tables.writer("kernel_summary").write_arrow(kernel_summary(rows))
             return
-    con = summary_connection()
     for name in names:
         sql, sources = SUMMARIES[name]
+        if not any(tables.writer(src).close() for src in sources):
+            tables.writer(name)  # every summary of no rows is no rows: no file to read back
+            continue
         views = {src: f"read_parquet({sql_string(tables.path(src))})" for src in sources}
-        tables.writer(name).write_arrow(fetch_arrow(con, sql.format(**views)))
+        tables.writer(name).write_arrow(fetch_arrow(summary_connection(), sql.format(**views)))
 
 
 

@@ -13,6 +13,7 @@ are the rows written to all tables of the run. `triage archive` runs as a subpro
 runs it (interpreter start-up included).
 
 usage: python benchmarks/bench_nsys_archive.py [--ranges N] [--repeat R] [--workdir DIR]
+                                              [--rep-only]   # legs 1 and 2 alone
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,10 +39,11 @@ def timed(command: list[str], env: dict | None = None) -> float:
     return time.perf_counter() - start
 
 
-def time_export(nsys: str, report: Path, work: Path) -> float:
-    out = work / "alone.sqlite"
+def time_export(nsys: str, report: Path, work: Path, fmt: str) -> float:
+    """Seconds for `nsys export --type FMT` alone, into a fresh file."""
+    out = work / f"alone.{fmt}"
     out.unlink(missing_ok=True)
-    return timed([nsys, "export", "--type", "sqlite", "--output", str(out), str(report)])
+    return timed([nsys, "export", "--type", fmt, "--output", str(out), str(report)])
 
 
 def time_archive(path: Path, store: Path) -> tuple[float, int]:
@@ -67,26 +70,35 @@ def prepare(work: Path, ranges: int, nsys: str) -> tuple[Path, Path]:
     return report, exported
 
 
-def run(work: Path, ranges: int, repeat: int) -> None:
+def run(work: Path, ranges: int, repeat: int, rep_only: bool = False) -> None:
     nsys = require_tool("nsys")
     report, exported = prepare(work, ranges, nsys)
-    best = {"export": [], "rep": [], "sqlite": []}
-    rows = 0
+    times: dict[str, list[float]] = {"arrow": [], "rep": [], "sqlite export": [], "sqlite": []}
+    rows, load = 0, os.getloadavg()[0]
     for _ in range(repeat):
-        best["export"].append(time_export(nsys, report, work))
-        seconds, _ = time_archive(report, work / "store-rep")
-        best["rep"].append(seconds)
-        seconds, rows = time_archive(exported, work / "store-sqlite")
-        best["sqlite"].append(seconds)
-    export, rep, sqlite = (min(best[k]) for k in ("export", "rep", "sqlite"))
+        times["arrow"].append(time_export(nsys, report, work, "arrow"))
+        seconds, rows = time_archive(report, work / "store-rep")
+        times["rep"].append(seconds)
+        if not rep_only:
+            times["sqlite export"].append(time_export(nsys, report, work, "sqlite"))
+            seconds, rows = time_archive(exported, work / "store-sqlite")
+            times["sqlite"].append(seconds)
+    low = {k: min(v) for k, v in times.items() if v}
+    mid = {k: statistics.median(v) for k, v in times.items() if v}
     print(f"nsys {nsys_version(nsys)}; capture {report.stat().st_size / 1e6:.1f} MB, "
           f"export {exported.stat().st_size / 1e6:.1f} MB; {rows:,} rows written; "
-          f"best of {repeat}")
-    print(f"  nsys export --type sqlite      {export:7.2f} s")
-    print(f"  triage archive .nsys-rep       {rep:7.2f} s   {rep / export:.2f} x export  "
-          f"(target <= 1.30 x)")
-    print(f"  triage archive .sqlite         {sqlite:7.2f} s   {rows / sqlite / 1e6:.2f} M rows/s  "
-          f"(target >= 1.00 M rows/s)")
+          f"min / median of {repeat}, interleaved; load {load:.1f}-{os.getloadavg()[0]:.1f}")
+    print(f"  nsys export --type arrow       {low['arrow']:5.2f} / {mid['arrow']:5.2f} s")
+    print(f"  triage archive .nsys-rep       {low['rep']:5.2f} / {mid['rep']:5.2f} s   "
+          f"{low['rep'] / low['arrow']:.2f} / {mid['rep'] / mid['arrow']:.2f} x arrow export  "
+          "(target <= 1.30 x)")
+    if rep_only:
+        return
+    print(f"  nsys export --type sqlite      {low['sqlite export']:5.2f} / "
+          f"{mid['sqlite export']:5.2f} s")
+    print(f"  triage archive .sqlite         {low['sqlite']:5.2f} / {mid['sqlite']:5.2f} s   "
+          f"{rows / low['sqlite'] / 1e6:.2f} / {rows / mid['sqlite'] / 1e6:.2f} M rows/s  "
+          "(target >= 1.00 M rows/s)")
 
 
 def main() -> None:
@@ -94,13 +106,15 @@ def main() -> None:
     parser.add_argument("--ranges", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--workdir", type=Path, help="keep the capture here between runs")
+    parser.add_argument("--rep-only", action="store_true",
+                        help="time the Arrow export and the .nsys-rep archive alone")
     args = parser.parse_args()
     if args.workdir:
         args.workdir.mkdir(parents=True, exist_ok=True)
-        run(args.workdir, args.ranges, args.repeat)
+        run(args.workdir, args.ranges, args.repeat, args.rep_only)
         return
     with tempfile.TemporaryDirectory(prefix="triage-bench-") as work:
-        run(Path(work), args.ranges, args.repeat)
+        run(Path(work), args.ranges, args.repeat, args.rep_only)
 
 
 if __name__ == "__main__":

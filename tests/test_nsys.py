@@ -12,6 +12,7 @@ import re
 import sqlite3
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -117,18 +118,35 @@ def test_sqlite_export_gives_the_same_tables(triage, steps_capture, nsys_exe, tm
         assert rows[0] == rows[1] and rows[0], table
 
 
-@pytest.mark.parametrize("in_order", [True, False], ids=["slice by slice", "sorted whole"])
+@pytest.mark.parametrize("check", ["rising", "slices", "unordered", "scrambled"],
+                         ids=["rising start", "each slice sorted", "sorted whole",
+                              "slice results out of order"])
 def test_arrow_export_read_in_slices_gives_the_sqlite_tables(triage, steps_capture, nsys_exe,
-                                                              tmp_path, monkeypatch, in_order):
+                                                              tmp_path, monkeypatch, check):
     """An Arrow export's launch-level queries run slice by slice, each slice numbered (rowid)
-    as it is read, the last selected row carried into the next slice's order check; with
-    5-row slices that is many slices, and the tables must still be the SQLite route's bytes.
-    Rows not in the query's order take the whole-table sort instead: the same bytes again."""
+    as it is read, when the rows are in the query's order: known at once from a first key
+    that rises strictly, else from each slice sorted with the last selected row of the one
+    before; with 5-row slices that is many slices, and the tables must still be the SQLite
+    route's bytes. Rows not in the query's order take the whole-table sort instead: the same
+    bytes again. A slice is read unsorted first; rows that DuckDB gave back out of export
+    order (reversed here) are read again sorted."""
     from triage.capture import nsys_export
 
     monkeypatch.setattr(nsys_export, "BATCH", 5)
-    if not in_order:
+    if check not in ("rising", "scrambled"):
+        monkeypatch.setattr(nsys_export.ArrowExport, "_rises", lambda *_: False)
+    if check == "unordered":
         monkeypatch.setattr(nsys_export.ArrowExport, "_in_order", lambda *_: False)
+    if check == "scrambled":
+        run = nsys_export.ArrowExport._run
+
+        def reversed_unless_sorted(self, sql, part, params):
+            found = run(self, sql, part, params)
+            if "ORDER BY" in sql:
+                return found
+            return [b.take(pa.array(range(b.num_rows - 1, -1, -1))) for b in reversed(found)]
+
+        monkeypatch.setattr(nsys_export.ArrowExport, "_run", reversed_unless_sorted)
     exported = export_sqlite(steps_capture, tmp_path / "steps.sqlite", nsys=nsys_exe)
     tables = [{k: v["sha256"] for k, v in archive_one(triage, path)["tables"].items()}
               for path in (steps_capture, exported)]
