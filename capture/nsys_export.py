@@ -311,11 +311,11 @@ class SqliteExport(Export):
 
     def _fetched(self, query: Query, fields, skip: int = 0) -> Iterator[pa.Table]:
         """The query through `sqlite3`, in BATCH-row batches, less its first `skip` rows (read
-        columnar already): the same SQL, so the same rows in the same order."""
+        columnar already, in whole batches): the same SQL, so the same rows in the same order."""
         try:
             cursor = self.con.execute(query.sql(), query.params)
-            for _ in range(skip // BATCH):
-                cursor.fetchmany(BATCH)
+            for size in filter(None, [BATCH] * (skip // BATCH) + [skip % BATCH]):
+                cursor.fetchmany(size)  # fetchmany(0) would fetch every row
             while rows := cursor.fetchmany(BATCH):
                 yield _rows_to_arrow(rows, fields)
         except sqlite3.ProgrammingError:
