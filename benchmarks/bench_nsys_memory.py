@@ -10,7 +10,7 @@ Targets: every peak <= 400 MB, and the 3M-range peak within 10% of the 1M-range 
 `.nsys-rep` and `.sqlite` alike.
 
 usage: python benchmarks/bench_nsys_memory.py [--ranges 1000000,3000000,10000000]
-                                              [--workdir DIR] [--kinds nsys-rep,sqlite]
+                                              [--formats nsys-rep,sqlite] [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -59,17 +59,17 @@ def peak_mb(path: Path, store: Path) -> tuple[float, float]:
     return peaks["self"] / 1024, peaks["children"] / 1024
 
 
-def run(work: Path, counts: list[int], kinds: list[str]) -> None:
+def run(work: Path, counts: list[int], formats: list[str]) -> None:
     nsys = require_tool("nsys")
     print(f"nsys {nsys_version(nsys)}; peak RSS of `triage archive` (MB), one fresh process "
           f"each; target <= {LIMIT_MB} MB and 3M within {SAME_WITHIN:.0%} of 1M")
-    figures: dict[str, dict[int, float]] = {"nsys-rep": {}, "sqlite": {}}
+    figures: dict[str, dict[int, float]] = {kind: {} for kind in formats}
     for count in counts:
         folder = work / f"ranges-{count}"
         folder.mkdir(exist_ok=True)
         report, exported = prepare(folder, count, nsys)
         for kind, path in (("nsys-rep", report), ("sqlite", exported)):
-            if kind not in kinds:
+            if kind not in formats:
                 continue
             own, children = peak_mb(path, folder / "store")
             figures[kind][count] = own
@@ -88,18 +88,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranges", default="1000000,3000000,10000000",
                         help="comma-separated range counts")
+    parser.add_argument("--formats", default="nsys-rep,sqlite",
+                        help="which of each capture to archive: nsys-rep, sqlite or both")
     parser.add_argument("--workdir", type=Path, help="keep the captures here between runs")
-    parser.add_argument("--kinds", default="nsys-rep,sqlite",
-                        help="which inputs to archive: nsys-rep, sqlite or both")
     args = parser.parse_args()
     counts = [int(c) for c in args.ranges.split(",")]
-    kinds = args.kinds.split(",")
+    formats = args.formats.split(",")
     if args.workdir:
         args.workdir.mkdir(parents=True, exist_ok=True)
-        run(args.workdir, counts, kinds)
+        run(args.workdir, counts, formats)
         return
     with tempfile.TemporaryDirectory(prefix="triage-bench-") as work:
-        run(Path(work), counts, kinds)
+        run(Path(work), counts, formats)
 
 
 if __name__ == "__main__":

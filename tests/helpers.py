@@ -96,3 +96,33 @@ def derive_run(store, seed: str, manifest: dict) -> str:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(store.root / store.table_key(seed, name, ref["sha256"]), target)
     return store.write_manifest(manifest)
+
+
+# A real export with kernels and CUDA API calls (nsys 2023.3, 16 kernels on 4 streams).
+GROWN_SEED = "Lashi0812__CudaProgramming__streamSimple.sqlite"
+
+
+def grown(dest: Path, rows: int, table: str = "CUPTI_ACTIVITY_KIND_KERNEL") -> Path:
+    """A copy of a real corpus export whose `table` (kernels, API calls) is grown to `rows`
+    rows: its rows repeated, each copy later in time than the last (start, end and correlation
+    ids shifted), in time order as nsys writes them. Large exports derived from a real one."""
+    import shutil
+    import sqlite3
+    from contextlib import closing
+
+    shutil.copyfile(corpus_file(GROWN_SEED), dest)
+    with closing(sqlite3.connect(dest)) as con:
+        columns = [row[1] for row in con.execute(f"PRAGMA table_info({table})")]
+        count, first, last, top = con.execute(
+            f"SELECT count(*), min(start), max(end), max(correlationId) FROM {table}").fetchone()
+        shifted = {"start": "k.start + r.i * :period", "end": "k.end + r.i * :period",
+                   "correlationId": "k.correlationId + r.i * :ids"}
+        con.execute(f"INSERT INTO {table} ({', '.join(columns)}) "
+                    "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r "
+                    "WHERE i < :copies) "
+                    f"SELECT {', '.join(shifted.get(c, f'k.{c}') for c in columns)} "
+                    f"FROM r, {table} k ORDER BY r.i, k.rowid",
+                    {"copies": -(-rows // count) - 1, "period": last - first + 1000, "ids": top})
+        con.execute(f"DELETE FROM {table} WHERE rowid > ?", (rows,))
+        con.commit()
+    return dest
