@@ -92,7 +92,7 @@ def times(seconds: list[float]) -> str:
 
 def rate(label: str, seconds: list[float], rows: int, target: float) -> str:
     """A .sqlite leg: its min and median, as rows per second against the target."""
-    return (f"  {label:30s} {times(seconds)}   {rows / min(seconds) / 1e6:.2f} / "
+    return (f"  {label:46s} {times(seconds)}   {rows / min(seconds) / 1e6:.2f} / "
             f"{rows / median(seconds) / 1e6:.2f} M rows/s  (target >= {target:.2f} M rows/s)")
 
 
@@ -118,12 +118,12 @@ def run(work: Path, ranges: int, kernels: int, repeat: int, rep_only: bool) -> N
     print(f"nsys {nsys_version(nsys)}; capture {report.stat().st_size / 1e6:.1f} MB, "
           f"export {exported.stat().st_size / 1e6:.1f} MB; {repeat} rounds, interleaved, "
           f"load average {min(load):.1f}-{max(load):.1f}")
-    print(f"  nsys export --type arrow       {times(arrow)}")
-    print(f"  triage archive .nsys-rep       {times(rep)}   {min(rep) / min(arrow):.2f} / "
+    print(f"  {'nsys export --type arrow':46s} {times(arrow)}")
+    print(f"  {'triage archive .nsys-rep':46s} {times(rep)}   {min(rep) / min(arrow):.2f} / "
           f"{median(rep) / median(arrow):.2f} x arrow export  (target <= 1.30 x)")
     if kernel_export is None:
         return
-    print(f"  nsys export --type sqlite      {times(legs['sqlite export'])}")
+    print(f"  {'nsys export --type sqlite':46s} {times(legs['sqlite export'])}")
     print(rate(f"triage archive .sqlite ({rows:,} rows)", legs["sqlite"], rows, 1.0))
     print(f"kernels export {kernel_export.stat().st_size / 1e6:.1f} MB")
     print(rate(f"triage archive kernels .sqlite ({kernel_rows:,} rows)", legs["kernels"],
