@@ -330,3 +330,25 @@ def test_a_run_with_a_manifest_and_no_row_is_listed_while_a_writer_is_at_work(
     lose_the_new_row()
     catalog.merge(store)
     assert listed(copy) == [newer, ids["async"], ids["soa"], ids["gemm"]]
+
+
+def test_gc_indexes_a_dead_writers_run_before_it_removes_its_lease(archive_store, tmp_path,
+                                                                   monkeypatch):
+    """A writer killed between its manifest and its row leaves its lease (readers list runs/
+    while it is there); gc indexes the run before removing it, so that the catalog, trusted
+    again, has it."""
+    copy, ids = merged_copy(archive_store, tmp_path, monkeypatch)
+    newer = json.loads(run_cli("--store", copy, "archive", corpus_file(
+        "Lashi0812__CudaProgramming__simpleAOS.ncu-rep"), "--json").stdout)[0]["id"]
+    for key in catalog.segments(Store.open(copy)):
+        if catalog.MERGED not in (pq.ParquetFile(copy / key).metadata.metadata or {}):
+            (copy / key).unlink()  # its row, never written
+    killed = ("import os, sys; from triage.archive import lease; "
+              "from triage.archive.store import Store; "
+              "held = lease.held(Store.open(sys.argv[1]), 'archive'); held.__enter__(); "
+              "os._exit(0)")
+    subprocess.run([sys.executable, "-c", killed, str(copy)], check=True)
+    assert len(os.listdir(copy / "leases")) == 1
+    result = json.loads(run_cli("--store", copy, "gc", "--grace", "0s", "--json").stdout)
+    assert not os.listdir(copy / "leases"), result
+    assert listed(copy) == [newer, ids["async"], ids["soa"], ids["gemm"]]
