@@ -8,9 +8,13 @@ merged into one. Nothing is locked:
   reader sees every run at least once; rows are de-duplicated by run id;
 - a reader that loses a race with a merge (a listed file vanished) skips it and lists again
   for the merged segment; it never fails for losing such races (`_read_segments`);
-- the catalog is derived data: reading it reconciles it with `runs/` (one directory listing), so a
-  run whose process died between writing its manifest and its segment is indexed on next read,
-  and a row without a manifest is never shown;
+- a merge writes one row per run, oldest archive first, with an index of its ids, so a reader
+  pages it from its end and merges in only the few segments written since (catalogview.py);
+- the catalog is derived data, reconciled with `runs/` (one directory listing) whenever a row
+  may be missing: while a lease shows a writer at work (or one that died: gc indexes its runs
+  before removing its lease), after an unreadable segment, or before the first merge. So a run
+  whose process died between writing its manifest and its segment is indexed on next read, and
+  a row without a manifest is not shown; a merge indexes whatever else has no row;
 - an unreadable segment (truncated, overwritten) counts as missing: its runs are indexed again
   from their manifests. It is left in place for `triage verify` to name, and the next merge
   drops it;

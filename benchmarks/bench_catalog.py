@@ -3,9 +3,11 @@
 Two stores are built by code from one real archived corpus report: 10,000 runs and `--runs`
 (100,000 for issue 20's target). The report's manifest is cloned with a distinct field per run
 (so each clone has its own id); the newest clone's kernels table is blown up to `--kernels` rows
-by repeating the real rows. The catalog is left as a busy store has it: one merged segment, then
+by repeating the real rows. The catalog is left as a busy store has it: one merged segment (as
+`catalog.merge` writes it: one row per run, oldest first, marked, with its id index), then
 MERGE_ABOVE one-run segments (the most there are before the next merge), a few of them rows of
-runs indexed again (a note added), which readers must de-duplicate.
+runs indexed again (a note added), which readers must de-duplicate. A store an older version of
+this script built lacks the mark: remove DIR/store-N to build it again.
 
 Every command is timed end to end in a fresh process (Python start-up included), the checks and
 stores interleaved round by round, so a burst of load on this shared machine hits every figure
