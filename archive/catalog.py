@@ -8,9 +8,13 @@ merged into one. Nothing is locked:
   reader sees every run at least once; rows are de-duplicated by run id;
 - a reader that loses a race with a merge (a listed file vanished) skips it and lists again
   for the merged segment; it never fails for losing such races (`_read_segments`);
-- the catalog is derived data: reading it reconciles it with `runs/` (one directory listing), so a
-  run whose process died between writing its manifest and its segment is indexed on next read,
-  and a row without a manifest is never shown;
+- a merge writes one row per run, oldest archive first, with an index of its ids, so a reader
+  pages it from its end and merges in only the few segments written since (catalogview.py);
+- the catalog is derived data, reconciled with `runs/` (one directory listing) whenever a row
+  may be missing: while a lease shows a writer at work (or one that died: gc indexes its runs
+  before removing its lease), after an unreadable segment, or before the first merge. So a run
+  whose process died between writing its manifest and its segment is indexed on next read, and
+  a row without a manifest is not shown; a merge indexes whatever else has no row;
 - an unreadable segment (truncated, overwritten) counts as missing: its runs are indexed again
   from their manifests. It is left in place for `triage verify` to name, and the next merge
   drops it;
@@ -22,9 +26,9 @@ merged into one. Nothing is locked:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,8 +37,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from triage.archive import atomic, lease
-from triage.archive.store import Store, run_id_of
-from triage.archive.tables import PARQUET_OPTIONS, conform, read_table
+from triage.archive.store import Store
+from triage.archive.catalogview import (IDS, Segments, View, catalog_schema, conformed,
+                                       ids_index, interleaved, order_of, present_columns,
+                                       reconcile, take_rows)
+from triage.archive.tables import PARQUET_OPTIONS, read_table
 from triage.errors import CorruptObject, RunNotFound
 from triage.hashing import hash_file
 from triage.schemas.tables import arrow_schema
@@ -46,6 +53,8 @@ if TYPE_CHECKING:  # imported where a row is made: `ls` reads rows and needs no 
 SEGMENT_PREFIX = "catalog-"
 MERGE_ABOVE = 32
 READ_ATTEMPTS = 5
+MERGED = b"triage.merged"  # metadata of a merged segment: one row per run, oldest archive first
+MERGED_ROWS = 2048  # a merged segment's row group: the most `ls` of the newest page reads
 
 
 @dataclass(frozen=True)
@@ -109,10 +118,16 @@ def segment_sha(key: str) -> str:
     return key.rsplit("/", 1)[-1][len(SEGMENT_PREFIX):-len(".parquet")]
 
 
-def _write_segment(store: Store, table: pa.Table) -> str:
-    """Write one immutable segment named by the hash of its rows."""
+def _write_segment(store: Store, table: pa.Table, merged: bool = False) -> str:
+    """Write one immutable segment named by the hash of its rows. A merge's is marked MERGED,
+    carries its IDS index and is cut in row groups of MERGED_ROWS, so that a reader pages
+    through it from its end and finds a run in it without reading its ids."""
     with atomic.temp_file_in(store.files.temp_folder("index"), ".parquet") as (stream, temp):
-        pq.write_table(table, stream, **PARQUET_OPTIONS)
+        with pq.ParquetWriter(stream, table.schema, **PARQUET_OPTIONS) as writer:
+            writer.write_table(table, row_group_size=MERGED_ROWS if merged else None)
+            if merged:
+                index = ids_index(table)
+                writer.add_key_value_metadata({MERGED: b"1", **({IDS: index} if index else {})})
         stream.close()
         sha, _size = hash_file(temp)
         target = f"index/{SEGMENT_PREFIX}{sha}.parquet"
@@ -132,20 +147,17 @@ def add_rows(store: Store, rows: list[dict]) -> None:
             merge(store)
 
 
-def _read_segments(store: Store, columns: list[str] | None = None
-                   ) -> tuple[pa.Table, list[str]]:
-    """All segment rows (with duplicates) and the files they came from.
+def _read_segments(store: Store, schema: pa.Schema) -> tuple[Segments, list[str]]:
+    """Every segment's rows (with duplicates), the merged ones left open, and the files they
+    came from (`Segments.whole`: each of them read).
 
     A file that a merge removed between listing and reading is skipped: the merge wrote its rows
     into a new segment first, so listing again finds them. Eight writers merging on a loaded
     machine can keep that up for a while, so after READ_ATTEMPTS listings the rows read so far
-    are returned rather than failing: `scan` indexes any run they miss from its manifest
+    are returned rather than failing: the reader indexes any run they miss from its manifest
     (slower, never wrong), and a merge deletes only the files it read.
     """
-    schema = arrow_schema("catalog")
-    if columns is not None:
-        schema = pa.schema([schema.field(c) for c in columns])
-    parts: dict[str, pa.Table | None] = {}
+    parts: dict[str, pa.Table | tuple[Path, pq.ParquetFile] | None] = {}
     for _attempt in range(READ_ATTEMPTS):
         vanished = False
         for key in segments(store):
@@ -159,116 +171,61 @@ def _read_segments(store: Store, columns: list[str] | None = None
                 parts[key] = None
         if not vanished:
             break
-    tables = _by_first_row([part for part in parts.values() if part is not None and part.num_rows])
-    return (pa.concat_tables(tables) if tables else schema.empty_table()), list(parts)
+    found = Segments.of([part for part in parts.values() if part is not None], schema)
+    whole = not vanished and None not in parts.values()
+    return dataclasses.replace(found, whole=whole), list(parts)
 
 
-def _by_first_row(tables: list[pa.Table]) -> list[pa.Table]:
-    """Segments in the archive order of their first rows: a merge writes its rows oldest
-    first and each archive adds newer runs, so the rows usually read in order and a reader of
-    every row need not reorder 100,000 of them (`scan`)."""
-    if not tables or "archived" not in tables[0].column_names:
-        return tables
-    return sorted(tables, key=lambda t: (t.column("archived")[0].as_py() or "",
-                                         t.column("id")[0].as_py() or ""))
-
-
-def _read_segment(path: Path, schema: pa.Schema) -> pa.Table | None:
-    """One segment in the current catalog schema (columns added since it was written are null);
+def _read_segment(path: Path, schema: pa.Schema) -> pa.Table | tuple[Path, pq.ParquetFile] | None:
+    """One segment: a merged one (MERGED) open, to be read a row group at a time; any other
+    read whole in the current catalog schema (columns added since it was written are null).
     None when it cannot be read, FileNotFoundError when a merge removed it."""
     try:
         source = pq.ParquetFile(path)
-        stored = set(source.schema_arrow.names)  # a property that builds the schema each time
-        present = [n for n in schema.names if n in stored]
-        return conform(source.read(columns=present), schema).cast(schema)
+        if MERGED in (source.metadata.metadata or {}):
+            return path, source
+        return conformed(source.read(columns=present_columns(source, schema)), schema)
     except FileNotFoundError:
         raise
     except (pa.ArrowException, OSError):  # pyarrow reports bad thrift as a bare OSError
         return None
 
 
-def _reconcile(table: pa.Table, files: list[str]) -> tuple[pa.Table, set[str]]:
-    """One row per run that has a manifest among `files` (the names in runs/), and the runs
-    that have one but no row.
-
-    One Python dict of the rows' names settles it for 100,000 runs in tens of milliseconds:
-    usually the rows name exactly the manifests, once each; otherwise only the few names and
-    rows that differ are looked at one by one. (Arrow's hash kernels are quicker in a warm
-    process, but a fresh one pays three times the memory in page faults.)"""
-    import pyarrow.compute as pc  # only here: appending a segment (archive) needs none
-
-    names = pc.binary_join_element_wise(table.column("id"), ".json", "")
-    named = names.to_pylist()
-    counts = Counter(named)
-    drop = _older_duplicates(table, names, counts) if len(counts) < len(named) else set()
-    if len(counts) == len(files) and all(map(counts.__contains__, files)):  # the same names
-        return _without(table, drop), set()
-    listed = set(files)
-    drop |= _positions(names, counts.keys() - listed)  # no manifest: never shown
-    missing = {run_id for run_id in map(run_id_of, listed - counts.keys()) if run_id}
-    return _without(table, drop), missing
-
-
-def _older_duplicates(table: pa.Table, names: pa.ChunkedArray, counts: Counter) -> set[int]:
-    """The rows to drop so that one row per run is left: the most recently indexed (notes may
-    have been added); of rows indexed at the same time, the first read."""
-    positions = sorted(_positions(names, {name for name, n in counts.items() if n > 1}))
-    rows = table.select(["id", "indexed"]).take(pa.array(positions, type=pa.int64()))
-    newest: dict[str, tuple[str, int]] = {}
-    for position, row in zip(positions, rows.to_pylist(), strict=True):
-        stamp = row["indexed"] or ""
-        if row["id"] not in newest or stamp > newest[row["id"]][0]:
-            newest[row["id"]] = (stamp, position)
-    return set(positions) - {position for _stamp, position in newest.values()}
-
-
-def _positions(names: pa.ChunkedArray, wanted: set) -> set[int]:
-    """Where the few `wanted` names are among 100,000 (a small value set is quick to hash)."""
-    if not wanted:
-        return set()
-    import pyarrow.compute as pc
-
-    found = pc.is_in(names, value_set=pa.array(list(wanted), type=pa.string()))
-    return set(pc.indices_nonzero(found).to_pylist())
-
-
-def _without(table: pa.Table, drop: set[int]) -> pa.Table:
-    """The table less the few rows at `drop`: slices between them, no row copied."""
-    if not drop:
-        return table
-    pieces, start = [], 0
-    for position in sorted(drop):
-        pieces.append(table.slice(start, position - start))
-        start = position + 1
-    return pa.concat_tables([*pieces, table.slice(start)])
-
-
-def oldest_first(table: pa.Table) -> pa.Array:
-    """The order of the rows by archive time, then id; a run of unknown archive time first."""
-    import pyarrow.compute as pc
-
-    return pc.sort_indices(table, sort_keys=[("archived", "ascending", "at_start"),
-                                             ("id", "ascending", "at_start")])
-
-
 def merge(store: Store) -> None:
-    """Replace all current segments by one (write first, then delete), oldest archive first.
+    """Replace all current segments by one (write first, then delete), oldest archive first,
+    one row per run, with the runs that had a manifest and no row: readers page through it and
+    merge only the segments written since.
 
     runs/ is listed after the segments are read: every row read then finds its manifest (a
     manifest is written before its row), so no row of a run archived meanwhile is dropped with
     the segment that held it."""
-    table, keys = _read_segments(store)
-    rows = _reconcile(table, store.run_files())[0]
-    merged = rows.take(oldest_first(rows))
-    target = _write_segment(store, merged)
+    found, keys = _read_segments(store, catalog_schema(None))
+    view = reconcile(found, store.run_files())
+    table = view.table()
+    if view.missing:
+        rows = pa.Table.from_pylist(_index_rows(store, view.missing)[0], schema=found.schema)
+        table = interleaved(table, take_rows(rows, order_of(rows)))
+    target = _write_segment(store, table, merged=True)
     for key in keys:
         if key != target:
             store.files.delete(key)
 
 
-def _index_missing(store: Store, missing: set[str]) -> Catalog:
+def _index_missing(store: Store, missing: frozenset[str]) -> Catalog:
     """Catalog rows for runs that have a manifest but no row (their archiver died early, or
-    their segment is unreadable), and what stopped some being indexed whole."""
+    their segment is unreadable), written to a segment if the store is writable, and what
+    stopped some being indexed whole."""
+    rows, partial, problems = _index_rows(store, missing)
+    if store.writable():
+        add_rows(store, rows)
+    return Catalog(pa.Table.from_pylist(rows + partial, schema=arrow_schema("catalog")),
+                   problems)
+
+
+def _index_rows(store: Store, missing: frozenset[str]
+                ) -> tuple[list[dict], list[dict], tuple[str, ...]]:
+    """The rows of runs that have a manifest and no row; the rows of those that can be indexed
+    only in part (never written: a repaired run is indexed whole), and why."""
     from triage.archive.model import RunRecord
 
     rows, partial, problems = [], [], []
@@ -286,10 +243,7 @@ def _index_missing(store: Store, missing: set[str]) -> Catalog:
         except (OSError, pa.ArrowException) as exc:  # pyarrow: FileNotFoundError, ArrowInvalid
             partial.append(_row(RunRecord.from_manifest(run_id, manifest, annotations), []))
             problems.append(_summary_problem(store, run_id, manifest, exc))
-    if store.writable():
-        add_rows(store, rows)
-    return Catalog(pa.Table.from_pylist(rows + partial, schema=arrow_schema("catalog")),
-                   tuple(problems))
+    return rows, partial, tuple(problems)
 
 
 def _summary_problem(store: Store, run_id: str, manifest: dict, exc: Exception) -> str:
@@ -300,32 +254,57 @@ def _summary_problem(store: Store, run_id: str, manifest: dict, exc: Exception) 
             "without its kernel ranking; `triage verify` lists what is damaged")
 
 
-def scan(store: Store, columns: list[str] | None = None) -> Catalog:
-    """The catalog, reconciled with the runs on disk: one row per run, oldest archive first,
-    with the problems of runs that could be indexed only in part.
+def open_view(store: Store, columns: list[str] | None = None) -> View:
+    """The catalog: one row per run that has a manifest, with the problems of runs that could
+    be indexed only in part; `columns` limits what is read (id, archived and indexed always
+    are). Runs that have a manifest but no row are indexed now (and written, if the store is).
 
-    `columns` limits what is read (id, archived and indexed are always included).
-    """
-    found = scan_unordered(store, columns)
-    order = oldest_first(found.table)
-    if order.equals(pa.array(range(len(order)), type=order.type)):  # read in order
-        return found
-    return Catalog(found.table.take(order), found.problems)
+    runs/ (100,000 names) is listed only when the catalog may lack a run: while a writer is at
+    work or after one died (a lease is in leases/: every writer holds one from before its
+    manifest to after its row, and gc indexes what a dead one left before removing its lease),
+    when a segment could not be read, and on a store not yet merged by this triage. Otherwise
+    every manifest has its row, and the newest page costs a row group."""
+    busy = _writers_at_work(store)
+    memo = (store.where, tuple(segments(store)), tuple(columns or ()))
+    if not busy and memo in _TRUSTED:
+        return _TRUSTED[memo]
+    found = _read_segments(store, catalog_schema(columns))[0]
+    trusted = not busy and found.whole and found.base is not None
+    view = reconcile(found, None if trusted else store.run_files())
+    if trusted:  # segments are immutable: the same names hold the same rows
+        _TRUSTED.clear()
+        _TRUSTED[memo] = view
+    if not view.missing:
+        return view
+    indexed = _index_missing(store, view.missing)
+    tail = pa.concat_tables([view.tail, indexed.table.select(view.tail.column_names)])
+    return dataclasses.replace(view, tail=take_rows(tail, order_of(tail)),
+                               count=view.count + indexed.table.num_rows,
+                               missing=frozenset(), problems=indexed.problems)
+
+
+# The view of a trusted catalog read last in this process, by store, segment names and columns:
+# `diff A B` resolves two id prefixes, `show latest` a ref and then its labels, from one read.
+_TRUSTED: dict[tuple, View] = {}
+
+
+def _writers_at_work(store: Store) -> bool:
+    """Whether leases/ holds a lease (of a writer at work, or of one that died)."""
+    return any(name.endswith(".json") for name in store.files.names("leases"))
+
+
+def scan(store: Store, columns: list[str] | None = None) -> Catalog:
+    """The catalog as one table: one row per run, oldest archive first, with the problems of
+    runs that could be indexed only in part (see `open_view`)."""
+    view = open_view(store, columns)
+    return Catalog(view.table(), view.problems)
 
 
 def scan_unordered(store: Store, columns: list[str] | None = None) -> Catalog:
-    """`scan` in no particular order: a reader that wants a few rows of 100,000 (the newest
-    page, `latest`) orders them by `oldest_first` and takes those alone."""
-    if columns is not None:
-        columns = list(dict.fromkeys(["id", "archived", "indexed", *columns]))
-    files = store.run_files()  # before the segments: a run archived meanwhile waits a read
-    table, _paths = _read_segments(store, columns)
-    table, missing = _reconcile(table, files)
-    if not missing:
-        return Catalog(table)
-    found = _index_missing(store, missing)
-    return Catalog(pa.concat_tables([table, found.table.select(table.column_names)]),
-                   found.problems)
+    """`scan` in no particular order (the merged rows, then the others): for a reader that
+    orders or groups the rows itself."""
+    view = open_view(store, columns)
+    return Catalog(view.table(ordered=False), view.problems)
 
 
 def read_catalog(store: Store, columns: list[str] | None = None) -> pa.Table:

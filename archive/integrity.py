@@ -440,6 +440,9 @@ def gc(store: Store, grace_seconds: float = 3600, dry_run: bool = False) -> GcRe
             report.removed.append({"path": finding.path, "kind": finding.kind,
                                    "bytes": found.size})
     if not dry_run:
+        # a dead writer's run that got no catalog row is indexed before its lease goes: readers
+        # trust a catalog while leases/ is empty (catalog.open_view)
+        catalog.open_view(store, ["id"])
         _remove(store, report, cutoff)
     return report
 

@@ -1,9 +1,9 @@
 """`triage ls`: a store's runs newest first, filtered and paged, from the catalog alone.
 
 A store of 100,000 runs shows its newest page without converting the others to Python: the
-filters and the order are Arrow operations over the catalog's columns, only the columns the
-caller shows are read, and the rows it wants are handed out a batch at a time, so `ls --json`
-of every run streams.
+catalog is paged from its newest row (`catalogview.View.newest`), only the columns the caller shows
+are read, and `ls --json` of every run streams, a row group at a time. Filters are Arrow
+operations over the catalog's columns.
 """
 
 from __future__ import annotations
@@ -11,14 +11,13 @@ from __future__ import annotations
 import fnmatch
 import functools
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from triage.archive import catalog
+from triage.archive import catalog, catalogview
 from triage.archive.runs import labels_by_run
 from triage.archive.store import Store
 from triage.errors import UsageError
@@ -29,7 +28,6 @@ LIST_COLUMNS = ("id", "tool", "tool_version", "created", "archived", "source", "
                 "report_names", "clock_control", "cache_control", "replay_mode", "capture_group",
                 "notes")
 DEFAULT_PAGE = 50  # runs the text listing shows unless `-n` says otherwise
-BATCH_ROWS = 1000
 AGE_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 AGE = re.compile(r"^(\d+)([mhdw])$")
 
@@ -50,24 +48,24 @@ class RunFilter:
 
 @dataclass(frozen=True)
 class RunList:
-    """`triage ls`: the runs listed, newest first; how many matched (the listing holds the
-    newest `limit` of them) and how many the store holds; one line per run that is listed only
-    in part, or not at all, because a file of it is damaged."""
+    """`triage ls`: the runs listed, newest first, as batches of dicts (an iterator when every
+    run is listed: it is read as it is printed); how many matched (the listing holds the newest
+    `limit` of them) and how many the store holds; one line per run that is listed only in
+    part, or not at all, because a file of it is damaged."""
 
-    table: pa.Table
+    listed: Iterable[list[dict]]
     labels: dict[str, list[str]]
     matched: int
     total: int
     problems: tuple[str, ...]
 
-    def batches(self, rows: int = BATCH_ROWS) -> Iterator[list[dict]]:
-        """The runs as dicts with their `labels`, `rows` at a time: 100,000 runs never become
+    def batches(self) -> Iterator[list[dict]]:
+        """The runs as dicts with their `labels`, a batch at a time: 100,000 runs never become
         one list of dicts or one string."""
-        for batch in self.table.to_batches(max_chunksize=rows):
-            listed = batch.to_pylist()
-            for row in listed:
+        for batch in self.listed:
+            for row in batch:
                 row["labels"] = self.labels.get(row["id"], [])
-            yield listed
+            yield batch
 
     def rows(self) -> list[dict]:
         """Every run listed, as dicts (for a page; a full listing goes by `batches`)."""
@@ -77,22 +75,36 @@ class RunList:
 def list_runs(store: Store, filters: RunFilter = RunFilter(), limit: int | None = None,
               columns: Sequence[str] = LIST_COLUMNS) -> RunList:
     """The newest `limit` runs (None: every one) that `filters` match, newest first, with
-    `columns` (id first); no manifest is opened."""
-    found = catalog.scan_unordered(store, [*columns, *filters.columns()])
-    table = found.table
-    mask = _mask(table, filters, store)
-    if mask is not None:
-        table = table.filter(mask)
-    order = catalog.oldest_first(table)
+    `columns` (id and archived first); no manifest is opened. Unfiltered, the catalog is paged
+    from its newest row and only the rows listed are converted (`View.newest`)."""
+    view = catalog.open_view(store, [*columns, *filters.columns()])
+    if filters != RunFilter():
+        return _filtered(store, view, filters, limit, columns)
+    listed: Iterable[list[dict]] = view.newest(columns, limit or catalogview.BATCH_ROWS)
+    if limit is not None:
+        listed = [next(iter(listed), [])[:limit]]
+    return RunList(listed, labels_by_run(store), view.count, view.count, view.problems)
+
+
+def _filtered(store: Store, view: catalogview.View, filters: RunFilter, limit: int | None,
+              columns: Sequence[str]) -> RunList:
+    """A filtered listing: the filters and the order are Arrow operations over the whole
+    catalog's columns (how many match is part of the answer)."""
+    table = view.table(ordered=False)
+    table = table.filter(_mask(table, filters, store))
+    order = catalogview.oldest_first(table)
     newest = order.slice(max(len(order) - limit, 0)) if limit is not None else order
     backwards = newest.take(pa.array(range(len(newest) - 1, -1, -1), type=pa.int64()))
-    return RunList(table.take(backwards).select(list(columns)), labels_by_run(store),
-                   table.num_rows, found.table.num_rows, found.problems)
+    listed = table.take(backwards).select(list(columns))
+    batches = listed.to_batches(max_chunksize=catalogview.BATCH_ROWS)
+    return RunList((b.to_pylist() for b in batches),
+                   labels_by_run(store), table.num_rows, view.count, view.problems)
 
 
-def _mask(table: pa.Table, filters: RunFilter, store: Store) -> pa.ChunkedArray | None:
-    """Which rows the filters keep (a run without the value filtered on is left out); None
-    when nothing filters."""
+def _mask(table: pa.Table, filters: RunFilter, store: Store) -> pa.ChunkedArray:
+    """Which rows the filters keep (a run without the value filtered on is left out)."""
+    import pyarrow.compute as pc
+
     conditions = []
     if filters.tool is not None:
         conditions.append(pc.equal(table.column("tool"), filters.tool))
@@ -106,7 +118,7 @@ def _mask(table: pa.Table, filters: RunFilter, store: Store) -> pa.ChunkedArray 
                 if fnmatch.fnmatchcase(name, filters.label)}
         conditions.append(pc.is_in(table.column("id"), value_set=pa.array(sorted(runs),
                                                                           type=pa.string())))
-    return functools.reduce(pc.and_kleene, conditions) if conditions else None
+    return functools.reduce(pc.and_kleene, conditions)
 
 
 def parse_limit(text: str | None, default: int | None) -> int | None:

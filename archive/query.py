@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from triage.archive import catalog
+from triage.archive import catalog, catalogview
 from triage.duck import connect, fetch_arrow
 from triage.archive.runs import labels_by_run, resolve
 from triage.archive.store import Store
@@ -76,31 +76,50 @@ def sealed_connection() -> Iterator[duckdb.DuckDBPyConnection]:
 
 def build_views(con: duckdb.DuckDBPyConnection, store: Store, sql: str,
                 runs: list[str] | None = None) -> None:
-    """The views `sql` names, over `runs` (every run when None)."""
-    cat = catalog.read_catalog(store)
-    if runs:
-        wanted = {resolve(store, r) for r in runs}
-        cat = cat.filter(pa.array([i in wanted for i in cat.column("id").to_pylist()]))
-    _register_catalog(con, cat, labels_by_run(store))
-    for name in per_run_views():
-        if _mentioned(sql, name):
-            _register_table(con, store, name, cat)
+    """The views `sql` names, over `runs` (every run when None). The catalog's merged segment
+    is handed to DuckDB as a dataset, so a query reads only the columns it uses; the few other
+    rows as a table; a run's kernel ranking (the widest column) and table hashes only for a
+    statement naming `kernel_summary` or a per-run view."""
+    tables = [name for name in per_run_views() if _mentioned(sql, name)]
+    skipped = {"indexed", *(() if _mentioned(sql, "kernel_summary") else ("kernel_summary",)),
+               *(() if tables else ("tables",))}
+    view = catalog.open_view(store, [c for c in arrow_schema("catalog").names
+                                     if c not in skipped])
+    chosen = sorted({resolve(store, r) for r in runs}) if runs else None
+    _register_catalog(con, view, labels_by_run(store), chosen)
+    cat = fetch_arrow(con, "SELECT id, tables FROM _catalog") if tables else None
+    for name in tables:
+        _register_table(con, store, name, cat)
 
 
-def _register_catalog(con: duckdb.DuckDBPyConnection, cat: pa.Table,
-                      labels: dict[str, list[str]]) -> None:
-    runs = cat.drop_columns(["kernel_summary", "tables", "indexed"])
-    ids = runs.column("id")
-    # `run_id`, as in every other view: under `id`, `run_id in (select run_id from runs)`
-    # bound the inner run_id to the outer table's and matched every run.
-    runs = runs.rename_columns(["run_id" if n == "id" else n for n in runs.column_names])
-    runs = runs.append_column(
-        "labels", pa.array([labels.get(i, []) for i in ids.to_pylist()],
-                           type=pa.list_(pa.string())))
-    con.register("runs", runs.append_column("id", ids))  # the old name, deprecated
-    con.register("_catalog_summary", cat.select(["id", "kernel_summary"]))
-    con.execute("CREATE VIEW kernel_summary AS SELECT id AS run_id, "
-                "unnest(kernel_summary, recursive := true) FROM _catalog_summary")
+def _register_catalog(con: duckdb.DuckDBPyConnection, view: catalogview.View,
+                      labels: dict[str, list[str]], chosen: list[str] | None) -> None:
+    """`_catalog` (every row, or the `chosen` runs'), and over it `runs` and `kernel_summary`.
+    `run_id`, as in every other view: under `id`, `run_id in (select run_id from runs)` bound
+    the inner run_id to the outer table's and matched every run; `id` stays, deprecated."""
+    con.register("_tail", view.tail)
+    parts = ["SELECT * FROM _tail"]
+    merged = view.merged_dataset()
+    if merged is not None:
+        con.register("_merged", merged)
+        parts.insert(0, "SELECT * FROM _merged")
+    where = ""
+    if chosen is not None:
+        con.register("_chosen", pa.table({"id": pa.array(chosen, type=pa.string())}))
+        where = " WHERE id IN (SELECT id FROM _chosen)"
+    con.execute(f"CREATE VIEW _catalog AS SELECT * FROM ({' UNION ALL '.join(parts)}){where}")
+    con.register("_labels", pa.table({
+        "id": pa.array(list(labels), type=pa.string()),
+        "labels": pa.array(list(labels.values()), type=pa.list_(pa.string()))}))
+    shown = [n for n in arrow_schema("catalog").names if n in view.tail.column_names
+             and n not in ("id", "kernel_summary", "tables", "indexed")]
+    con.execute("CREATE VIEW runs AS SELECT c.id AS run_id, "
+                + "".join(f'c."{n}", ' for n in shown)
+                + "coalesce(l.labels, CAST([] AS VARCHAR[])) AS labels, c.id AS id "
+                "FROM _catalog c LEFT JOIN _labels l ON l.id = c.id")
+    if "kernel_summary" in view.tail.column_names:  # read only for a statement naming it
+        con.execute("CREATE VIEW kernel_summary AS SELECT id AS run_id, "
+                    "unnest(kernel_summary, recursive := true) FROM _catalog")
 
 
 def _register_table(con: duckdb.DuckDBPyConnection, store: Store, name: str,

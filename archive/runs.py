@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from triage.archive import catalog
+from triage.archive import catalog, catalogview
 from triage.archive.store import SHA256_RE, Store, check_label, looks_like_run
 from triage.errors import AmbiguousRun, RunNotFound, StoreError, UsageError
 
@@ -26,10 +26,10 @@ def resolve(store: Store, ref: str) -> str:
     if SHA256_RE.match(ref) and ref in (aliased := store.aliases(ref)):
         return aliased[ref]
     if ref == "latest":
-        found = catalog.scan_unordered(store, ["id"]).table
-        if not found.num_rows:
+        newest = next(catalog.open_view(store, ["id"]).newest(catalogview.KEY_COLUMNS, 1), [])
+        if not newest:
             raise RunNotFound("no runs yet; `triage archive REPORT` adds one")
-        return found.column("id")[catalog.oldest_first(found)[-1].as_py()].as_py()
+        return newest[0]["id"]
     labels = store.labels()
     if ref in labels:
         if store.has_run(labels[ref]):
@@ -45,7 +45,8 @@ def resolve(store: Store, ref: str) -> str:
 def _by_prefix(store: Store, ref: str) -> str:
     lowered = ref.lower()
     if len(lowered) >= MIN_PREFIX and all(c in "0123456789abcdef" for c in lowered):
-        matches = store.run_ids(prefix=lowered) or sorted(set(store.aliases(lowered).values()))
+        matches = catalog.open_view(store, ["id"]).prefixed(lowered) or \
+            sorted(set(store.aliases(lowered).values()))
         if len(matches) == 1:
             return matches[0]
         if matches:

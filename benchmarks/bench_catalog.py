@@ -3,9 +3,11 @@
 Two stores are built by code from one real archived corpus report: 10,000 runs and `--runs`
 (100,000 for issue 20's target). The report's manifest is cloned with a distinct field per run
 (so each clone has its own id); the newest clone's kernels table is blown up to `--kernels` rows
-by repeating the real rows. The catalog is left as a busy store has it: one merged segment, then
+by repeating the real rows. The catalog is left as a busy store has it: one merged segment (as
+`catalog.merge` writes it: one row per run, oldest first, marked, with its id index), then
 MERGE_ABOVE one-run segments (the most there are before the next merge), a few of them rows of
-runs indexed again (a note added), which readers must de-duplicate.
+runs indexed again (a note added), which readers must de-duplicate. A store an older version of
+this script built lacks the mark: remove DIR/store-N to build it again.
 
 Every command is timed end to end in a fresh process (Python start-up included), the checks and
 stores interleaved round by round, so a burst of load on this shared machine hits every figure
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -35,6 +38,8 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from bench_ncu_archive import compile_sources  # triage's bytecode caches, as an install writes
+
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "corpus" / "ncu"
 SEED = CORPUS / "LakshyaSingh354__CudaCode__gemm_naive.ncu-rep"
@@ -42,7 +47,7 @@ SMALL = 10_000
 TARGET_S, TARGET_GROWTH_US = 0.5, 2.0
 # the source folders that map into the `triage` package (pyproject's package-dir)
 SUBPACKAGES = ("archive", "capture", "compare", "schemas", "templates")
-FLOOR = "import triage.cli, triage.archive.catalog, pyarrow.compute"  # what every check pays
+FLOOR = "import triage.cli, triage.archive.listing"  # what every check pays (pyarrow with it)
 
 
 def build_store(root: Path, runs: int, kernels: int) -> None:
@@ -59,7 +64,7 @@ def build_store(root: Path, runs: int, kernels: int) -> None:
     seeded = datetime.strptime(store.read_annotations(seed.id)["archived"],
                                "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
     start = seeded + timedelta(seconds=1)  # the clones are newer: `latest` is the big one
-    rows = []
+    rows, sources = [], {}
     for index in range(runs):
         manifest = json.loads(json.dumps(seed.manifest))
         manifest["redact_patterns"] = [f"BENCH_CLONE_{index}"]  # part of its identity: its own id
@@ -67,7 +72,7 @@ def build_store(root: Path, runs: int, kernels: int) -> None:
             manifest["tables"]["kernels"] = big
         archived = (start + timedelta(seconds=index)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         run_id = _write_run(store, manifest, {"archived": archived, "notes": []})
-        _link_tables(store, seed.id, run_id, manifest, big_file)
+        _link_tables(store, seed.id, run_id, manifest, big_file, sources)
         rows.append(dict(template, id=run_id, archived=archived, indexed=archived,
                          tables=json.dumps({k: v["sha256"]
                                             for k, v in sorted(manifest["tables"].items())})))
@@ -76,13 +81,23 @@ def build_store(root: Path, runs: int, kernels: int) -> None:
     _write_catalog(store, [seed_row, *rows])
 
 
-def _link_tables(store, seed: str, run_id: str, manifest: dict, big_file: Path) -> None:
-    """The clone's tables at its own keys: hard links to the seed's files (or the big one)."""
+def _link_tables(store, seed: str, run_id: str, manifest: dict, big_file: Path,
+                 sources: dict[str, Path]) -> None:
+    """The clone's tables at its own keys: hard links to the seed's files (or the big one).
+    A file system caps a file's links (ext4: 65,000), so at the cap the clone gets a copy,
+    which the next clones link to (`sources`: the file each table's hash links to now)."""
     for name, ref in manifest["tables"].items():
         target = store.root / store.table_key(run_id, name, ref["sha256"])
         target.parent.mkdir(parents=True, exist_ok=True)
-        source = store.root / store.table_key(seed, name, ref["sha256"])
-        os.link(source if source.exists() else big_file, target)
+        seeded = store.root / store.table_key(seed, name, ref["sha256"])
+        source = sources.setdefault(ref["sha256"], seeded if seeded.exists() else big_file)
+        try:
+            os.link(source, target)
+        except OSError as exc:
+            if exc.errno != errno.EMLINK:
+                raise
+            shutil.copyfile(source, target)
+            sources[ref["sha256"]] = target
 
 
 def _write_run(store, manifest: dict, annotations: dict) -> str:
@@ -106,7 +121,8 @@ def _write_catalog(store, rows: list[dict]) -> None:
     shutil.rmtree(store.index, ignore_errors=True)
     tail = catalog.MERGE_ABOVE - 3
     catalog._write_segment(store, pa.Table.from_pylist(rows[:-tail],
-                                                       schema=arrow_schema("catalog")))
+                                                       schema=arrow_schema("catalog")),
+                           merged=True)
     reindexed = [dict(row, notes="a note added later", indexed=row["indexed"] + "1")
                  for row in rows[1:4]]
     for row in rows[-tail:] + reindexed:
@@ -157,6 +173,8 @@ def baseline_package(commit: str | None) -> Iterator[str | None]:
     tree = folder / "tree"
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(tree),
                     commit], check=True)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree)], check=True,
+                   capture_output=True)  # its bytecode caches, as for this checkout
     try:
         package = folder / "path" / "triage"
         package.mkdir(parents=True)
@@ -270,6 +288,7 @@ def main() -> None:
                         help="also time the triage of this commit, side by side")
     parser.add_argument("--stores", type=Path, help="keep (and reuse) the built stores here")
     args = parser.parse_args()
+    compile_sources()
     folder = (args.stores or Path(tempfile.mkdtemp(prefix="triage-bench-"))).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     os.chdir(folder)  # not a checkout: `python -m triage` there would import its triage/
