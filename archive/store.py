@@ -465,14 +465,18 @@ class Store:
         with open(path, "rb") as stream:
             return self.stage_stream(stream, cancel)
 
-    def publish(self, staged: Staged, key: str | None = None) -> tuple[str, int]:
-        """Make a staged file visible: at `key` (a table's), else as the object of its hash.
+    def publish(self, staged: Staged, key: str | None = None,
+                cache: bool = False) -> tuple[str, int]:
+        """Make a staged file visible: at `key` (a table's), else as the object of its hash;
+        with `cache`, a remote store's upload stays in the local cache (a table its writer
+        reads back at once).
 
         Renamed into place even when a copy exists: the fresh file tells a concurrent
         `triage gc` that it is wanted again (see integrity._remove). On S3 the same: a PUT of
         the same bytes under the same name, a new mtime."""
         try:
-            self.files.publish(staged.temp, key or self.object_key(staged.sha256), readonly=True)
+            self.files.publish(staged.temp, key or self.object_key(staged.sha256), readonly=True,
+                               cache_as=staged.sha256 if cache else None)
         except OSError as exc:
             raise self.error(exc, "write") from None
         return staged.sha256, staged.bytes
@@ -668,9 +672,12 @@ class Store:
         doc.pop(SEAL, None)
         return doc
 
-    def annotate(self, run_id: str, archived: str, note: str | None) -> dict:
-        """Keep the first archive time; append a note if it is new. Last writer wins."""
-        doc = self.read_annotations(run_id)
+    def annotate(self, run_id: str, archived: str, note: str | None,
+                 new_run: bool = False) -> dict:
+        """Keep the first archive time; append a note if it is new. Last writer wins. A run
+        whose manifest this writer has just written where there was none (`new_run`) has no
+        annotations yet (only a writer racing it could have written some): none are read."""
+        doc = {} if new_run else self.read_annotations(run_id)
         doc.setdefault("archived", archived)
         notes = doc.setdefault("notes", [])
         if note and note not in [n["text"] for n in notes]:
