@@ -276,19 +276,16 @@ class Store:
         files = store_files(path)
         store = cls(files)
         if files.remote:
+            # The marker read at once (on S3 each probe is a request, on every command): the
+            # bucket is looked for only where it is missing, to say which is.
+            marker = store.read_file(STORE_MARKER)
+            if marker is not None:
+                return store._opened(store._check_marker(marker), upgrade)
             store._check_bucket()
         # Listed after the marker was looked for, a store being created by another writer
         # (its marker, then its leases) may show up whole: it is a store, not a stranger's.
         if files.exists(STORE_MARKER) or STORE_MARKER in (names := files.names("")):
-            doc = store._check_marker()
-            if not upgrade and (doc.get("version", 0) < STORE_VERSION or "migrating_from" in doc):
-                how = (f"is being migrated to format {STORE_VERSION}; run `triage migrate` to "
-                       "finish"
-                       if "migrating_from" in doc else
-                       f"has format version {doc.get('version', 0)}; run `triage migrate` once "
-                       f"to upgrade it to {STORE_VERSION} (old run ids keep working)")
-                raise StoreError(f"store {store.where} {how}")
-            return store
+            return store._opened(store._check_marker(), upgrade)
         if files.exists(""):
             # One message whether --store or $TRIAGE_STORE named it: the same mistake.
             raise StoreError(f"store path {store.where} is a file, not a directory; give a store "
@@ -327,11 +324,24 @@ class Store:
 
             raise remote_error(OSError("NO_SUCH_BUCKET"), self.where, self.files.bucket, "open")
 
-    def _check_marker(self) -> dict:
+    def _opened(self, doc: dict, upgrade: bool) -> "Store":
+        """This store, whose marker is `doc`: refused when it is of an older format (or being
+        migrated), unless opened to be upgraded."""
+        if not upgrade and (doc.get("version", 0) < STORE_VERSION or "migrating_from" in doc):
+            how = (f"is being migrated to format {STORE_VERSION}; run `triage migrate` to "
+                   "finish"
+                   if "migrating_from" in doc else
+                   f"has format version {doc.get('version', 0)}; run `triage migrate` once "
+                   f"to upgrade it to {STORE_VERSION} (old run ids keep working)")
+            raise StoreError(f"store {self.where} {how}")
+        return self
+
+    def _check_marker(self, data: bytes | None = None) -> dict:
+        """The marker's document (its bytes `data`, when read already), checked."""
         where = f"{self.where}/{STORE_MARKER}" if self.files.remote else \
             str(self.root / STORE_MARKER)
         try:
-            doc = json.loads(self.files.read(STORE_MARKER))
+            doc = json.loads(data if data is not None else self.files.read(STORE_MARKER))
         except (OSError, ValueError) as exc:
             raise StoreError(f"unreadable store marker {where}: {exc}") from None
         if not isinstance(doc, dict) or doc.get("format") != STORE_FORMAT:
