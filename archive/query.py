@@ -24,7 +24,9 @@ import json
 import re
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -74,17 +76,31 @@ def sealed_connection() -> Iterator[duckdb.DuckDBPyConnection]:
             con.close()
 
 
-def build_views(con: duckdb.DuckDBPyConnection, store: Store, sql: str,
-                runs: list[str] | None = None) -> None:
-    """The views `sql` names, over `runs` (every run when None)."""
+@dataclass(frozen=True)
+class QueryRuns:
+    """The runs a query's views are built over: their catalog rows, and each run's labels."""
+
+    catalog: pa.Table
+    labels: dict[str, list[str]]
+
+
+def read_runs(store: Store, runs: list[str] | None = None) -> QueryRuns:
+    """The catalog rows of `runs` (every run when None) and the labels of the store."""
     cat = catalog.read_catalog(store)
     if runs:
         wanted = {resolve(store, r) for r in runs}
         cat = cat.filter(pa.array([i in wanted for i in cat.column("id").to_pylist()]))
-    _register_catalog(con, cat, labels_by_run(store))
+    return QueryRuns(cat, labels_by_run(store))
+
+
+def build_views(con: duckdb.DuckDBPyConnection, store: Store, sql: str,
+                runs: list[str] | None = None, found: QueryRuns | None = None) -> None:
+    """The views `sql` names, over `runs` (every run when None; `found`: read already)."""
+    found = found or read_runs(store, runs)
+    _register_catalog(con, found.catalog, found.labels)
     for name in per_run_views():
         if _mentioned(sql, name):
-            _register_table(con, store, name, cat)
+            _register_table(con, store, name, found.catalog)
 
 
 def _register_catalog(con: duckdb.DuckDBPyConnection, cat: pa.Table,
@@ -154,7 +170,7 @@ def _streamed_dataset() -> type:
 
 def _check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     """Only queries. COPY, ATTACH, INSTALL or SET would fail on the sealed connection anyway;
-    this names them, before the store is read."""
+    this names them, before any view is built."""
     import duckdb
 
     if not sql.strip():
@@ -181,14 +197,20 @@ _LEADING_COMMENTS = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.DOTAL
 
 
 def run_query(store: Store, sql: str, runs: list[str] | None = None) -> pa.Table:
-    """Run one SQL statement over the views it names; return the result as Arrow."""
-    import duckdb
+    """Run one SQL statement over the views it names; return the result as Arrow.
 
-    try:
-        with sealed_connection() as con:
-            _check_read_only(con, sql)
-            build_views(con, store, sql, runs)
-            return fetch_arrow(con, sql)
-    except duckdb.Error as exc:
-        first_line = str(exc).strip().splitlines()[0]
-        raise TriageError(f"query failed: {first_line}; views: {', '.join(view_names())}") from None
+    The store is read on a thread while DuckDB loads and connects (tens of milliseconds
+    each: on S3 the catalog's listings wait on the server)."""
+    with ThreadPoolExecutor(max_workers=1) as reader:
+        found = reader.submit(read_runs, store, runs)
+        import duckdb
+
+        try:
+            with sealed_connection() as con:
+                _check_read_only(con, sql)
+                build_views(con, store, sql, runs, found.result())
+                return fetch_arrow(con, sql)
+        except duckdb.Error as exc:
+            first_line = str(exc).strip().splitlines()[0]
+            raise TriageError(f"query failed: {first_line}; views: "
+                              f"{', '.join(view_names())}") from None
