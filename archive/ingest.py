@@ -566,13 +566,33 @@ def _redacted_application(application: dict | None, extra) -> dict | None:
 
 @lru_cache(maxsize=None)
 def _library_versions(tool: str) -> dict[str, str | None]:
+    names = {"ncu": ["ncu-report", "pyarrow"], "nsys": ["pyarrow", "duckdb"]}[tool]
+    return {name: _installed_version(name) for name in names}
+
+
+def _installed_version(name: str) -> str | None:
+    """A library's version as its installer recorded it: the Version of the one dist-info
+    folder beside the module in use, else what importlib.metadata finds (it imports email and
+    zipfile and scans every path entry: 20-50 ms, most of an ncu archive's own work)."""
+    import importlib.util
+
+    module = name.replace("-", "_")
+    spec = importlib.util.find_spec(module)
+    origin = Path(spec.origin).parent.parent if spec is not None and spec.origin else None
+    found = list(origin.glob(f"{module}-*.dist-info")) if origin is not None else []
+    if len(found) == 1:
+        try:
+            with open(found[0] / "METADATA", encoding="utf-8") as metadata:
+                for line in metadata:
+                    if line.startswith("Version:"):
+                        return line.split(":", 1)[1].strip()
+                    if not line.strip():
+                        break  # the headers end: no version there
+        except OSError:
+            pass
     from importlib.metadata import PackageNotFoundError, version
 
-    names = {"ncu": ["ncu-report", "pyarrow"], "nsys": ["pyarrow", "duckdb"]}[tool]
-    out: dict[str, str | None] = {}
-    for name in names:
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = None
-    return out
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
