@@ -116,10 +116,19 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
         store = before or Store.open(store_path, create=True)
         store.check_writable()
         progress(Step("storing", len(requests), len(requests)))
+        rows: list[dict] = []  # catalog rows: one segment for every run, written in the lease
         with lease.held(store, "archive"):  # one for every run (on S3, four requests a lease)
-            return [_finish(store, f.run_id, store.read_manifest(f.run_id), r, new=False)
-                    if f.whole and f.run_id else archive_run(store, r, p, f)
-                    for r, p, f in zip(requests, prepared, found, strict=True)]
+            try:
+                results = [_finish(store, f.run_id, store.read_manifest(f.run_id), r,
+                                   new=False, rows=rows)
+                           if f.whole and f.run_id else archive_run(store, r, p, f, rows)
+                           for r, p, f in zip(requests, prepared, found, strict=True)]
+            except BaseException:
+                _index_quietly(store, rows)  # the runs made before the failure
+                raise
+            if rows:
+                catalog.add_rows(store, rows)
+            return results
     except BaseException as exc:
         _close(prepared)  # first: an nsys export staged in the new store is a file in it
         exports.close()  # and its lease
@@ -131,6 +140,17 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
     finally:
         _close(prepared)
         exports.close()
+
+
+def _index_quietly(store: Store, rows: list[dict]) -> None:
+    """Write the catalog rows of the runs an archive made before it failed, if the store still
+    takes them: the failure is the error to report, and a run without its row is indexed by
+    its next reader (catalog.py)."""
+    try:
+        if rows:
+            catalog.add_rows(store, rows)
+    except (OSError, TriageError):
+        pass
 
 
 def _close(prepared: list[list[PreparedReport]]) -> None:
@@ -271,9 +291,10 @@ def dedup_key_of(manifest: dict) -> str | None:
 
 @lease.holding("archive")
 def archive_run(store: Store, request: RunRequest, prepared: list[PreparedReport] | None = None,
-                seen: Seen = Seen()) -> ArchiveResult:
+                seen: Seen = Seen(), rows: list[dict] | None = None) -> ArchiveResult:
     """Archive the reports of one request as one run (or find the run that has them); `seen`:
-    what the caller found in the store for them already."""
+    what the caller found in the store for them already; `rows`: where the run's catalog row
+    goes, for the caller to write with others' (None: written at once)."""
     if prepared is None:
         prepared = [prepare_report(i.path, nsys=request.nsys, staging=_staging(store.files.url))
                     for i in request.inputs]
@@ -287,7 +308,7 @@ def archive_run(store: Store, request: RunRequest, prepared: list[PreparedReport
         if existing and not seen.looked_up:
             found = store.read_manifest(existing)
             if not request.repair and _intact(store, existing, found):
-                return _finish(store, existing, found, request, new=False)
+                return _finish(store, existing, found, request, new=False, rows=rows)
         space.check_room(store.disk, sum(_size(p.path) for p in prepared) + space.COMMIT_BYTES)
         with space.reserved(store.files.temp_folder("objects"), space.COMMIT_BYTES) as room, \
                 TableSet(store) as tables, _staged_reports(store) as blobs:
@@ -298,10 +319,11 @@ def archive_run(store: Store, request: RunRequest, prepared: list[PreparedReport
         if first is not None:  # another writer archived the same run first: it wins
             if key:
                 store.record_key(key, run_id)
-            return _finish(store, run_id, first, request, new=False, repaired=run_id == existing)
+            return _finish(store, run_id, first, request, new=False, repaired=run_id == existing,
+                           rows=rows)
         new = run_id != existing and not present
         return _settle(store, run_id, manifest, request, key, new=new,
-                       repaired=run_id == existing or present)
+                       repaired=run_id == existing or present, rows=rows)
     finally:
         for item in prepared:
             item.close()
@@ -348,7 +370,7 @@ def _commit(store: Store, run_id: str, manifest: dict, tables: TableSet,
 
 
 def _settle(store: Store, run_id: str, manifest: dict, request: RunRequest, key: str | None,
-            new: bool, repaired: bool) -> ArchiveResult:
+            new: bool, repaired: bool, rows: list[dict] | None = None) -> ArchiveResult:
     """After a run's manifest is written: its key, annotations and catalog row, side by side
     with reading the manifest back, which tells whether another writer of the same run won.
 
@@ -360,13 +382,13 @@ def _settle(store: Store, run_id: str, manifest: dict, request: RunRequest, key:
     them."""
     done: list[Any] = lease.side_by_side(
         [partial(store.read_manifest, run_id), partial(_index, store, run_id, manifest, request,
-                                                       new)]
+                                                       new, rows)]
         + ([partial(store.record_key, key, run_id)] if key else []))
     won, annotations = done[0], done[1]
     if won.get("tables") != manifest.get("tables"):
         _drop_tables(store, run_id, manifest, won)
         if new or request.note:
-            catalog.add_rows(store, [catalog.catalog_row(store, run_id, won, annotations)])
+            _add_row(store, catalog.catalog_row(store, run_id, won, annotations), rows)
         manifest, new = won, False
     if request.label:
         store.set_label(request.label, run_id)
@@ -409,20 +431,31 @@ def _size(path: Path) -> int:
 
 
 def _finish(store: Store, run_id: str, manifest: dict, request: RunRequest,
-            new: bool, repaired: bool = False) -> ArchiveResult:
-    _index(store, run_id, manifest, request, new)
+            new: bool, repaired: bool = False, rows: list[dict] | None = None) -> ArchiveResult:
+    _index(store, run_id, manifest, request, new, rows)
     if request.label:
         store.set_label(request.label, run_id)
     return ArchiveResult(run_id, new, manifest, repaired)
 
 
-def _index(store: Store, run_id: str, manifest: dict, request: RunRequest, new: bool) -> dict:
+def _index(store: Store, run_id: str, manifest: dict, request: RunRequest, new: bool,
+           rows: list[dict] | None = None) -> dict:
     """Annotate a run (first archive time, the request's note) and give a new or newly noted
-    run its catalog row; its annotations."""
+    run its catalog row (into `rows`, else written at once); its annotations."""
     annotations = store.annotate(run_id, utc_now(precise=True), request.note, new_run=new)
     if new or request.note:
-        catalog.add_rows(store, [catalog.catalog_row(store, run_id, manifest, annotations)])
+        _add_row(store, catalog.catalog_row(store, run_id, manifest, annotations), rows)
     return annotations
+
+
+def _add_row(store: Store, row: dict, rows: list[dict] | None) -> None:
+    """A run's catalog row, kept for the caller's one segment (`rows`) or written now. A run
+    without its row yet is indexed by any reader from its manifest (catalog.py): the row only
+    makes reading quick."""
+    if rows is None:
+        catalog.add_rows(store, [row])
+    else:
+        rows.append(row)
 
 
 def _build(store: Store, request: RunRequest, prepared: list[PreparedReport],
