@@ -60,6 +60,22 @@ def cached_object(files: StoreFiles, key: str, sha: str) -> Path:
     return path
 
 
+def keep(path: Path, sha: str) -> None:
+    """Adopt a local file that holds the object named `sha` (a table this process has just
+    uploaded from its spool) as the cached copy: moved, not copied, so that reading it back at
+    once (the catalog row reads the run's kernel_summary) fetches nothing. The writer trims the
+    cache once after its batch (`trim`); where the spool is on another filesystem than the
+    cache, or a copy is there already, the file is only removed."""
+    target = cache_dir() / "objects" / sha[:2] / sha[2:]
+    try:
+        if not target.is_file():
+            atomic.publish(path, target, readonly=True)  # durable first: never re-hashed
+            return
+    except OSError:
+        pass
+    path.unlink(missing_ok=True)
+
+
 def trim(cap: int) -> None:
     """Remove the least recently used copies until the cache holds at most `cap` bytes."""
     root = cache_dir() / "objects"

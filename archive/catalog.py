@@ -131,7 +131,7 @@ def _write_segment(store: Store, table: pa.Table, merged: bool = False) -> str:
         stream.close()
         sha, _size = hash_file(temp)
         target = f"index/{SEGMENT_PREFIX}{sha}.parquet"
-        store.files.publish(temp, target, readonly=False)
+        store.files.publish(temp, target, readonly=False, cache_as=sha)  # a merge reads it
     return target
 
 

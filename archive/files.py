@@ -259,9 +259,10 @@ class StoreFiles:
             return
         self.write(key, data)
 
-    def publish(self, temp: Path, key: str, readonly: bool) -> None:
+    def publish(self, temp: Path, key: str, readonly: bool, cache_as: str | None = None) -> None:
         """Make a finished local temp file visible at `key`: renamed (a local store), or
-        uploaded then removed (S3)."""
+        uploaded then removed (S3); with `cache_as` (its sha256), kept as the cached copy
+        instead of removed (cache.keep)."""
         if self.local_root is not None:
             atomic.publish(temp, self.local_root / key, readonly)
             return
@@ -269,7 +270,12 @@ class StoreFiles:
             with open(temp, "rb") as source, self.fs.open_output_stream(self.path(key)) as sink:
                 while chunk := source.read(1 << 22):
                     sink.write(chunk)
-        temp.unlink(missing_ok=True)
+        if cache_as is None:
+            temp.unlink(missing_ok=True)
+            return
+        from triage.archive.cache import keep
+
+        keep(temp, cache_as)
 
     def move(self, key: str, to: str) -> None:
         """Rename a file (gc's trash; on S3 a copy and a delete). FileNotFoundError when it

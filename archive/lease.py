@@ -33,7 +33,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache, wraps
@@ -48,6 +48,7 @@ if TYPE_CHECKING:  # store.py takes leases for its own small writes, so it impor
     from triage.archive.store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 LEASE_TTL = 24 * 3600  # no archive takes a day; a writer on another host is trusted that long
 MARGIN = 60.0  # seconds: coarse or stepped file timestamps never make a writer's file "older"
 # (pid, thread, store) -> the lease that thread holds there: a write inside a held lease (an
@@ -121,6 +122,36 @@ def holding(what: str) -> Callable[[F], F]:
                 return function(store, *args, **kwargs)
         return cast(F, leased)
     return decorate
+
+
+def side_by_side(calls: Sequence[Callable[[], T]]) -> list[T]:
+    """Run `calls` at once, each on a thread of its own, and return their results in order: on
+    S3 each request waits milliseconds on the server, so writes that need not follow one
+    another (a run's tables, its key and annotations) overlap.
+
+    Each thread is covered by the leases the calling thread holds (a small write there takes
+    none of its own: four requests on S3): every call ends before this returns, so before the
+    caller can release them."""
+    if len(calls) < 2:
+        return [call() for call in calls]
+    caller = threading.get_ident()
+    carried = {(pid, where): key for (pid, thread, where), key in list(_HELD.items())
+               if thread == caller}
+
+    def covered(call: Callable[[], T]) -> T:
+        here = threading.get_ident()
+        mine = [(pid, here, where) for pid, where in carried]
+        _HELD.update(zip(mine, carried.values(), strict=True))
+        try:
+            return call()
+        finally:
+            for holder in mine:
+                _HELD.pop(holder, None)
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        return list(pool.map(covered, calls))
 
 
 def leases(store: Store) -> list[Lease]:

@@ -24,7 +24,9 @@ import json
 import re
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -74,21 +76,39 @@ def sealed_connection() -> Iterator[duckdb.DuckDBPyConnection]:
             con.close()
 
 
-def build_views(con: duckdb.DuckDBPyConnection, store: Store, sql: str,
-                runs: list[str] | None = None) -> None:
-    """The views `sql` names, over `runs` (every run when None). The catalog's merged segment
-    is handed to DuckDB as a dataset, so a query reads only the columns it uses; the few other
-    rows as a table; a run's kernel ranking (the widest column) and table hashes only for a
-    statement naming `kernel_summary` or a per-run view."""
+@dataclass(frozen=True)
+class QueryRuns:
+    """What a query's views are built over: the catalog's rows (only the columns `sql` needs),
+    the `chosen` runs (None: every run) and each run's labels."""
+
+    view: catalogview.View
+    chosen: list[str] | None
+    labels: dict[str, list[str]]
+    tables: list[str]
+
+
+def read_runs(store: Store, sql: str, runs: list[str] | None = None) -> QueryRuns:
+    """The store's side of a query: the catalog view `sql` needs (a run's kernel ranking, the
+    widest column, and its table hashes only for a statement naming `kernel_summary` or a
+    per-run view), the runs asked for, and the labels."""
     tables = [name for name in per_run_views() if _mentioned(sql, name)]
     skipped = {"indexed", *(() if _mentioned(sql, "kernel_summary") else ("kernel_summary",)),
                *(() if tables else ("tables",))}
     view = catalog.open_view(store, [c for c in arrow_schema("catalog").names
                                      if c not in skipped])
     chosen = sorted({resolve(store, r) for r in runs}) if runs else None
-    _register_catalog(con, view, labels_by_run(store), chosen)
-    cat = fetch_arrow(con, "SELECT id, tables FROM _catalog") if tables else None
-    for name in tables:
+    return QueryRuns(view, chosen, labels_by_run(store), tables)
+
+
+def build_views(con: duckdb.DuckDBPyConnection, store: Store, sql: str,
+                runs: list[str] | None = None, found: QueryRuns | None = None) -> None:
+    """The views `sql` names, over `runs` (every run when None; `found`: read already). The
+    catalog's merged segment is handed to DuckDB as a dataset, so a query reads only the
+    columns it uses; the few other rows as a table."""
+    found = found or read_runs(store, sql, runs)
+    _register_catalog(con, found.view, found.labels, found.chosen)
+    cat = fetch_arrow(con, "SELECT id, tables FROM _catalog") if found.tables else None
+    for name in found.tables:
         _register_table(con, store, name, cat)
 
 
@@ -173,7 +193,7 @@ def _streamed_dataset() -> type:
 
 def _check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     """Only queries. COPY, ATTACH, INSTALL or SET would fail on the sealed connection anyway;
-    this names them, before the store is read."""
+    this names them, before any view is built."""
     import duckdb
 
     if not sql.strip():
@@ -200,14 +220,20 @@ _LEADING_COMMENTS = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.DOTAL
 
 
 def run_query(store: Store, sql: str, runs: list[str] | None = None) -> pa.Table:
-    """Run one SQL statement over the views it names; return the result as Arrow."""
-    import duckdb
+    """Run one SQL statement over the views it names; return the result as Arrow.
 
-    try:
-        with sealed_connection() as con:
-            _check_read_only(con, sql)
-            build_views(con, store, sql, runs)
-            return fetch_arrow(con, sql)
-    except duckdb.Error as exc:
-        first_line = str(exc).strip().splitlines()[0]
-        raise TriageError(f"query failed: {first_line}; views: {', '.join(view_names())}") from None
+    The store is read on a thread while DuckDB loads and connects (tens of milliseconds
+    each: on S3 the catalog's listings wait on the server)."""
+    with ThreadPoolExecutor(max_workers=1) as reader:
+        found = reader.submit(read_runs, store, sql, runs)
+        import duckdb
+
+        try:
+            with sealed_connection() as con:
+                _check_read_only(con, sql)
+                build_views(con, store, sql, runs, found.result())
+                return fetch_arrow(con, sql)
+        except duckdb.Error as exc:
+            first_line = str(exc).strip().splitlines()[0]
+            raise TriageError(f"query failed: {first_line}; views: "
+                              f"{', '.join(view_names())}") from None

@@ -276,19 +276,16 @@ class Store:
         files = store_files(path)
         store = cls(files)
         if files.remote:
+            # The marker read at once (on S3 each probe is a request, on every command): the
+            # bucket is looked for only where it is missing, to say which is.
+            marker = store.read_file(STORE_MARKER)
+            if marker is not None:
+                return store._opened(store._check_marker(marker), upgrade)
             store._check_bucket()
         # Listed after the marker was looked for, a store being created by another writer
         # (its marker, then its leases) may show up whole: it is a store, not a stranger's.
         if files.exists(STORE_MARKER) or STORE_MARKER in (names := files.names("")):
-            doc = store._check_marker()
-            if not upgrade and (doc.get("version", 0) < STORE_VERSION or "migrating_from" in doc):
-                how = (f"is being migrated to format {STORE_VERSION}; run `triage migrate` to "
-                       "finish"
-                       if "migrating_from" in doc else
-                       f"has format version {doc.get('version', 0)}; run `triage migrate` once "
-                       f"to upgrade it to {STORE_VERSION} (old run ids keep working)")
-                raise StoreError(f"store {store.where} {how}")
-            return store
+            return store._opened(store._check_marker(), upgrade)
         if files.exists(""):
             # One message whether --store or $TRIAGE_STORE named it: the same mistake.
             raise StoreError(f"store path {store.where} is a file, not a directory; give a store "
@@ -327,11 +324,24 @@ class Store:
 
             raise remote_error(OSError("NO_SUCH_BUCKET"), self.where, self.files.bucket, "open")
 
-    def _check_marker(self) -> dict:
+    def _opened(self, doc: dict, upgrade: bool) -> "Store":
+        """This store, whose marker is `doc`: refused when it is of an older format (or being
+        migrated), unless opened to be upgraded."""
+        if not upgrade and (doc.get("version", 0) < STORE_VERSION or "migrating_from" in doc):
+            how = (f"is being migrated to format {STORE_VERSION}; run `triage migrate` to "
+                   "finish"
+                   if "migrating_from" in doc else
+                   f"has format version {doc.get('version', 0)}; run `triage migrate` once "
+                   f"to upgrade it to {STORE_VERSION} (old run ids keep working)")
+            raise StoreError(f"store {self.where} {how}")
+        return self
+
+    def _check_marker(self, data: bytes | None = None) -> dict:
+        """The marker's document (its bytes `data`, when read already), checked."""
         where = f"{self.where}/{STORE_MARKER}" if self.files.remote else \
             str(self.root / STORE_MARKER)
         try:
-            doc = json.loads(self.files.read(STORE_MARKER))
+            doc = json.loads(data if data is not None else self.files.read(STORE_MARKER))
         except (OSError, ValueError) as exc:
             raise StoreError(f"unreadable store marker {where}: {exc}") from None
         if not isinstance(doc, dict) or doc.get("format") != STORE_FORMAT:
@@ -465,14 +475,18 @@ class Store:
         with open(path, "rb") as stream:
             return self.stage_stream(stream, cancel)
 
-    def publish(self, staged: Staged, key: str | None = None) -> tuple[str, int]:
-        """Make a staged file visible: at `key` (a table's), else as the object of its hash.
+    def publish(self, staged: Staged, key: str | None = None,
+                cache: bool = False) -> tuple[str, int]:
+        """Make a staged file visible: at `key` (a table's), else as the object of its hash;
+        with `cache`, a remote store's upload stays in the local cache (a table its writer
+        reads back at once).
 
         Renamed into place even when a copy exists: the fresh file tells a concurrent
         `triage gc` that it is wanted again (see integrity._remove). On S3 the same: a PUT of
         the same bytes under the same name, a new mtime."""
         try:
-            self.files.publish(staged.temp, key or self.object_key(staged.sha256), readonly=True)
+            self.files.publish(staged.temp, key or self.object_key(staged.sha256), readonly=True,
+                               cache_as=staged.sha256 if cache else None)
         except OSError as exc:
             raise self.error(exc, "write") from None
         return staged.sha256, staged.bytes
@@ -668,9 +682,12 @@ class Store:
         doc.pop(SEAL, None)
         return doc
 
-    def annotate(self, run_id: str, archived: str, note: str | None) -> dict:
-        """Keep the first archive time; append a note if it is new. Last writer wins."""
-        doc = self.read_annotations(run_id)
+    def annotate(self, run_id: str, archived: str, note: str | None,
+                 new_run: bool = False) -> dict:
+        """Keep the first archive time; append a note if it is new. Last writer wins. A run
+        whose manifest this writer has just written where there was none (`new_run`) has no
+        annotations yet (only a writer racing it could have written some): none are read."""
+        doc = {} if new_run else self.read_annotations(run_id)
         doc.setdefault("archived", archived)
         notes = doc.setdefault("notes", [])
         if note and note not in [n["text"] for n in notes]:

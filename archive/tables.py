@@ -8,12 +8,14 @@ whole. Finished files move into the store as content-addressed objects.
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from triage.archive import lease
 from triage.archive.store import Staged, Store
 from triage.errors import StoreError
 from triage.schemas.tables import arrow_schema, check_columns
@@ -166,14 +168,14 @@ class TableSet:
     def publish(self, run_id: str) -> None:
         """Move the sealed tables into the store under the run's id (tables/<name>/run_id=<id>),
         side by side: on S3 each PUT waits milliseconds on the server (the 6 tables of an ncu
-        run were most of its archive there)."""
+        run were most of its archive there). A remote store's uploads stay in the local cache:
+        the catalog row reads kernel_summary back at once, and a `show` or `diff` next."""
         for name, staged in self._sealed.items():
             if not staged.temp.exists():
                 raise self._removed(name)
-        keys = [self.store.table_key(run_id, name, staged.sha256)
-                for name, staged in self._sealed.items()]
-        with ThreadPoolExecutor(max_workers=len(keys) or 1) as uploads:
-            list(uploads.map(self.store.publish, self._sealed.values(), keys))
+        lease.side_by_side([partial(self.store.publish, staged,
+                                    self.store.table_key(run_id, name, staged.sha256), cache=True)
+                            for name, staged in self._sealed.items()])
 
     def _written(self, name: str) -> Path:
         """A closed table's temp file, which `triage gc --grace 0` may have removed meanwhile

@@ -44,11 +44,14 @@ class S3Server:
     directory: Path
     binary: str
     process: subprocess.Popen | None = None
+    metrics: bool = False  # serve Prometheus counters (`request_counts`; the benchmarks')
 
     def __post_init__(self) -> None:
         self.ports = {name: free_port() for name in (
             "master", "master.grpc", "volume", "volume.grpc", "filer", "filer.grpc", "s3",
             "s3.grpc")}
+        if self.metrics:
+            self.ports["metrics"] = free_port()
         self.data = self.directory / "data"
         self.data.mkdir(parents=True, exist_ok=True)
         self.identities = self.directory / "identities.json"
@@ -68,6 +71,7 @@ class S3Server:
 
     def start(self) -> None:
         ports = [f"-{name.replace('.grpc', '.port.grpc')}={port}" if name.endswith(".grpc")
+                 else f"-metricsPort={port}" if name == "metrics"
                  else f"-{name}.port={port}" for name, port in self.ports.items()]
         log = open(self.directory / "weed.log", "ab")  # noqa: SIM115 - the server's, kept open
         self.process = subprocess.Popen(
@@ -78,6 +82,25 @@ class S3Server:
             start_new_session=True)
         log.close()
         self._wait_ready()
+
+    def request_counts(self) -> dict[str, int]:
+        """The S3 requests the gateway has answered so far, by type and status (`PUT`,
+        `GET:404`; a HEAD counts as a GET), from its Prometheus counters (`metrics=True`)."""
+        import re
+        import urllib.request
+
+        url = f"http://127.0.0.1:{self.ports['metrics']}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            text = answer.read().decode()
+        counts: dict[str, int] = {}
+        for line in text.splitlines():
+            if line.startswith("SeaweedFS_s3_request_total{"):
+                kind = re.search(r'type="([^"]+)"', line)
+                code = re.search(r'code="([^"]+)"', line)
+                name = (kind.group(1) if kind else "?") + (
+                    f":{code.group(1)}" if code and code.group(1) != "200" else "")
+                counts[name] = counts.get(name, 0) + int(float(line.rsplit(" ", 1)[1]))
+        return counts
 
     def client(self, **options):
         """A pyarrow S3 client of this server (the tests' own: creating buckets, listing)."""

@@ -5,6 +5,7 @@ keys, a missing bucket, an unreachable endpoint."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -104,20 +105,29 @@ def test_wrong_keys_a_missing_bucket_and_a_dead_endpoint_are_one_line(s3_store, 
         assert variables["AWS_ENDPOINT_URL"] in lines[0] and "Traceback" not in done.stderr
 
 
-def test_a_server_killed_during_an_archive_leaves_no_run_and_the_rerun_completes(
+KILLED = [OTHER, SMALL, "iamcoleman__monte-carlo-pi__profile.ncu-rep",
+          "bwd29__self-join-MiSTIC__nodeCalc_profile.out.ncu-rep",
+          "cornflexxx__HomCmprsr__report.ncu-rep"]
+
+
+def test_a_server_killed_during_an_archive_leaves_no_partial_run_and_the_rerun_completes(
         s3_store, s3_server):
     """SIGKILL the server once the archive's first object has landed (seen by listing, not by
-    timing): one line, exit 1, no run visible; after a restart the same command completes."""
+    timing; the archiver held still meanwhile, and it has more reports to go): one line, exit
+    1, every visible run whole; after a restart the same command completes."""
     env = {**os.environ}
-    proc = subprocess.Popen([sys.executable, "-m", "triage", "archive", str(corpus_file(OTHER))],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    command = [sys.executable, "-m", "triage", "archive", *map(str, map(corpus_file, KILLED))]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None and not any(
                 k.startswith("objects/") for k in keys(s3_server, s3_store)):
             time.sleep(0.01)
-        assert not any(k.startswith("runs/") for k in keys(s3_server, s3_store))
+        os.kill(proc.pid, signal.SIGSTOP)  # held still while its server dies: no race
+        assert proc.poll() is None, "the archive finished before the kill: archive more"
         s3_server.kill()
+        os.kill(proc.pid, signal.SIGCONT)
         _out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
@@ -127,9 +137,12 @@ def test_a_server_killed_during_an_archive_leaves_no_run_and_the_rerun_completes
             s3_server.start()
     lines = err.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1 and s3_server.endpoint in lines[0], err
-    assert not any(k.startswith("runs/") for k in keys(s3_server, s3_store))
-    done = run_cli("archive", str(corpus_file(OTHER)), "--json", env=env)
+    visible = [k for k in keys(s3_server, s3_store) if k.startswith("runs/")]
+    assert len(visible) < len(KILLED)
+    assert run_cli("verify", env=env).returncode == 0  # every visible run is whole
+    done = run_cli(*command[3:], "--json", env=env)
     assert done.returncode == 0, done.stderr
+    assert len([k for k in keys(s3_server, s3_store) if k.startswith("runs/")]) == len(KILLED)
     assert run_cli("verify", env=env).returncode == 0
 
 
