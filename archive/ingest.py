@@ -117,17 +117,18 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
         store.check_writable()
         progress(Step("storing", len(requests), len(requests)))
         rows: list[dict] = []  # catalog rows: one segment for every run, written in the lease
-        with lease.held(store, "archive"):  # one for every run (on S3, four requests a lease)
+        with lease.held(store, "archive") as held:  # one for every run (on S3, 4 requests)
             try:
                 results = [_finish(store, f.run_id, store.read_manifest(f.run_id), r,
                                    new=False, rows=rows)
                            if f.whole and f.run_id else archive_run(store, r, p, f, rows)
                            for r, p, f in zip(requests, prepared, found, strict=True)]
+                if rows:
+                    catalog.add_rows(store, rows)
             except BaseException:
-                _index_quietly(store, rows)  # the runs made before the failure
+                if not _index_quietly(store, rows):  # the runs made before the failure
+                    lease.keep(held)
                 raise
-            if rows:
-                catalog.add_rows(store, rows)
             return results
     except BaseException as exc:
         _close(prepared)  # first: an nsys export staged in the new store is a file in it
@@ -142,15 +143,16 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
         exports.close()
 
 
-def _index_quietly(store: Store, rows: list[dict]) -> None:
+def _index_quietly(store: Store, rows: list[dict]) -> bool:
     """Write the catalog rows of the runs an archive made before it failed, if the store still
-    takes them: the failure is the error to report, and a run without its row is indexed by
-    its next reader (catalog.py)."""
+    takes them (whether it did): the failure is the error to report. A run left without its
+    row is indexed by readers while the writer's lease stays (catalog.open_view)."""
     try:
         if rows:
             catalog.add_rows(store, rows)
     except (OSError, TriageError):
-        pass
+        return False
+    return True
 
 
 def _close(prepared: list[list[PreparedReport]]) -> None:

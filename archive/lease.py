@@ -70,6 +70,23 @@ class Lease:
         return self.key.rsplit("/", 1)[-1]
 
 
+def keep(key: str) -> None:
+    """Leave the lease `key` in place when its block ends: a writer that made runs but could not
+    index them (readers list runs/ while a lease is there, and gc indexes what a dead writer's
+    lease covered before removing it: catalog.open_view), so that no run stays unlisted."""
+    _KEPT.add(key)
+
+
+def _unkept(key: str) -> bool:
+    """Whether `keep` was asked for `key` (and forget it)."""
+    kept = key in _KEPT
+    _KEPT.discard(key)
+    return kept
+
+
+_KEPT: set[str] = set()
+
+
 @contextmanager
 def held(store: Store, what: str) -> Iterator[str]:
     """Hold a lease while writing `what`: an archive or import from before its first object to
@@ -102,7 +119,7 @@ def held(store: Store, what: str) -> Iterator[str]:
         failed = False
     finally:
         _HELD.pop(holder, None)
-        if os.getpid() == owner:
+        if os.getpid() == owner and not _unkept(key):
             try:
                 store.files.delete(key)
             except StoreError:

@@ -28,6 +28,7 @@ from helpers import REPO, corpus_file
 from triage import textview
 from triage.archive import catalog, catalogview, ingest, lease, listing
 from triage.archive.store import Store
+from triage.errors import StoreError
 from triage.cli import cli
 from triage.schemas.tables import arrow_schema
 
@@ -352,3 +353,26 @@ def test_gc_indexes_a_dead_writers_run_before_it_removes_its_lease(archive_store
     result = json.loads(run_cli("--store", copy, "gc", "--grace", "0s", "--json").stdout)
     assert not os.listdir(copy / "leases"), result
     assert listed(copy) == [newer, ids["async"], ids["soa"], ids["gemm"]]
+
+
+def test_a_writer_that_cannot_index_its_run_leaves_its_lease(archive_store, tmp_path,
+                                                             monkeypatch):
+    """The manifest is written, then the catalog segment fails (the store filled up, the
+    server went away): the writer reports the failure and keeps its lease, so that readers
+    reconcile the catalog with runs/ and list the run, until gc finds the writer gone."""
+    copy, _ids = merged_copy(archive_store, tmp_path, monkeypatch)
+
+    def refused(store, rows):
+        raise StoreError("cannot write the catalog segment (test)")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(catalog, "add_rows", refused)
+        failed = run_cli("--store", copy, "archive", corpus_file(
+            "Lashi0812__CudaProgramming__simpleAOS.ncu-rep"), expect=None)
+    assert failed.exit_code != 0 and failed.output.count("\n") == 1, failed.output
+    assert "catalog segment" in failed.output
+    assert len(os.listdir(copy / "leases")) == 1
+    made = os.listdir(copy / "runs")
+    assert len(made) == 4  # the three runs and the new one, whose row was never written
+    newer = next(Path(m).stem for m in made if Path(m).stem not in _ids.values())
+    assert listed(copy)[0] == newer
