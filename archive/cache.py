@@ -56,38 +56,58 @@ def cached_object(files: StoreFiles, key: str, sha: str) -> Path:
             raise CorruptObject(f"object {sha[:12]} in store {files.where} does not match its "
                                 "hash; `triage verify` lists what is damaged")
         atomic.publish(temp, path, readonly=True)
-    trim(cap_bytes())
+    _added(path)
     return path
 
 
 def keep(path: Path, sha: str) -> None:
     """Adopt a local file that holds the object named `sha` (a table this process has just
     uploaded from its spool) as the cached copy: moved, not copied, so that reading it back at
-    once (the catalog row reads the run's kernel_summary) fetches nothing. The writer trims the
-    cache once after its batch (`trim`); where the spool is on another filesystem than the
-    cache, or a copy is there already, the file is only removed."""
+    once (the catalog row reads the run's kernel_summary) fetches nothing. Where the spool is
+    on another filesystem than the cache, or a copy is there already, the file is only
+    removed."""
     target = cache_dir() / "objects" / sha[:2] / sha[2:]
     try:
         if not target.is_file():
             atomic.publish(path, target, readonly=True)  # durable first: never re-hashed
+            _added(target)
             return
     except OSError:
         pass
     path.unlink(missing_ok=True)
 
 
-def trim(cap: int) -> None:
-    """Remove the least recently used copies until the cache holds at most `cap` bytes."""
+# Bytes this process added to the cache since it last trimmed it (absent: it never trimmed).
+_SINCE_TRIM: dict[str, int] = {}
+TRIM_EVERY = 16  # a process trims after its first addition, then per 1/TRIM_EVERY of the cap
+
+
+def _added(fresh: Path) -> None:
+    """Count a copy this process added, and trim the cache after its first addition and then
+    once per 1/TRIM_EVERY of the cap added: a walk of the whole cache per object made a cold
+    read of 1,000 runs' tables quadratic. `fresh` stays: its caller is about to read it."""
+    cap, size = cap_bytes(), fresh.stat().st_size
+    added = _SINCE_TRIM.get("bytes")
+    if added is not None and added + size < cap // TRIM_EVERY:
+        _SINCE_TRIM["bytes"] = added + size
+        return
+    _SINCE_TRIM["bytes"] = 0
+    trim(cap, spare=fresh)
+
+
+def trim(cap: int, spare: Path | None = None) -> None:
+    """Remove the least recently used copies but `spare` until the cache holds at most `cap`
+    bytes (or only `spare`)."""
     root = cache_dir() / "objects"
     found = []
     for path in root.glob("*/*"):
         try:
-            if not path.name.startswith(atomic.TMP_PREFIX):
+            if not path.name.startswith(atomic.TMP_PREFIX) and path != spare:
                 stat = path.stat()
                 found.append((stat.st_mtime, stat.st_size, path))
         except OSError:  # removed meanwhile (another process trimming)
             continue
-    total = sum(size for _mtime, size, _path in found)
+    total = sum(size for _mtime, size, _path in found) + (spare.stat().st_size if spare else 0)
     for _mtime, size, path in sorted(found):
         if total <= cap:
             break

@@ -147,9 +147,11 @@ def add_rows(store: Store, rows: list[dict]) -> None:
             merge(store)
 
 
-def _read_segments(store: Store, schema: pa.Schema) -> tuple[Segments, list[str]]:
+def _read_segments(store: Store, schema: pa.Schema, listed: list[str] | None = None
+                   ) -> tuple[Segments, list[str]]:
     """Every segment's rows (with duplicates), the merged ones left open, and the files they
-    came from (`Segments.whole`: each of them read).
+    came from (`Segments.whole`: each of them read); `listed`: the caller's listing of them
+    just now, the first attempt's (on S3 a listing is a request).
 
     A file that a merge removed between listing and reading is skipped: the merge wrote its rows
     into a new segment first, so listing again finds them. Eight writers merging on a loaded
@@ -158,9 +160,9 @@ def _read_segments(store: Store, schema: pa.Schema) -> tuple[Segments, list[str]
     (slower, never wrong), and a merge deletes only the files it read.
     """
     parts: dict[str, pa.Table | tuple[Path, pq.ParquetFile] | None] = {}
-    for _attempt in range(READ_ATTEMPTS):
+    for attempt in range(READ_ATTEMPTS):
         vanished = False
-        for key in segments(store):
+        for key in listed if listed is not None and not attempt else segments(store):
             if key in parts:
                 continue
             try:
@@ -265,10 +267,11 @@ def open_view(store: Store, columns: list[str] | None = None) -> View:
     when a segment could not be read, and on a store not yet merged by this triage. Otherwise
     every manifest has its row, and the newest page costs a row group."""
     busy = _writers_at_work(store)
-    memo = (store.where, tuple(segments(store)), tuple(columns or ()))
+    listed = segments(store)
+    memo = (store.where, tuple(listed), tuple(columns or ()))
     if not busy and memo in _TRUSTED:
         return _TRUSTED[memo]
-    found = _read_segments(store, catalog_schema(columns))[0]
+    found = _read_segments(store, catalog_schema(columns), listed)[0]
     trusted = not busy and found.whole and found.base is not None
     view = reconcile(found, None if trusted else store.run_files())
     if trusted:  # segments are immutable: the same names hold the same rows
@@ -293,23 +296,12 @@ def _writers_at_work(store: Store) -> bool:
     return any(name.endswith(".json") for name in store.files.names("leases"))
 
 
-def scan(store: Store, columns: list[str] | None = None) -> Catalog:
-    """The catalog as one table: one row per run, oldest archive first, with the problems of
-    runs that could be indexed only in part (see `open_view`)."""
-    view = open_view(store, columns)
-    return Catalog(view.table(), view.problems)
-
-
 def scan_unordered(store: Store, columns: list[str] | None = None) -> Catalog:
-    """`scan` in no particular order (the merged rows, then the others): for a reader that
-    orders or groups the rows itself."""
+    """The catalog as one table, one row per run in no particular order (the merged rows, then
+    the others), with the problems of runs that could be indexed only in part (see
+    `open_view`): for a reader that orders or groups the rows itself."""
     view = open_view(store, columns)
     return Catalog(view.table(ordered=False), view.problems)
-
-
-def read_catalog(store: Store, columns: list[str] | None = None) -> pa.Table:
-    """The catalog's rows alone (see `scan`), for readers that do not list problems."""
-    return scan(store, columns).table
 
 
 def segment_digest(store: Store, key: str) -> str:

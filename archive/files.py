@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -326,18 +325,18 @@ def _translated(files: StoreFiles, doing: str) -> Iterator[None]:
 
 
 def own_spool(root: Path) -> Path:
-    """This process's spool folder (`<host>-<pid>` under `root`), after removing what writers
-    gone from this host left there: a killed process's temp files are removed by nothing else
-    (gc cleans the store, not this machine's cache)."""
+    """This process's spool folder (`<machine tag>-<pid>` under `root`, lease.machine_tag),
+    after removing what writers gone from this machine left there: a killed process's temp
+    files are removed by nothing else (gc cleans the store, not this machine's cache)."""
     clean_spool(root)
-    return root / f"{socket.gethostname()}-{os.getpid()}"
+    return root / f"{lease.machine_tag()}-{os.getpid()}"
 
 
 def clean_spool(root: Path, grace: float = SPOOL_GRACE) -> None:
-    """Remove the spool folders of this host's processes that are no longer alive, and temp
+    """Remove the spool folders of this machine's processes that are no longer alive, and temp
     files of the older flat spool, once untouched for `grace` seconds (a folder of a pid reused
-    since waits for that process to end; another host's folders, on a shared home, for their
-    own host's writers to clean)."""
+    since waits for that process to end; another machine's folders, on a shared home or cache,
+    for their own machine's writers to clean)."""
     import shutil
     import time
 
@@ -345,11 +344,12 @@ def clean_spool(root: Path, grace: float = SPOOL_GRACE) -> None:
         names = os.listdir(root)
     except OSError:  # no spool yet
         return
-    host, now = socket.gethostname(), time.time()
+    now = time.time()
     for name in names:
         owner, _, pid = name.rpartition("-")
         flat = name.startswith(atomic.TMP_PREFIX)
-        if not flat and (owner != host or not pid.isdigit() or lease.alive(int(pid))):
+        if not flat and (not lease.this_machine(owner) or not pid.isdigit()
+                         or lease.alive(int(pid))):
             continue
         path = root / name
         try:

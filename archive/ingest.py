@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from triage import __version__
-from triage.archive import cache, catalog, lease, space
+from triage.archive import catalog, lease, space
 from triage.progress import Progress, Step, no_progress
 from triage.hashing import hash_file
 from triage.archive.manifest import MANIFEST_KIND, MANIFEST_VERSION
@@ -117,17 +117,25 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
         store.check_writable()
         progress(Step("storing", len(requests), len(requests)))
         rows: list[dict] = []  # catalog rows: one segment for every run, written in the lease
+        made: set[str] = set()  # the runs whose manifests this call may have written
         with lease.held(store, "archive") as held:  # one for every run (on S3, 4 requests)
             try:
                 results = [_finish(store, f.run_id, store.read_manifest(f.run_id), r,
                                    new=False, rows=rows)
-                           if f.whole and f.run_id else archive_run(store, r, p, f, rows)
+                           if f.whole and f.run_id else archive_run(store, r, p, f, rows, made)
                            for r, p, f in zip(requests, prepared, found, strict=True)]
+            except BaseException:
+                # A run whose manifest may be written and whose row is not: the lease stays,
+                # so readers reconcile the catalog with runs/ until gc finds this writer gone
+                # and indexes it first.
+                if made - {row["id"] for row in rows} or not _index_quietly(store, rows):
+                    lease.keep(held)
+                raise
+            try:
                 if rows:
                     catalog.add_rows(store, rows)
             except BaseException:
-                if not _index_quietly(store, rows):  # the runs made before the failure
-                    lease.keep(held)
+                lease.keep(held)
                 raise
             return results
     except BaseException as exc:
@@ -145,8 +153,7 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
 
 def _index_quietly(store: Store, rows: list[dict]) -> bool:
     """Write the catalog rows of the runs an archive made before it failed, if the store still
-    takes them (whether it did): the failure is the error to report. A run left without its
-    row is indexed by readers while the writer's lease stays (catalog.open_view)."""
+    takes them (whether it did): the failure is the error to report."""
     try:
         if rows:
             catalog.add_rows(store, rows)
@@ -293,10 +300,12 @@ def dedup_key_of(manifest: dict) -> str | None:
 
 @lease.holding("archive")
 def archive_run(store: Store, request: RunRequest, prepared: list[PreparedReport] | None = None,
-                seen: Seen = Seen(), rows: list[dict] | None = None) -> ArchiveResult:
+                seen: Seen = Seen(), rows: list[dict] | None = None,
+                made: set[str] | None = None) -> ArchiveResult:
     """Archive the reports of one request as one run (or find the run that has them); `seen`:
     what the caller found in the store for them already; `rows`: where the run's catalog row
-    goes, for the caller to write with others' (None: written at once)."""
+    goes, for the caller to write with others' (None: written at once); `made`: where the id
+    goes of a run whose manifest this call may write (from just before the write)."""
     if prepared is None:
         prepared = [prepare_report(i.path, nsys=request.nsys, staging=_staging(store.files.url))
                     for i in request.inputs]
@@ -317,6 +326,8 @@ def archive_run(store: Store, request: RunRequest, prepared: list[PreparedReport
             manifest = _build(store, request, prepared, digests, tables, blobs)
             room.release()  # for the manifest, key, annotations and catalog segment
             run_id, _data = manifest_file(manifest)
+            if made is not None:
+                made.add(run_id)
             first, present = _commit(store, run_id, manifest, tables, blobs, request.repair)
         if first is not None:  # another writer archived the same run first: it wins
             if key:
@@ -359,9 +370,7 @@ def _commit(store: Store, run_id: str, manifest: dict, tables: TableSet,
     manifest back then tells each who won (`_settle`)."""
     uploads: list[Callable[[], object]] = [partial(tables.publish, run_id)]
     lease.side_by_side(uploads + [partial(store.publish, copy) for copy in reports or []])
-    if store.files.remote:
-        cache.trim(cache.cap_bytes())  # once, for the tables kept in the cache
-    present = store.manifest_bytes(run_id) is not None
+    present = store.has_run(run_id)  # damaged too: its annotations are the user's, kept
     first = _whole_run(store, run_id) if present and not repair else None
     if first is not None:
         if first.get("tables") != manifest.get("tables"):
@@ -523,8 +532,8 @@ def record_attempt(store: Store, request: RunRequest, provenance: dict) -> Archi
         write_batches(tables, request.extra_tables.items())
         manifest = _manifest(request, [provenance], [], tables.seal())
         run_id, _data = manifest_file(manifest)
-        first, _present = _commit(store, run_id, manifest, tables)
-    return _finish(store, run_id, first or manifest, request, new=first is None)
+        first, present = _commit(store, run_id, manifest, tables)
+    return _finish(store, run_id, first or manifest, request, new=first is None and not present)
 
 
 def _report_entry(prepared: PreparedReport, staged: Staged, digest: str, given: ReportInput,

@@ -102,7 +102,7 @@ def held(store: Store, what: str) -> Iterator[str]:
     if holder in _HELD:
         yield _HELD[holder]
         return
-    key = f"leases/{owner}-{_machine_tag()}-{secrets.token_hex(8)}.json"
+    key = f"leases/{owner}-{machine_tag()}-{secrets.token_hex(8)}.json"
     doc = {"what": what, "pid": owner, "start": _start_ticks(owner), "host": socket.gethostname(),
            "created": utc_now(precise=True), **_machine()}
     try:
@@ -221,7 +221,7 @@ def _judge_by_name(key: str, mtime: float) -> Lease:
     from anywhere else, judged by age like any foreign lease."""
     pid, _, rest = key.rsplit("/", 1)[-1].partition("-")
     tag = rest.partition("-")[0]
-    if pid.isdigit() and tag == _machine_tag() and None not in _machine().values():
+    if pid.isdigit() and this_machine(tag):
         return Lease(key, mtime, alive(int(pid)),
                      f"unreadable lease of pid {pid} on this machine")
     return Lease(key, mtime, _young(mtime), "unreadable lease")
@@ -247,10 +247,17 @@ def _machine() -> dict[str, str | None]:
 
 
 @cache
-def _machine_tag() -> str:
-    """A short name for this boot and PID namespace, in each lease's file name."""
+def machine_tag() -> str:
+    """A short name for this boot and PID namespace, in each lease's and spool folder's name:
+    two containers may share a host name, never a PID namespace."""
     here = _machine()
     return hashlib.sha256(f"{here['boot']}\0{here['pidns']}".encode()).hexdigest()[:12]
+
+
+def this_machine(tag: str) -> bool:
+    """Whether a file named with `tag` (`machine_tag`) was made on this boot, in this PID
+    namespace, so that its pid names a process here (never when those are unknown)."""
+    return tag == machine_tag() and None not in _machine().values()
 
 
 def alive(pid: int) -> bool:

@@ -125,7 +125,7 @@ def _rebuild_catalog(store: Store) -> None:
     for name in store.files.names("index"):
         if not name.startswith(atomic.TMP_PREFIX):
             store.files.delete(f"index/{name}")
-    catalog.scan_unordered(store, ["id"])  # indexes every run that has no row (a writable store)
+    catalog.merge(store)  # every run indexed, in one marked segment readers trust
 
 
 def _write(store: Store, key: str, data: bytes) -> None:

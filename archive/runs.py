@@ -45,8 +45,9 @@ def resolve(store: Store, ref: str) -> str:
 def _by_prefix(store: Store, ref: str) -> str:
     lowered = ref.lower()
     if len(lowered) >= MIN_PREFIX and all(c in "0123456789abcdef" for c in lowered):
+        # runs/ only on a miss: a run the catalog holds no row of (indexed in part) is found
         matches = catalog.open_view(store, ["id"]).prefixed(lowered) or \
-            sorted(set(store.aliases(lowered).values()))
+            store.run_ids(prefix=lowered) or sorted(set(store.aliases(lowered).values()))
         if len(matches) == 1:
             return matches[0]
         if matches:

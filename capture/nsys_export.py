@@ -167,6 +167,7 @@ class SqliteExport(Export):
         self.uri = f"file:{_file_url(os.path.abspath(sqlite_path or path))}?mode=ro&immutable=1"
         self.con = None
         self._adbc: tuple | None = None  # (database, connection), opened by the first query
+        self._reading: set = set()  # ADBC statements of reads not finished (closed first)
         self._lookups: dict[str, str] = {}  # SQL of a StringIds lookup -> the id column's
         self._string_ids: tuple[pa.Array, pa.Array] | None = None
         self._string_ids_read = False
@@ -235,8 +236,6 @@ class SqliteExport(Export):
         columns as (`_typed`), its StringIds lookups read as their ids and resolved in Arrow
         (`_resolved`). An export whose id columns hold text (old ones hold the names
         themselves) or whose StringIds ids are not all integers is read by `sqlite3`."""
-        from dataclasses import replace
-
         lookups = [i for i, expr in enumerate(query.select) if expr in self._lookups]
         if lookups and self._strings() is None:
             raise ColumnarUnfit("StringIds ids that are not all integers")
@@ -256,6 +255,7 @@ class SqliteExport(Export):
             statement = adbc.AdbcStatement(self._adbc_connection())
         except adbc.Error as exc:
             raise ColumnarUnfit(str(exc)) from None
+        self._reading.add(statement)
         try:
             statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH)})
             statement.set_sql_query(query.sql())
@@ -268,7 +268,9 @@ class SqliteExport(Export):
         except (adbc.Error, pa.ArrowException, OSError) as exc:
             raise ColumnarUnfit(str(exc)) from None
         finally:
-            statement.close()
+            if statement in self._reading:  # else `close` closed it, the read left unfinished
+                self._reading.discard(statement)
+                statement.close()
 
     def _strings(self) -> tuple[pa.Array, pa.Array] | None:
         """StringIds as (ids, texts), read once, texts converted as `sqlite3`'s rows are; None
@@ -282,7 +284,7 @@ class SqliteExport(Export):
                     and not self.rows("SELECT count(*) FROM StringIds "
                                       "WHERE typeof(id) != 'integer'")[1][0][0]:
                 read = Query("StringIds", "s", ("s.id", "s.value"), ("s.rowid",))
-                table = pa.concat_tables(self._fetched(read, [("id", "int"), ("value", "str")]))
+                table = pa.concat_tables(self.batches(read, [("id", "int"), ("value", "str")]))
                 self._string_ids = (table["id"].combine_chunks(),
                                     table["value"].combine_chunks())
         return self._string_ids
@@ -335,11 +337,19 @@ class SqliteExport(Export):
                                  "report again with `nsys export --type sqlite`")
 
     def close(self) -> None:
-        if self._adbc is not None:
-            for handle in reversed(self._adbc):
-                handle.close()
-            self._adbc = None
-        self.con.close()
+        """Close the export. A read a failure left unfinished (its generator suspended, the
+        archive's own error on its way) holds a statement open, which ADBC's connection
+        refuses to close under: those are closed first, and sqlite3's connection always."""
+        try:
+            for statement in list(self._reading):
+                statement.close()
+            self._reading.clear()
+            if self._adbc is not None:
+                for handle in reversed(self._adbc):
+                    handle.close()
+                self._adbc = None
+        finally:
+            self.con.close()
 
 
 class ColumnarUnfit(Exception):

@@ -326,6 +326,8 @@ def test_a_run_with_a_manifest_and_no_row_is_listed_while_a_writer_is_at_work(
 
     lose_the_new_row()
     assert listed(copy)[0] != newer  # no lease: the catalog is trusted
+    shown = json.loads(run_cli("--store", copy, "show", newer[:12], "--json").stdout)
+    assert shown["id"] == newer  # an id prefix the catalog misses is looked for in runs/
     with lease.held(store, "archive"):
         assert listed(copy)[0] == newer  # indexed from its manifest (and written)
     lose_the_new_row()
@@ -355,24 +357,29 @@ def test_gc_indexes_a_dead_writers_run_before_it_removes_its_lease(archive_store
     assert listed(copy) == [newer, ids["async"], ids["soa"], ids["gemm"]]
 
 
+@pytest.mark.parametrize("step", ["catalog segment", "annotations"])
 def test_a_writer_that_cannot_index_its_run_leaves_its_lease(archive_store, tmp_path,
-                                                             monkeypatch):
-    """The manifest is written, then the catalog segment fails (the store filled up, the
-    server went away): the writer reports the failure and keeps its lease, so that readers
-    reconcile the catalog with runs/ and list the run, until gc finds the writer gone."""
+                                                             monkeypatch, step):
+    """The manifest is written, then the catalog segment or the annotations before it fail
+    (the store filled up, the server went away): the writer reports the failure and keeps its
+    lease, so that readers reconcile the catalog with runs/ and list the run, until gc finds
+    the writer gone."""
     copy, _ids = merged_copy(archive_store, tmp_path, monkeypatch)
 
-    def refused(store, rows):
-        raise StoreError("cannot write the catalog segment (test)")
+    def refused(*args, **kwargs):
+        raise StoreError(f"cannot write the {step} (test)")
 
     with monkeypatch.context() as patch:
-        patch.setattr(catalog, "add_rows", refused)
+        if step == "annotations":
+            patch.setattr(Store, "annotate", refused)
+        else:
+            patch.setattr(catalog, "add_rows", refused)
         failed = run_cli("--store", copy, "archive", corpus_file(
-            "Lashi0812__CudaProgramming__simpleAOS.ncu-rep"), expect=None)
-    assert failed.exit_code != 0 and failed.output.count("\n") == 1, failed.output
-    assert "catalog segment" in failed.output
+            "Lashi0812__CudaProgramming__simpleAOS.ncu-rep"), expect=1)
+    assert failed.output.count("\n") == 1, failed.output
+    assert step in failed.output
     assert len(os.listdir(copy / "leases")) == 1
     made = os.listdir(copy / "runs")
     assert len(made) == 4  # the three runs and the new one, whose row was never written
     newer = next(Path(m).stem for m in made if Path(m).stem not in _ids.values())
-    assert listed(copy)[0] == newer
+    assert newer in listed(copy)  # indexed from its manifest (archived: as it records)

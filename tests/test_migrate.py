@@ -12,9 +12,11 @@ import json
 import os
 import shutil
 
+import pyarrow.parquet as pq
 import pytest
 
 from tests.helpers import corpus_file
+from triage.archive import catalog
 from triage.archive import migrate as migration
 from triage.archive.store import SEAL, STORE_MARKER, Store, canonical_json
 
@@ -72,6 +74,9 @@ def check_migrated(triage, root, old: dict[str, str], renamed: bool = True) -> N
     """Every run reachable by its old id (full and 12-digit prefix), labels kept, verify clean
     with nothing left over, every table under tables/ and no object that is only a table, and
     archiving a report again finds its run."""
+    segments = catalog.segments(Store.open(root))  # one marked segment: readers trust it
+    assert len(segments) == 1 and catalog.MERGED in pq.ParquetFile(
+        root / segments[0]).metadata.metadata
     new = {name: triage.json("--store", root, "show", old_id)["id"] for name, old_id in old.items()}
     assert set(new.values()).isdisjoint(old.values()) == renamed
     assert sorted(r["id"] for r in triage.json("--store", root, "ls")) == sorted(new.values())

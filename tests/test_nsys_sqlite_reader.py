@@ -9,12 +9,13 @@ The exports here are real corpus exports, copied and changed with sqlite3 (`grow
 
 from __future__ import annotations
 
+import errno
 import sqlite3
 from contextlib import closing
 
 import pytest
 
-from helpers import corpus_manifest, grown
+from helpers import corpus_file, corpus_manifest, grown
 
 SQLITE_ROWS = [r for r in corpus_manifest() if r["kind"] == "nsys-sqlite"]
 
@@ -144,3 +145,26 @@ def test_columns_holding_other_types_read_as_sqlite3_converts_them(triage, tmp_p
                        "select count(*) - count(grid_x) as x, count(*) filter (grid_y = 2) as y, "
                        "count(*) filter (name = 'inline') as n from kernels")
     assert rows[0]["x"] == 1 and rows[0]["y"] >= 1 and rows[0]["n"] == 1
+
+
+def test_a_failure_in_the_middle_of_a_columnar_read_is_one_line(triage, tmp_path, monkeypatch):
+    """A write that fails while a table is read columnar (its ADBC statement still open, the
+    read's generator suspended) is reported as itself: closing the export closes the
+    statement first, and the store the archive made is removed again."""
+    from test_archive_leftovers import check_clean_failure
+    from triage.archive import tables
+    from triage.capture import nsys_export
+
+    monkeypatch.setattr(nsys_export, "BATCH", 2)  # the kernels span many batches
+    write = tables.TableWriter.write_arrow
+
+    def full(self, table):
+        if self.name == "kernels":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write(self, table)
+
+    monkeypatch.setattr(tables.TableWriter, "write_arrow", full)
+    store = tmp_path / "store"
+    result = triage("--store", store, "archive",
+                    corpus_file("Lashi0812__CudaProgramming__streamSimple.sqlite"), expect=None)
+    check_clean_failure(triage, store, result, runs_before=[])

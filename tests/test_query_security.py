@@ -107,8 +107,9 @@ def snapshot(*roots: Path) -> dict[str, tuple[str, int]]:
 
 def probe_sql(template: str, store_dir: Path, cwd: Path) -> str:
     store = Store.open(store_dir)
-    tables = json.loads(catalog.read_catalog(store).column("tables")[0].as_py())
-    run_id = catalog.read_catalog(store).column("id")[0].as_py()
+    found = catalog.scan_unordered(store).table
+    tables = json.loads(found.column("tables")[0].as_py())
+    run_id = found.column("id")[0].as_py()
     return template.format(table=store.root / store.table_key(run_id, "kernels", tables["kernels"]),
                            cwd=cwd, store=store_dir,
                            catalog=store.root / catalog.segments(store)[0])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import shutil
 import subprocess
 import sys
 import time
@@ -85,6 +86,39 @@ def test_reads_come_from_the_cache_once_fetched(triage, s3_store, tmp_path):
     assert sorted(p.name for p in cache.glob("*/*")) == cached
 
 
+def test_the_cache_is_walked_once_per_share_of_its_cap_and_stays_under_it(triage, s3_store,
+                                                                          tmp_path, monkeypatch):
+    """A process trims the cache after its first copy, then once per 1/16 of the cap it adds
+    (not once per copy: a cold read of 1,000 runs walked the cache 1,000 times), and never
+    removes the copy it is about to read."""
+    from triage.archive import cache
+
+    triage("archive", corpus_file(SMALL))
+    objects = tmp_path / "cache" / "triage" / "objects"
+    walks: list[int] = []
+    real = cache.trim
+
+    def counted(cap, spare=None):
+        walks.append(cap)
+        real(cap, spare)
+
+    monkeypatch.setattr(cache, "trim", counted)
+    two_tables = "select (select count(*) from kernels) + (select count(*) from metrics) n"
+    # 1 byte: every copy trims all the others (so one table only: the first one fetched would
+    # be gone before DuckDB reads it; the cap is meant to hold a command's reads)
+    for cap, sql in ((cache.DEFAULT_CAP, two_tables), (1, "select count(*) from kernels")):
+        shutil.rmtree(objects)
+        monkeypatch.setenv("TRIAGE_CACHE_BYTES", str(cap))
+        monkeypatch.setattr(cache, "_SINCE_TRIM", {})
+        walks.clear()
+        triage("query", sql)  # the tables fetched, by their hashes
+        fetched = list(objects.glob("*/*"))
+        if cap == cache.DEFAULT_CAP:
+            assert len(fetched) > 1 and len(walks) == 1, (fetched, walks)
+        else:
+            assert len(fetched) == 1 and len(walks) > 1, (fetched, walks)
+
+
 def run_cli(*args: str, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "triage", *args], env=env,
                           capture_output=True, text=True, timeout=120)
@@ -147,18 +181,18 @@ def test_a_server_killed_during_an_archive_leaves_no_partial_run_and_the_rerun_c
 
 
 def test_the_spool_removes_what_dead_writers_left_once_past_the_grace(tmp_path):
-    """Spool folders are per process (<host>-<pid>); a killed writer's is removed by the next
-    process that opens an S3 store, once untouched for the grace, never a live writer's."""
-    import socket
-
+    """Spool folders are per process (<machine tag>-<pid>); a killed writer's is removed by the
+    next process that opens an S3 store, once untouched for the grace, never a live writer's
+    nor another machine's (a container sharing the host name has another tag)."""
+    from triage.archive import lease
     from triage.archive.files import SPOOL_GRACE, own_spool
 
-    root, host = tmp_path / "spool", socket.gethostname()
+    root, host = tmp_path / "spool", lease.machine_tag()
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True).stdout.strip()
     old = time.time() - SPOOL_GRACE - 60
     folders = {name: root / name for name in (f"{host}-{gone}", f"{host}-{os.getppid()}",
-                                              f"other-host-{gone}")}
+                                              f"0123456789ab-{gone}")}
     for folder in folders.values():
         folder.mkdir(parents=True)
         (folder / ".tmp-leftover.parquet").write_bytes(b"x")
@@ -171,4 +205,4 @@ def test_the_spool_removes_what_dead_writers_left_once_past_the_grace(tmp_path):
     mine = own_spool(root)
     assert mine.name == f"{host}-{os.getpid()}"
     assert sorted(p.name for p in root.iterdir()) == sorted(
-        [f"{host}-{os.getppid()}", f"other-host-{gone}", young.name])
+        [f"{host}-{os.getppid()}", f"0123456789ab-{gone}", young.name])
