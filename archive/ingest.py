@@ -33,7 +33,7 @@ from triage.archive.summaries import SUMMARIES, compute_summaries
 from triage.archive.tables import TableSet
 from triage.capture import redact
 from triage.capture.formats import PreparedReport, TableBatch, detect_format, prepare_report
-from triage.errors import TriageError, UsageError
+from triage.errors import CorruptObject, TriageError, UsageError
 from triage.schemas.tables import tables_for_tool, tables_version
 from triage.timeutil import utc_now
 
@@ -417,9 +417,12 @@ def _drop_tables(store: Store, run_id: str, mine: dict, kept: dict) -> None:
 
 
 def _whole_run(store: Store, run_id: str) -> dict | None:
-    """The manifest of a run already in the store with all its objects, else None (its tables
-    lost: then the new manifest replaces it)."""
-    found = store.read_manifest(run_id)
+    """The manifest of a run already in the store with all its objects, else None (damaged, or
+    its tables lost: then the new manifest replaces it)."""
+    try:
+        found = store.read_manifest(run_id)
+    except CorruptObject:
+        return None
     return found if _intact(store, run_id, found) else None
 
 

@@ -118,3 +118,19 @@ def test_an_empty_folder_where_a_label_goes_is_no_clash(triage):
                              "written, or with a folder labels/squad that holds no label; remove "
                              "the folder or choose another name\n")
     assert triage.json("verify")["ok"]
+
+
+def test_a_damaged_run_archived_again_keeps_its_notes(triage):
+    """Its manifest damaged and its dedup key lost, a run archived again is rebuilt under the
+    same id; the notes a user added stay (its annotations are read, not taken for a new run's)."""
+    store, first, _second = two_runs(triage)
+    triage("archive", corpus_file(SMALL), "--note", "baseline before the fix")
+    path = store.run_path(first)
+    os.chmod(path, 0o644)
+    path.write_bytes(path.read_bytes().replace(b'"source":"archive"', b'"source":"ARCHIVE"'))
+    for key in (store.root / "keys").iterdir():
+        key.unlink()
+    again = triage.json("archive", corpus_file(SMALL))[0]
+    assert again["id"] == first
+    notes = [n["text"] for n in store.read_annotations(first)["notes"]]
+    assert notes == ["baseline before the fix"]
