@@ -170,7 +170,18 @@ class StoreFiles:
         return Entry(key, True, found.size or 0, _seconds(found.mtime))
 
     def exists(self, key: str) -> bool:
-        return self.info(key) is not None
+        """Whether a file is at `key`: on S3 one HEAD (asking for its info, a missing key costs
+        a HEAD and a LIST, to tell an empty folder from nothing)."""
+        if self.local_root is not None:
+            return self.info(key) is not None
+        if key.endswith("/"):  # a folder's name: S3 says it is no regular file
+            return False
+        try:
+            with self._errors("read"):
+                self.fs.open_input_file(self.path(key)).close()
+        except (FileNotFoundError, ValueError):  # ValueError: a name no file can have (a NUL)
+            return False
+        return True
 
     def is_dir(self, key: str) -> bool:
         from pyarrow import fs

@@ -5,7 +5,9 @@ touched; tables and report copies are written as objects (side by side: on S3 ea
 milliseconds on the server); then the manifest (the run becomes visible); then, side by side,
 the dedup key, annotations and catalog segment (all re-derivable) and the read of the manifest
 that tells whether another writer of the same run won; then labels. A failure before the
-manifest leaves only unreferenced objects, which `triage gc` removes.
+manifest leaves only unreferenced objects, which `triage gc` removes. Of several reports, each
+run's part after its build (the store's: uploads, manifest, key) runs on a thread while the next
+run is built (`_archive_all`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -120,10 +122,10 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
         made: set[str] = set()  # the runs whose manifests this call may have written
         with lease.held(store, "archive") as held:  # one for every run (on S3, 4 requests)
             try:
-                results = [_finish(store, f.run_id, store.read_manifest(f.run_id), r,
-                                   new=False, rows=rows)
-                           if f.whole and f.run_id else archive_run(store, r, p, f, rows, made)
-                           for r, p, f in zip(requests, prepared, found, strict=True)]
+                results = _archive_all(
+                    _Steps(_found_steps(store, f.run_id, r, rows) if f.whole and f.run_id
+                           else _run_steps(store, r, p, f, rows, made))
+                    for r, p, f in zip(requests, prepared, found, strict=True))
             except BaseException:
                 # A run whose manifest may be written and whose row is not: the lease stays,
                 # so readers reconcile the catalog with runs/ until gc finds this writer gone
@@ -149,6 +151,14 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
     finally:
         _close(prepared)
         exports.close()
+
+
+def _found_steps(store: Store, run_id: str, request: RunRequest, rows: list[dict]
+                 ) -> Generator[None, None, ArchiveResult]:
+    """The steps of a report archived before (`_archived_before` found its run whole): nothing
+    to read or build, only its indexing."""
+    yield
+    return _finish(store, run_id, store.read_manifest(run_id), request, new=False, rows=rows)
 
 
 def _index_quietly(store: Store, rows: list[dict]) -> bool:
@@ -306,6 +316,16 @@ def archive_run(store: Store, request: RunRequest, prepared: list[PreparedReport
     what the caller found in the store for them already; `rows`: where the run's catalog row
     goes, for the caller to write with others' (None: written at once); `made`: where the id
     goes of a run whose manifest this call may write (from just before the write)."""
+    return _Steps(_run_steps(store, request, prepared, seen, rows, made)).finish()
+
+
+def _run_steps(store: Store, request: RunRequest, prepared: list[PreparedReport] | None,
+               seen: Seen, rows: list[dict] | None, made: set[str] | None
+               ) -> Generator[None, None, ArchiveResult]:
+    """`archive_run`'s work, paused twice for `_archive_all`: once its readers have started
+    (an ncu reader forks its workers' relay then: threads may run from there on), and once
+    its tables and copies are built (what is left waits on the store, and may run on a
+    thread while the next run is built)."""
     if prepared is None:
         prepared = [prepare_report(i.path, nsys=request.nsys, staging=_staging(store.files.url))
                     for i in request.inputs]
@@ -323,9 +343,12 @@ def archive_run(store: Store, request: RunRequest, prepared: list[PreparedReport
         space.check_room(store.disk, sum(_size(p.path) for p in prepared) + space.COMMIT_BYTES)
         with space.reserved(store.files.temp_folder("objects"), space.COMMIT_BYTES) as room, \
                 TableSet(store) as tables, _staged_reports(store) as blobs:
-            manifest = _build(store, request, prepared, digests, tables, blobs)
+            streams = [p.batches(index) for index, p in enumerate(prepared)]
+            yield  # the readers have started
+            manifest = _build(store, request, prepared, streams, digests, tables, blobs)
             room.release()  # for the manifest, key, annotations and catalog segment
             run_id, _data = manifest_file(manifest)
+            yield  # built
             if made is not None:
                 made.add(run_id)
             first, present = _commit(store, run_id, manifest, tables, blobs, request.repair)
@@ -340,6 +363,58 @@ def archive_run(store: Store, request: RunRequest, prepared: list[PreparedReport
     finally:
         for item in prepared:
             item.close()
+
+
+class _Steps:
+    """One run's `_run_steps`, driven a pause at a time, with its result once they end."""
+
+    def __init__(self, steps: Generator[None, None, ArchiveResult]) -> None:
+        self.steps = steps
+        self.result: ArchiveResult | None = None
+
+    def advance(self) -> None:
+        """Run to the next pause, or to the end (then `result` is set)."""
+        if self.result is None:
+            try:
+                next(self.steps)
+            except StopIteration as done:
+                self.result = done.value
+
+    def finish(self) -> ArchiveResult:
+        while self.result is None:
+            self.advance()
+        return self.result
+
+    def close(self) -> None:
+        """Give up a run not finished: what it built is discarded (its `with` blocks end)."""
+        self.steps.close()
+
+
+def _archive_all(runs: Iterable[_Steps]) -> list[ArchiveResult]:
+    """Finish each run, in order, the store's part of one (its uploads, manifest, key and
+    annotations) on a thread while the next one is built: on S3 that part waits about 50 ms
+    on the server per run, the build is CPU that one core does meanwhile.
+
+    Run N+1's readers start (an ncu reader forks) before run N's thread does, and that thread
+    ends before run N+2's readers start: no fork while a thread of this archive runs. A failure
+    stops the archive once the thread has ended; a run built and not stored is discarded."""
+    results: list[ArchiveResult] = []
+    behind: _Steps | None = None  # built, its store part still to do
+    try:
+        for run in runs:
+            run.advance()  # its readers started (or it is done: the run was there)
+            with ThreadPoolExecutor(max_workers=1) as thread:  # ends before the next fork
+                stored = thread.submit(lease.carried(behind.finish)) if behind else None
+                behind = run
+                run.advance()  # built
+            if stored is not None:
+                results.append(stored.result())
+        if behind is not None:
+            results.append(behind.finish())
+    finally:
+        if behind is not None:
+            behind.close()  # nothing, once it is finished
+    return results
 
 
 @contextmanager
@@ -473,17 +548,17 @@ def _add_row(store: Store, row: dict, rows: list[dict] | None) -> None:
 
 
 def _build(store: Store, request: RunRequest, prepared: list[PreparedReport],
-           digests: list[str], tables: TableSet, blobs: list[Staged]) -> dict:
-    """Write every report's batches into `tables`, stage the reports' copies into `blobs`,
-    assemble the manifest (tables and copies are sealed, to be published by `_commit`).
+           streams: list[Iterator[TableBatch]], digests: list[str], tables: TableSet,
+           blobs: list[Staged]) -> dict:
+    """Write every report's batches (`streams`) into `tables`, stage the reports' copies into
+    `blobs`, assemble the manifest (tables and copies are sealed, to be published by `_commit`).
 
-    The readers start reading before any thread does (an ncu reader forks its workers' relay
-    then, and a fork beside a running thread can deadlock). The raw reports are copied into
+    The readers were started before any thread (an ncu reader forks its workers' relay then,
+    and a fork beside a running thread can deadlock: `_run_steps`). The raw reports are copied into
     the store on a worker thread while they are read (copying and hashing release the GIL).
     Nothing becomes visible until every table and copy is whole on disk (the room for the
     manifest is held by the caller: `space`), so a full disk leaves nothing of the run behind.
     """
-    streams = [p.batches(index) for index, p in enumerate(prepared)]
     failed = threading.Event()
     with ThreadPoolExecutor(max_workers=1) as copier:
         copies = [copier.submit(store.stage_file, p.path, failed) for p in prepared]

@@ -144,31 +144,36 @@ def holding(what: str) -> Callable[[F], F]:
 def side_by_side(calls: Sequence[Callable[[], T]]) -> list[T]:
     """Run `calls` at once, each on a thread of its own, and return their results in order: on
     S3 each request waits milliseconds on the server, so writes that need not follow one
-    another (a run's tables, its key and annotations) overlap.
-
-    Each thread is covered by the leases the calling thread holds (a small write there takes
-    none of its own: four requests on S3): every call ends before this returns, so before the
-    caller can release them."""
+    another (a run's tables, its key and annotations) overlap. Every call ends before this
+    returns, so before the caller can release its leases (`carried`)."""
     if len(calls) < 2:
         return [call() for call in calls]
-    caller = threading.get_ident()
-    carried = {(pid, where): key for (pid, thread, where), key in list(_HELD.items())
-               if thread == caller}
+    covered = [carried(call) for call in calls]
+    from concurrent.futures import ThreadPoolExecutor
 
-    def covered(call: Callable[[], T]) -> T:
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        return list(pool.map(lambda call: call(), covered))
+
+
+def carried(call: Callable[[], T]) -> Callable[[], T]:
+    """`call`, to be run on another thread under the leases the calling thread holds now (a
+    small write there takes none of its own: four requests on S3). The caller must see it end
+    before it releases them."""
+    caller = threading.get_ident()
+    keys = {(pid, where): key for (pid, thread, where), key in list(_HELD.items())
+            if thread == caller}
+
+    def covered() -> T:
         here = threading.get_ident()
-        mine = [(pid, here, where) for pid, where in carried]
-        _HELD.update(zip(mine, carried.values(), strict=True))
+        mine = [(pid, here, where) for pid, where in keys]
+        _HELD.update(zip(mine, keys.values(), strict=True))
         try:
             return call()
         finally:
             for holder in mine:
                 _HELD.pop(holder, None)
 
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-        return list(pool.map(covered, calls))
+    return covered
 
 
 def leases(store: Store) -> list[Lease]:

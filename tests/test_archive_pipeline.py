@@ -1,0 +1,67 @@
+"""Archiving several reports stores run N on a thread while run N+1 is built (ingest.py,
+`_archive_all`): on S3 the store's part of a run waits ~50 ms on the server. Two things must hold
+for that: no reader starts (an ncu reader forks then) while that thread runs, and a failure on
+the thread leaves nothing of the runs after it, on real corpus reports.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from helpers import CORPUS
+from triage.archive import atomic
+from triage.archive.store import Store, manifest_file
+from triage.capture.ncu import PreparedNcu
+from triage.errors import StoreError
+
+REPORTS = sorted(str(p) for p in (CORPUS / "ncu").iterdir())[:4]
+
+
+def test_no_reader_starts_while_a_run_is_stored_on_a_thread(triage, monkeypatch):
+    """The reader of each report is started with no thread of the archive running: the one
+    storing the run before it starts only after it, and has ended before the next begins."""
+    before = set(threading.enumerate())
+    beside: list[list[str]] = []
+    real = PreparedNcu.batches
+
+    def watched(self, report_index):
+        beside.append([t.name for t in threading.enumerate() if t not in before])
+        return real(self, report_index)
+
+    monkeypatch.setattr(PreparedNcu, "batches", watched)
+    triage("archive", *REPORTS)
+    assert beside == [[]] * len(REPORTS)
+    assert len(triage.json("ls")) == len(REPORTS)
+
+
+def test_a_run_failing_on_the_thread_leaves_nothing_of_the_runs_after_it(triage, store_dir,
+                                                                       monkeypatch):
+    """The second run's manifest cannot be written while the third run is built: one line,
+    exit 1; the first run stays whole and listed, and nothing is left of the third's tables and
+    report copy, temp files included."""
+    real = Store.write_manifest
+    written: list[str] = []
+    refused: list[str] = []
+
+    def refuse_the_second(self, manifest, replace=False):
+        if written:
+            refused.append(manifest_file(manifest)[0])
+            raise StoreError(f"cannot write store {self.where}: server gone; run it again")
+        written.append(real(self, manifest, replace))
+        return written[-1]
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Store, "write_manifest", refuse_the_second)
+        result = triage("archive", *REPORTS[:3], expect=1)
+    assert result.output.strip().splitlines() == [
+        f"triage: error: cannot write store {store_dir}: server gone; run it again"]
+    assert [run["id"] for run in triage.json("ls")] == written
+    assert triage("verify").exit_code == 0
+    files = [p.relative_to(store_dir) for p in store_dir.rglob("*") if p.is_file()]
+    assert not [f for f in files if f.name.startswith(atomic.TMP_PREFIX)]
+    # The refused run's tables and copy were published before its manifest: unreferenced,
+    # they are gc's to remove. Of the third, built meanwhile, nothing is left.
+    tables = {f.parts[2] for f in files if f.parts[0] == "tables"}
+    assert tables == {f"run_id={written[0]}", f"run_id={refused[0]}"}
+    assert len([f for f in files if f.parts[0] == "objects"]) == 2
+
