@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from bench_ncu_archive import compile_sources  # triage's bytecode caches, as an install writes
+from benchlib import compile_sources  # triage's bytecode caches, as an install writes
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "corpus" / "ncu"

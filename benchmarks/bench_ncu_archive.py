@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchlib import compile_sources
+
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "ncu"
 
 
@@ -202,17 +204,6 @@ def memory() -> None:
         bare, archive = peak_memory("bare", passes), peak_memory("archive", passes)
         print(f"peak RSS, every corpus ncu report read {passes}x in one process: "
               f"bare ncu_report {bare} MB, triage archive {archive} MB")
-
-
-def compile_sources() -> None:
-    """Write triage's bytecode caches first, as a pip install or a first run does: a process
-    started with PYTHONDONTWRITEBYTECODE=1 (this sandbox sets it) and no caches recompiles
-    every triage module each run (0.3-0.5 s under load), which no user pays twice."""
-    root = Path(__file__).resolve().parents[1]
-    folders = [str(root / name) for name in ("triage", "archive", "capture", "compare",
-                                             "schemas", "templates")]
-    subprocess.run([sys.executable, "-m", "compileall", "-q", *folders], check=True,
-                   capture_output=True)
 
 
 def main() -> None:

@@ -42,7 +42,7 @@ SEED = CORPUS / "LakshyaSingh354__CudaCode__report.ncu-rep"
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 import s3server  # noqa: E402 - the tests' server, not a copy of it
-from bench_ncu_archive import compile_sources  # noqa: E402 - bytecode, as an install has
+from benchlib import compile_sources  # noqa: E402 - bytecode, as an install has
 
 QUERY = ("select gpu, count(*) runs, sum(k.total_ns) total from runs r "
          "join kernel_summary k on k.run_id = r.run_id group by gpu")

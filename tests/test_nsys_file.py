@@ -118,10 +118,11 @@ def test_a_rising_first_key_is_taken_as_the_order_only_without_ties_or_nulls(mon
     """An Arrow export's query skips sorting its slices only when its first key is a plain
     ascending column that rises strictly over the whole table (slices of 2 rows here, so a
     tie can fall on a slice boundary); any other first key is sorted slice by slice."""
-    from triage.capture import nsys_export
-    from triage.capture.nsys_export import ArrowExport, Query, _leading_column
+    from triage.capture import nsys_arrow
+    from triage.capture.nsys_arrow import ArrowExport, _leading_column
+    from triage.capture.nsys_export import Query
 
-    monkeypatch.setattr(nsys_export, "BATCH", 2)
+    monkeypatch.setattr(nsys_arrow, "BATCH", 2)
     export = object.__new__(ArrowExport)  # no file: _rises reads the table it is given
     export._map = None
     rising = [[1, 2, 3, 4, 5], [1, 2, 3, 3, 5], [1, 2, None, 4, 5], [3, 2, 4, 5, 6]]

@@ -29,10 +29,10 @@ def table_hashes(triage, path, store) -> dict[str, str]:
 def both_ways(triage, path, tmp_path, monkeypatch) -> tuple[dict, dict, list]:
     """The run's table hashes read columnar, then with the columnar read switched off; and
     the (table, rows read columnar before) of each launch-level query `sqlite3` read."""
-    from triage.capture import nsys_export
+    from triage.capture import nsys_sqlite
 
     by_sqlite3: list[tuple[str, int]] = []
-    fetched = nsys_export.SqliteExport._fetched
+    fetched = nsys_sqlite.SqliteExport._fetched
 
     def watched(self, query, fields, skip=0):
         if query.table != "StringIds":
@@ -40,15 +40,15 @@ def both_ways(triage, path, tmp_path, monkeypatch) -> tuple[dict, dict, list]:
         return fetched(self, query, fields, skip)
 
     with monkeypatch.context() as patch:
-        patch.setattr(nsys_export.SqliteExport, "_fetched", watched)
+        patch.setattr(nsys_sqlite.SqliteExport, "_fetched", watched)
         columnar = table_hashes(triage, path, tmp_path / "columnar")
 
     def switched_off(self, query, fields):
-        raise nsys_export.ColumnarUnfit("switched off")
+        raise nsys_sqlite.ColumnarUnfit("switched off")
         yield  # a generator, as the real one
 
     with monkeypatch.context() as patch:
-        patch.setattr(nsys_export.SqliteExport, "_columnar", switched_off)
+        patch.setattr(nsys_sqlite.SqliteExport, "_columnar", switched_off)
         by_rows = table_hashes(triage, path, tmp_path / "rows")
     return columnar, by_rows, by_sqlite3
 
@@ -71,9 +71,9 @@ def changed(path, *statements: str):
 @pytest.mark.parametrize("row", SQLITE_ROWS, ids=lambda r: r["file"].split("/")[-1][:56])
 def test_every_corpus_export_reads_the_same_columnar(triage, corpus, row, tmp_path, monkeypatch):
     """With 5-row batches: many batches, lookups resolved batch by batch."""
-    from triage.capture import nsys_export
+    from triage.capture import nsys_sqlite
 
-    monkeypatch.setattr(nsys_export, "BATCH", 5)
+    monkeypatch.setattr(nsys_sqlite, "BATCH", 5)
     columnar, by_rows, by_sqlite3 = both_ways(triage, corpus / row["file"], tmp_path, monkeypatch)
     assert columnar == by_rows and by_sqlite3 == []
 
@@ -83,9 +83,9 @@ def test_text_column_null_for_its_first_rows_then_text(triage, tmp_path, monkeyp
     """API names NULL for the first 1,100 calls, then text: ADBC's own 1,024-row guess would
     type the column int64 and fail on the text. Read 65,536 rows a batch, the guess sees the
     text; read 512 a batch, the read fails on it and `sqlite3` carries on from there."""
-    from triage.capture import nsys_export
+    from triage.capture import nsys_sqlite
 
-    monkeypatch.setattr(nsys_export, "BATCH", batch)
+    monkeypatch.setattr(nsys_sqlite, "BATCH", batch)
     table = "CUPTI_ACTIVITY_KIND_RUNTIME"
     path = changed(grown(tmp_path / "late-text.sqlite", 2000, table), *unconstrained(table),
                    f"UPDATE {table} SET nameId = NULL WHERE rowid <= 1100")
@@ -130,9 +130,9 @@ def test_columns_holding_other_types_read_as_sqlite3_converts_them(triage, tmp_p
                                                                     monkeypatch, batch):
     """Text and a float in integer columns, a float and text in id columns: `sqlite3`'s rows
     (NULL, the float truncated, the text itself) from the row the driver cannot type on."""
-    from triage.capture import nsys_export
+    from triage.capture import nsys_sqlite
 
-    monkeypatch.setattr(nsys_export, "BATCH", batch)
+    monkeypatch.setattr(nsys_sqlite, "BATCH", batch)
     path = changed(grown(tmp_path / "mixed.sqlite", 2000),
                    "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET gridX = 'wide' WHERE rowid = 1500",
                    "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET gridY = 2.5 WHERE rowid = 1600",
@@ -153,9 +153,9 @@ def test_a_failure_in_the_middle_of_a_columnar_read_is_one_line(triage, tmp_path
     statement first, and the store the archive made is removed again."""
     from test_archive_leftovers import check_clean_failure
     from triage.archive import tables
-    from triage.capture import nsys_export
+    from triage.capture import nsys_sqlite
 
-    monkeypatch.setattr(nsys_export, "BATCH", 2)  # the kernels span many batches
+    monkeypatch.setattr(nsys_sqlite, "BATCH", 2)  # the kernels span many batches
     write = tables.TableWriter.write_arrow
 
     def full(self, table):
