@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,6 +46,7 @@ def cached_object(files: StoreFiles, key: str, sha: str) -> Path:
     path = folder / sha[2:]
     if path.is_file():
         os.utime(path)  # recently used: the last to go when the cache is trimmed
+        _hand_out(path)
         return path
     with atomic.temp_file_in(folder, "-fetch") as (sink, temp):
         digest = hashlib.sha256()
@@ -56,6 +59,7 @@ def cached_object(files: StoreFiles, key: str, sha: str) -> Path:
             raise CorruptObject(f"object {sha[:12]} in store {files.where} does not match its "
                                 "hash; `triage verify` lists what is damaged")
         atomic.publish(temp, path, readonly=True)
+    _hand_out(path)
     _added(path)
     return path
 
@@ -77,6 +81,28 @@ def keep(path: Path, sha: str) -> None:
     path.unlink(missing_ok=True)
 
 
+# One set per open `reading` block: the copies handed out within it, which trims spare.
+_READING: list[set[Path]] = []
+
+
+@contextmanager
+def reading() -> Iterator[None]:
+    """Within this block no trim removes a copy handed out in it: a query fetches every table
+    it reads before DuckDB opens them, and a cap smaller than those must not remove the first
+    before it is read. The cache may hold more than its cap until the next trim after it."""
+    copies: set[Path] = set()
+    _READING.append(copies)
+    try:
+        yield
+    finally:
+        _READING.remove(copies)
+
+
+def _hand_out(path: Path) -> None:
+    for copies in _READING:
+        copies.add(path)
+
+
 # Bytes this process added to the cache since it last trimmed it (absent: it never trimmed).
 _SINCE_TRIM: dict[str, int] = {}
 TRIM_EVERY = 16  # a process trims after its first addition, then per 1/TRIM_EVERY of the cap
@@ -96,18 +122,20 @@ def _added(fresh: Path) -> None:
 
 
 def trim(cap: int, spare: Path | None = None) -> None:
-    """Remove the least recently used copies but `spare` until the cache holds at most `cap`
-    bytes (or only `spare`)."""
+    """Remove the least recently used copies but `spare` and those of open `reading` blocks
+    until the cache holds at most `cap` bytes (or only those)."""
     root = cache_dir() / "objects"
-    found = []
+    kept = set().union(*_READING, {spare} if spare else set())
+    found, total = [], 0
     for path in root.glob("*/*"):
         try:
-            if not path.name.startswith(atomic.TMP_PREFIX) and path != spare:
+            if not path.name.startswith(atomic.TMP_PREFIX):
                 stat = path.stat()
-                found.append((stat.st_mtime, stat.st_size, path))
+                total += stat.st_size
+                if path not in kept:
+                    found.append((stat.st_mtime, stat.st_size, path))
         except OSError:  # removed meanwhile (another process trimming)
             continue
-    total = sum(size for _mtime, size, _path in found) + (spare.stat().st_size if spare else 0)
     for _mtime, size, path in sorted(found):
         if total <= cap:
             break

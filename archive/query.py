@@ -223,8 +223,11 @@ def run_query(store: Store, sql: str, runs: list[str] | None = None) -> pa.Table
     """Run one SQL statement over the views it names; return the result as Arrow.
 
     The store is read on a thread while DuckDB loads and connects (tens of milliseconds
-    each: on S3 the catalog's listings wait on the server)."""
-    with ThreadPoolExecutor(max_workers=1) as reader:
+    each: on S3 the catalog's listings wait on the server). A remote store's copies it reads
+    stay in the cache until DuckDB is done with them, whatever its cap (`cache.reading`)."""
+    from triage.archive.cache import reading
+
+    with reading(), ThreadPoolExecutor(max_workers=1) as reader:
         found = reader.submit(read_runs, store, sql, runs)
         import duckdb
 
