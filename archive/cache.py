@@ -87,19 +87,20 @@ _READING: list[set[Path]] = []
 
 @contextmanager
 def reading() -> Iterator[None]:
-    """Within this block no trim removes a copy handed out in it: a query fetches every table
-    it reads before DuckDB opens them, and a cap smaller than those must not remove the first
-    before it is read. The cache may hold more than its cap until the next trim after it."""
+    """Within this block no trim of this process removes a copy handed out in it: a query
+    fetches every table it reads before DuckDB opens them, and a cap smaller than those must
+    not remove the first before it is read. The cache may hold more than its cap until the
+    next trim after it. (Another process's trim goes by age: these copies are the newest.)"""
     copies: set[Path] = set()
     _READING.append(copies)
     try:
         yield
     finally:
-        _READING.remove(copies)
+        del _READING[next(i for i, held in enumerate(_READING) if held is copies)]
 
 
 def _hand_out(path: Path) -> None:
-    for copies in _READING:
+    for copies in tuple(_READING):  # a block may end on another thread meanwhile
         copies.add(path)
 
 

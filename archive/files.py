@@ -172,10 +172,8 @@ class StoreFiles:
     def exists(self, key: str) -> bool:
         """Whether a file is at `key`: on S3 one HEAD (asking for its info, a missing key costs
         a HEAD and a LIST, to tell an empty folder from nothing)."""
-        if self.local_root is not None:
-            return self.info(key) is not None
-        if key.endswith("/"):  # a folder's name: S3 says it is no regular file
-            return False
+        if self.local_root is not None or not key or key.endswith("/"):
+            return self.info(key) is not None  # a folder's name: the bucket's, or with a "/"
         try:
             with self._errors("read"):
                 self.fs.open_input_file(self.path(key)).close()

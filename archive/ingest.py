@@ -17,7 +17,7 @@ import json
 import os
 import threading
 from collections.abc import Callable, Generator, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
@@ -309,14 +309,10 @@ def dedup_key_of(manifest: dict) -> str | None:
 
 
 @lease.holding("archive")
-def archive_run(store: Store, request: RunRequest, prepared: list[PreparedReport] | None = None,
-                seen: Seen = Seen(), rows: list[dict] | None = None,
-                made: set[str] | None = None) -> ArchiveResult:
-    """Archive the reports of one request as one run (or find the run that has them); `seen`:
-    what the caller found in the store for them already; `rows`: where the run's catalog row
-    goes, for the caller to write with others' (None: written at once); `made`: where the id
-    goes of a run whose manifest this call may write (from just before the write)."""
-    return _Steps(_run_steps(store, request, prepared, seen, rows, made)).finish()
+def archive_run(store: Store, request: RunRequest) -> ArchiveResult:
+    """Archive the reports of one request as one run (or find the run that has them): a
+    capture's, whose reports are read here (`archive_files` drives `_run_steps` itself)."""
+    return _Steps(_run_steps(store, request, None, Seen(), None, None)).finish()
 
 
 def _run_steps(store: Store, request: RunRequest, prepared: list[PreparedReport] | None,
@@ -371,18 +367,25 @@ class _Steps:
     def __init__(self, steps: Generator[None, None, ArchiveResult]) -> None:
         self.steps = steps
         self.result: ArchiveResult | None = None
+        self.done = False  # ended: with `result`, or raised
 
     def advance(self) -> None:
         """Run to the next pause, or to the end (then `result` is set)."""
-        if self.result is None:
-            try:
-                next(self.steps)
-            except StopIteration as done:
-                self.result = done.value
+        if self.done:
+            return
+        try:
+            next(self.steps)
+        except StopIteration as end:
+            self.done, self.result = True, end.value
+        except BaseException:
+            self.done = True
+            raise
 
     def finish(self) -> ArchiveResult:
-        while self.result is None:
+        while not self.done:
             self.advance()
+        if self.result is None:
+            raise RuntimeError("an archive step was finished after it had failed")
         return self.result
 
     def close(self) -> None:
@@ -397,9 +400,13 @@ def _archive_all(runs: Iterable[_Steps]) -> list[ArchiveResult]:
 
     Run N+1's readers start (an ncu reader forks) before run N's thread does, and that thread
     ends before run N+2's readers start: no fork while a thread of this archive runs. A failure
-    stops the archive once the thread has ended; a run built and not stored is discarded."""
+    (Ctrl-C too, even one that cuts the wait for the thread short) stops the archive once the
+    thread has ended, so the caller's leases and bookkeeping see all it wrote; a run built and
+    not stored is discarded."""
     results: list[ArchiveResult] = []
     behind: _Steps | None = None  # built, its store part still to do
+    run: _Steps | None = None
+    stored: Future[ArchiveResult] | None = None
     try:
         for run in runs:
             run.advance()  # its readers started (or it is done: the run was there)
@@ -409,11 +416,15 @@ def _archive_all(runs: Iterable[_Steps]) -> list[ArchiveResult]:
                 run.advance()  # built
             if stored is not None:
                 results.append(stored.result())
+            stored = None
         if behind is not None:
             results.append(behind.finish())
     finally:
-        if behind is not None:
-            behind.close()  # nothing, once it is finished
+        if stored is not None:
+            wait([stored])
+        for given_up in (behind, run):
+            if given_up is not None:
+                given_up.close()  # nothing, once it is finished
     return results
 
 

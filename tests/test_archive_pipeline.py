@@ -7,6 +7,9 @@ the thread leaves nothing of the runs after it, on real corpus reports.
 from __future__ import annotations
 
 import threading
+import time
+
+import pytest
 
 from helpers import CORPUS
 from triage.archive import atomic
@@ -65,3 +68,36 @@ def test_a_run_failing_on_the_thread_leaves_nothing_of_the_runs_after_it(triage,
     assert tables == {f"run_id={written[0]}", f"run_id={refused[0]}"}
     assert len([f for f in files if f.parts[0] == "objects"]) == 2
 
+
+
+def test_an_interrupt_while_a_run_is_stored_on_the_thread_keeps_it_and_drops_the_next(
+        triage, store_dir, monkeypatch):
+    """Ctrl-C while the third run is built and the second is still being stored (its manifest
+    write held back): once the thread has ended, the first two runs are whole and listed, nothing
+    of the third is left, and no lease stays (every run written has its catalog row)."""
+    from triage.archive import ingest
+
+    real_summaries, real_manifest = ingest.compute_summaries, Store.write_manifest
+    built: list[int] = []
+
+    def interrupted_third(tables, names):
+        built.append(1)
+        if len(built) == 3:
+            raise KeyboardInterrupt
+        return real_summaries(tables, names)
+
+    def held_back(self, manifest, replace=False):
+        time.sleep(0.3)  # the outcome is the same whether the interrupt comes first or not
+        return real_manifest(self, manifest, replace)
+
+    monkeypatch.setattr(ingest, "compute_summaries", interrupted_third)
+    monkeypatch.setattr(Store, "write_manifest", held_back)
+    with pytest.raises(KeyboardInterrupt):
+        ingest.archive_files(store_dir, REPORTS[:3])
+    monkeypatch.setattr(Store, "write_manifest", real_manifest)
+    listed = triage.json("ls")
+    assert len(listed) == 2 and triage("verify").exit_code == 0
+    files = [p.relative_to(store_dir) for p in store_dir.rglob("*") if p.is_file()]
+    assert not [f for f in files if f.name.startswith(atomic.TMP_PREFIX) or f.parts[0] == "leases"]
+    assert {f.parts[2] for f in files if f.parts[0] == "tables"} == {
+        f"run_id={run['id']}" for run in listed}

@@ -76,6 +76,17 @@ def test_the_same_report_is_the_same_run_on_s3_and_locally(triage, s3_store, tmp
     assert triage.json("archive", corpus_file(SMALL))[0]["new"] is False
 
 
+def test_a_store_at_a_bucket_root_is_made_and_read(triage, s3_store, s3_server, monkeypatch):
+    """s3://bucket with no prefix: the store's root is the bucket, a folder S3 does not list as a
+    file, so asking whether its marker's folder exists must not take it for a damaged object."""
+    bucket = s3_store.removeprefix("s3://").split("/")[0] + "-root"
+    s3_server.create_bucket(bucket)
+    monkeypatch.setenv("TRIAGE_STORE", f"s3://{bucket}")
+    run_id = triage.json("archive", corpus_file(SMALL))[0]["id"]
+    assert [run["id"] for run in triage.json("ls")] == [run_id]
+    assert triage("verify").exit_code == 0
+
+
 def test_reads_come_from_the_cache_once_fetched(triage, s3_store, tmp_path):
     run_id = triage.json("archive", corpus_file(SMALL))[0]["id"]
     cache = tmp_path / "cache" / "triage" / "objects"
