@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from statistics import median
 
-from benchlib import compile_sources  # noqa: E402
+from benchlib import compile_sources
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from helpers import grown  # noqa: E402

@@ -40,7 +40,6 @@ REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "corpus" / "ncu"
 SEED = CORPUS / "LakshyaSingh354__CudaCode__report.ncu-rep"
 sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "benchmarks"))
 import s3server  # noqa: E402 - the tests' server, not a copy of it
 from benchlib import compile_sources  # noqa: E402 - bytecode, as an install has
 

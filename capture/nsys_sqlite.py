@@ -186,7 +186,7 @@ class SqliteExport(Export):
 
     def _fetched(self, query: Query, fields, skip: int = 0) -> Iterator[pa.Table]:
         """The query through `sqlite3`, in BATCH-row batches, less its first `skip` rows (read
-        columnar already, in whole batches): the same SQL, so the same rows in the same order."""
+        columnar already): the same SQL, so the same rows in the same order."""
         try:
             cursor = self.con.execute(query.sql(), query.params)
             for size in filter(None, [BATCH] * (skip // BATCH) + [skip % BATCH]):
