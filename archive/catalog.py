@@ -38,9 +38,9 @@ import pyarrow.parquet as pq
 
 from triage.archive import atomic, lease
 from triage.archive.store import Store
-from triage.archive.catalogview import (IDS, Segments, View, catalog_schema, conformed,
-                                       ids_index, interleaved, order_of, present_columns,
-                                       reconcile, take_rows)
+from triage.archive.catalogview import (IDS, Segments, View, catalog_schema, ids_index,
+                                       interleaved, order_of, read_conformed, reconcile,
+                                       take_rows)
 from triage.archive.tables import PARQUET_OPTIONS, read_table
 from triage.errors import CorruptObject, RunNotFound
 from triage.hashing import hash_file
@@ -54,6 +54,7 @@ SEGMENT_PREFIX = "catalog-"
 MERGE_ABOVE = 32
 READ_ATTEMPTS = 5
 MERGED = b"triage.merged"  # metadata of a merged segment: one row per run, oldest archive first
+UNINDEXED = b"triage.unindexed"  # a merged segment's: the runs it lacks a row of, comma-separated
 MERGED_ROWS = 2048  # a merged segment's row group: the most `ls` of the newest page reads
 
 
@@ -118,16 +119,21 @@ def segment_sha(key: str) -> str:
     return key.rsplit("/", 1)[-1][len(SEGMENT_PREFIX):-len(".parquet")]
 
 
-def _write_segment(store: Store, table: pa.Table, merged: bool = False) -> str:
+def _write_segment(store: Store, table: pa.Table, merged: bool = False,
+                   unindexed: frozenset[str] = frozenset()) -> str:
     """Write one immutable segment named by the hash of its rows. A merge's is marked MERGED,
     carries its IDS index and is cut in row groups of MERGED_ROWS, so that a reader pages
-    through it from its end and finds a run in it without reading its ids."""
+    through it from its end and finds a run in it without reading its ids; it names the runs
+    it has no row of though they have a manifest (`unindexed`), which a reader that trusts it
+    would otherwise never list."""
     with atomic.temp_file_in(store.files.temp_folder("index"), ".parquet") as (stream, temp):
         with pq.ParquetWriter(stream, table.schema, **PARQUET_OPTIONS) as writer:
             writer.write_table(table, row_group_size=MERGED_ROWS if merged else None)
             if merged:
                 index = ids_index(table)
-                writer.add_key_value_metadata({MERGED: b"1", **({IDS: index} if index else {})})
+                named = ",".join(sorted(unindexed)).encode()
+                writer.add_key_value_metadata({MERGED: b"1", **({IDS: index} if index else {}),
+                                               **({UNINDEXED: named} if named else {})})
         stream.close()
         sha, _size = hash_file(temp)
         target = f"index/{SEGMENT_PREFIX}{sha}.parquet"
@@ -186,7 +192,7 @@ def _read_segment(path: Path, schema: pa.Schema) -> pa.Table | tuple[Path, pq.Pa
         source = pq.ParquetFile(path)
         if MERGED in (source.metadata.metadata or {}):
             return path, source
-        return conformed(source.read(columns=present_columns(source, schema)), schema)
+        return read_conformed(source, schema)
     except FileNotFoundError:
         raise
     except (pa.ArrowException, OSError):  # pyarrow reports bad thrift as a bare OSError
@@ -203,11 +209,13 @@ def merge(store: Store) -> None:
     the segment that held it."""
     found, keys = _read_segments(store, catalog_schema(None))
     view = reconcile(found, store.run_files())
-    table = view.table()
+    table, unindexed = view.table(), frozenset[str]()
     if view.missing:
-        rows = pa.Table.from_pylist(_index_rows(store, view.missing)[0], schema=found.schema)
+        indexed = _index_rows(store, view.missing)
+        rows = pa.Table.from_pylist(indexed.rows, schema=found.schema)
         table = interleaved(table, take_rows(rows, order_of(rows)))
-    target = _write_segment(store, table, merged=True)
+        unindexed = indexed.unindexed
+    target = _write_segment(store, table, merged=True, unindexed=unindexed)
     for key in keys:
         if key != target:
             store.files.delete(key)
@@ -217,20 +225,30 @@ def _index_missing(store: Store, missing: frozenset[str]) -> Catalog:
     """Catalog rows for runs that have a manifest but no row (their archiver died early, or
     their segment is unreadable), written to a segment if the store is writable, and what
     stopped some being indexed whole."""
-    rows, partial, problems = _index_rows(store, missing)
+    indexed = _index_rows(store, missing)
     if store.writable():
-        add_rows(store, rows)
-    return Catalog(pa.Table.from_pylist(rows + partial, schema=arrow_schema("catalog")),
-                   problems)
+        add_rows(store, indexed.rows)
+    return Catalog(pa.Table.from_pylist(indexed.rows + indexed.partial,
+                                        schema=arrow_schema("catalog")), indexed.problems)
 
 
-def _index_rows(store: Store, missing: frozenset[str]
-                ) -> tuple[list[dict], list[dict], tuple[str, ...]]:
-    """The rows of runs that have a manifest and no row; the rows of those that can be indexed
-    only in part (never written: a repaired run is indexed whole), and why."""
+@dataclass(frozen=True)
+class _Indexed:
+    """Runs indexed from their manifests: the whole rows; the rows of runs that can be indexed
+    only in part (never written: a repaired run is indexed whole); why; and the ids of every
+    run that got no whole row (a merge records them, so that readers of it try them again)."""
+
+    rows: list[dict]
+    partial: list[dict]
+    problems: tuple[str, ...]
+    unindexed: frozenset[str]
+
+
+def _index_rows(store: Store, missing: frozenset[str]) -> _Indexed:
+    """The rows of runs that have a manifest and no row."""
     from triage.archive.model import RunRecord
 
-    rows, partial, problems = [], [], []
+    rows, partial, problems, unindexed = [], [], [], set()
     for run_id in sorted(missing):
         try:
             manifest = store.read_manifest(run_id)
@@ -238,6 +256,7 @@ def _index_rows(store: Store, missing: frozenset[str]
             continue  # removed since the listing
         except CorruptObject as exc:
             problems.append(str(exc))
+            unindexed.add(run_id)
             continue
         annotations = store.read_annotations(run_id)
         try:
@@ -245,7 +264,8 @@ def _index_rows(store: Store, missing: frozenset[str]
         except (OSError, pa.ArrowException) as exc:  # pyarrow: FileNotFoundError, ArrowInvalid
             partial.append(_row(RunRecord.from_manifest(run_id, manifest, annotations), []))
             problems.append(_summary_problem(store, run_id, manifest, exc))
-    return rows, partial, tuple(problems)
+            unindexed.add(run_id)
+    return _Indexed(rows, partial, tuple(problems), frozenset(unindexed))
 
 
 def _summary_problem(store: Store, run_id: str, manifest: dict, exc: Exception) -> str:
@@ -269,14 +289,15 @@ def open_view(store: Store, columns: list[str] | None = None) -> View:
     busy = _writers_at_work(store)
     listed = segments(store)
     memo = (store.where, tuple(listed), tuple(columns or ()))
-    if not busy and memo in _TRUSTED:
-        return _TRUSTED[memo]
-    found = _read_segments(store, catalog_schema(columns), listed)[0]
-    trusted = not busy and found.whole and found.base is not None
-    view = reconcile(found, None if trusted else store.run_files())
-    if trusted:  # segments are immutable: the same names hold the same rows
-        _TRUSTED.clear()
-        _TRUSTED[memo] = view
+    view = _TRUSTED.get(memo) if not busy else None
+    if view is None:
+        found = _read_segments(store, catalog_schema(columns), listed)[0]
+        trusted = not busy and found.whole and found.base is not None
+        view = reconcile(found, None if trusted else store.run_files())
+        if trusted:  # segments are immutable: the same names hold the same rows
+            view = dataclasses.replace(view, missing=_unindexed(found, view))
+            _TRUSTED.clear()
+            _TRUSTED[memo] = view
     if not view.missing:
         return view
     indexed = _index_missing(store, view.missing)
@@ -284,6 +305,16 @@ def open_view(store: Store, columns: list[str] | None = None) -> View:
     return dataclasses.replace(view, tail=take_rows(tail, order_of(tail)),
                                count=view.count + indexed.table.num_rows,
                                missing=frozenset(), problems=indexed.problems)
+
+
+def _unindexed(found: Segments, view: View) -> frozenset[str]:
+    """The runs the merged segment names as having a manifest and no row (damaged when it was
+    written), less those a segment written since holds a row of (repaired and indexed)."""
+    assert found.base is not None
+    named = (found.base.metadata.metadata or {}).get(UNINDEXED, b"").decode()
+    if not named:
+        return frozenset()
+    return frozenset(named.split(",")) - set(view.tail.column("id").to_pylist())
 
 
 # The view of a trusted catalog read last in this process, by store, segment names and columns:

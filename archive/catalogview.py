@@ -12,7 +12,7 @@ search of the index. Nothing here converts every row to Python, or imports pyarr
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,6 +80,12 @@ def present_columns(source: pq.ParquetFile, schema: pa.Schema) -> list[str]:
     return [n for n in schema.names if n in stored]
 
 
+def read_conformed(source: pq.ParquetFile, schema: pa.Schema) -> pa.Table:
+    """A segment's rows, whole, in `schema`: only its columns are read, and the ones added
+    since it was written are null."""
+    return conformed(source.read(columns=present_columns(source, schema)), schema)
+
+
 
 def conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """`table` in `schema` (cast only where a type differs: a cast imports pyarrow.compute)."""
@@ -108,8 +114,7 @@ class Segments:
         merged = [p for p in parts if isinstance(p, tuple)]
         path, base = max(merged, key=lambda m: m[1].metadata.num_rows, default=(None, None))
         tables = [p for p in parts if isinstance(p, pa.Table) and p.num_rows]
-        tables += [conformed(f.read(columns=present_columns(f, schema)), schema)
-                   for _path, f in merged if f is not base]
+        tables += [read_conformed(f, schema) for _path, f in merged if f is not base]
         index = (base.metadata.metadata or {}).get(IDS) if base is not None else None
         return cls(base, pa.concat_tables(tables) if tables else schema.empty_table(), schema,
                    index, path)
@@ -129,10 +134,7 @@ class Segments:
 
     def base_table(self) -> pa.Table | None:
         """The base's rows, whole, in the view's schema."""
-        if self.base is None:
-            return None
-        columns = present_columns(self.base, self.schema)
-        return conformed(self.base.read(columns=columns), self.schema)
+        return read_conformed(self.base, self.schema) if self.base is not None else None
 
     def base_column(self, name: str) -> list:
         if self.base is None:
@@ -312,8 +314,7 @@ def _tail_over_base(found: Segments, base_ids: list[str] | None) -> tuple[pa.Tab
             skip.add(position)
         else:
             del best[run_id]
-    keys = found.tail.select(list(KEY_COLUMNS)).to_pylist()
-    return take_rows(found.tail, sorted(best.values(), key=lambda p: _key(keys[p]))), skip
+    return take_rows(found.tail, order_of(found.tail, best.values())), skip
 
 
 
@@ -361,10 +362,11 @@ def oldest_first(table: pa.Table) -> pa.Array:
 
 
 
-def order_of(table: pa.Table) -> list[int]:
-    """The positions of a few rows in the catalog's order."""
+def order_of(table: pa.Table, positions: Iterable[int] | None = None) -> list[int]:
+    """The positions of a few rows (all, or `positions`) in the catalog's order."""
     keys = table.select(list(KEY_COLUMNS)).to_pylist()
-    return sorted(range(len(keys)), key=lambda p: _key(keys[p]))
+    return sorted(range(len(keys)) if positions is None else positions,
+                  key=lambda p: _key(keys[p]))
 
 
 

@@ -173,8 +173,7 @@ def baseline_package(commit: str | None) -> Iterator[str | None]:
     tree = folder / "tree"
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(tree),
                     commit], check=True)
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree)], check=True,
-                   capture_output=True)  # its bytecode caches, as for this checkout
+    compile_sources(tree)
     try:
         package = folder / "path" / "triage"
         package.mkdir(parents=True)

@@ -105,7 +105,6 @@ class ArrowExport(Export):
         slice by slice (each overlapping the next by a row), 5 ms for 1M rows where sorting
         the slices in DuckDB takes 0.2 s."""
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         if column not in table.column_names:
             return False
@@ -114,7 +113,7 @@ class ArrowExport(Export):
             return False
         for offset in range(0, len(values), BATCH):
             part = values.slice(offset, BATCH + 1)
-            rising = len(part) < 2 or pc.all(pc.greater(part[1:], part[:-1])).as_py()
+            rising = _rising(part)
             self._release()
             if not rising:
                 return False
@@ -124,7 +123,6 @@ class ArrowExport(Export):
         """Whether each slice sorted by DuckDB itself (its own NULL and tie rules), with the
         last selected row of the slice before it, gives back its rows in export order."""
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         check = Query(query.table, query.alias, (f"{query.alias}.rowid",), query.order,
                       query.where, where_params=query.where_params)
@@ -133,7 +131,7 @@ class ArrowExport(Export):
             found = self._run(check.sql("_slice"), pa.concat_tables([last, part])
                               if last is not None else part, check.params)
             rowids = pa.chunked_array([b.column(0) for b in found], pa.int64())
-            if len(rowids) > 1 and not pc.all(pc.greater(rowids[1:], rowids[:-1])).as_py():
+            if not _rising(rowids):
                 return False
             if len(rowids):
                 last = _numbered(table, rowids[-1].as_py(), 1)
@@ -159,7 +157,6 @@ class ArrowExport(Export):
         0.25 s for 1M ranges) runs only when they do not. One thread costs no time here: the
         slices are read on a worker thread beside the shaping and the Parquet encoding."""
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         numbered = replace(query, select=(*query.select, f"{query.alias}.rowid"))
         self.con.execute("SET threads = 1")
@@ -168,7 +165,7 @@ class ArrowExport(Export):
                 found = self._run(numbered.sql("_slice", order=()), part, numbered.params)
                 rowids = pa.chunked_array([b.column(b.num_columns - 1) for b in found],
                                           pa.int64())
-                if len(rowids) > 1 and not pc.all(pc.greater(rowids[1:], rowids[:-1])).as_py():
+                if not _rising(rowids):
                     found = self._run(numbered.sql("_slice", order=(f"{query.alias}.rowid",)),
                                       part, numbered.params)
                 yield from (pa.RecordBatch.from_arrays(b.columns[:-1], b.schema.names[:-1])
@@ -209,6 +206,13 @@ class ArrowExport(Export):
                 self._map.close()
             except BufferError:  # an Arrow array still points into it: unmapped when freed
                 pass
+
+
+def _rising(values: pa.Array | pa.ChunkedArray) -> bool:
+    """Whether each value is above the one before it (nothing to compare: it is)."""
+    import pyarrow.compute as pc
+
+    return len(values) < 2 or pc.all(pc.greater(values[1:], values[:-1])).as_py()
 
 
 def _leading_column(query: Query) -> str | None:

@@ -10,6 +10,7 @@ import os
 import pytest
 
 from helpers import corpus_file, table_file
+from triage.archive import catalog
 from triage.archive.store import Store
 
 SMALL = "LakshyaSingh354__CudaCode__report.ncu-rep"
@@ -55,6 +56,36 @@ def test_a_run_without_its_kernel_summary_is_listed_and_named(triage, damage):
     assert [r["run_id"] for r in ranked] == [second]
     report = json.loads(triage("verify", "--json", expect=1).stdout)
     assert [(f["path"], f["run"]) for f in report["errors"]] == [(where, first)]
+
+
+@pytest.mark.parametrize("damage", ["kernel_summary", "manifest"])
+def test_a_run_a_merge_could_not_index_whole_is_still_named_after_it(triage, damage):
+    """A merge (of the 33rd segment, or `migrate`) finds a run it cannot index whole: its
+    segment, which readers trust without listing runs/, names that run, so `ls` still lists
+    it (or names its manifest); repaired, the run is indexed whole once and listed as any."""
+    store, first, second = two_runs(triage)
+    path = table_file(store.root, first, "kernel_summary") if damage == "kernel_summary" \
+        else store.run_path(first)
+    good = path.read_bytes()
+    os.chmod(path, 0o644)
+    path.write_bytes(good.replace(b'"source":"archive"', b'"source":"ARCHIVE"')
+                     if damage == "manifest" else b"PAR1" + bytes(200) + b"PAR1")
+    for segment in store.index.glob("catalog-*.parquet"):
+        segment.unlink()
+    catalog.merge(store)
+    assert len(catalog.segments(store)) == 1
+    for _again in range(2):
+        result = triage("ls")
+        assert second[:12] in result.stdout and result.stderr.count("\n") == 1
+        assert f"run {first[:12]}" in result.stderr
+        assert (first[:12] in result.stdout) == (damage == "kernel_summary")
+    path.write_bytes(good)
+    assert [r["id"] for r in triage.json("ls")] == [second, first]
+    assert len(catalog.segments(store)) == 2  # the repaired run's row, written once
+    result = triage("ls")
+    assert result.stderr == "" and first[:12] in result.stdout
+    ranked = triage.json("query", "select distinct run_id from kernel_summary order by 1")
+    assert [r["run_id"] for r in ranked] == sorted([first, second])
 
 
 def test_a_run_with_a_damaged_manifest_is_named_by_ls(triage):
@@ -134,3 +165,4 @@ def test_a_damaged_run_archived_again_keeps_its_notes(triage):
     assert again["id"] == first
     notes = [n["text"] for n in store.read_annotations(first)["notes"]]
     assert notes == ["baseline before the fix"]
+
