@@ -147,17 +147,33 @@ class Segments:
     def base_values(self, name: str, positions: list[int]) -> dict[int, Any]:
         """One column's values at a few of the base's rows, reading only their row groups."""
         out: dict[int, Any] = {}
+        for start, inside, group in self._groups_holding(positions, [name]):
+            column = group.column(name)
+            out.update({p: column[p - start].as_py() for p in inside})
+        return out
+
+    def base_rows(self, positions: list[int]) -> pa.Table:
+        """The base's rows at `positions` (sorted), in the view's schema, reading only their
+        row groups."""
+        present = present_columns(self.base, self.schema) if self.base is not None else []
+        picked = [take_rows(group, [p - start for p in inside])
+                  for start, inside, group in self._groups_holding(positions, present)]
+        return conformed(pa.concat_tables(picked), self.schema) if picked \
+            else self.schema.empty_table()
+
+    def _groups_holding(self, positions: list[int], columns: list[str]
+                        ) -> Iterator[tuple[int, list[int], pa.Table]]:
+        """Each base row group that holds some of `positions`, in `columns`: its first row's
+        position, the positions inside it (sorted), the group."""
         if self.base is None:
-            return out
+            return
         wanted, start = sorted(positions), 0
-        for group in range(self.base.num_row_groups):
-            size = self.base.metadata.row_group(group).num_rows
+        for number in range(self.base.num_row_groups):
+            size = self.base.metadata.row_group(number).num_rows
             inside = [p for p in wanted if start <= p < start + size]
             if inside:
-                column = self.base.read_row_group(group, columns=[name]).column(name)
-                out.update({p: column[p - start].as_py() for p in inside})
+                yield start, inside, self.base.read_row_group(number, columns=columns)
             start += size
-        return out
 
 
 
@@ -222,19 +238,20 @@ class View:
         tail = [i for i in self.tail.column("id").to_pylist() if i.startswith(prefix)]
         return sorted({*base, *tail})
 
-    def merged_dataset(self):  # -> pyarrow.dataset.Dataset | None (imported here only)
-        """The merged segment as a dataset in the view's schema, less the rows in `skip`: a
-        reader of a few columns (DuckDB through `triage query`) reads only those."""
-        found = self.segments
-        if found.base is None or found.base_path is None:
-            return None
-        import pyarrow.dataset as ds
-
-        dataset = ds.dataset(str(found.base_path), schema=found.schema, format="parquet")
-        if not self.skip:
-            return dataset
-        skipped = found.base_values("id", sorted(self.skip)).values()
-        return dataset.filter(~ds.field("id").isin(pa.array(list(skipped), type=pa.string())))
+    def rows_of(self, ids: Iterable[str]) -> pa.Table:
+        """The rows of the runs `ids` that the view holds, in no particular order: the merged
+        segment's row groups that hold them are read, not the segment (`triage query --run`,
+        a few runs of 100,000)."""
+        wanted, found = set(ids), self.segments
+        tail_ids = self.tail.column("id").to_pylist()
+        tail = take_rows(self.tail, [p for p, run_id in enumerate(tail_ids) if run_id in wanted])
+        if found.index is not None:
+            rows = (found.index_row(run_id) for run_id in wanted)
+            positions = [p for p in rows if p is not None and p not in self.skip]
+        else:
+            positions = [p for p, run_id in enumerate(found.base_column("id"))
+                         if run_id in wanted and p not in self.skip]
+        return pa.concat_tables([found.base_rows(sorted(positions)), tail])
 
     def table(self, ordered: bool = True) -> pa.Table:
         """Every row in the view's columns, oldest first (`ordered`), else the merged rows and

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from triage.archive import catalog, catalogview
+from triage.archive import catalog
 from triage.duck import connect, fetch_arrow
 from triage.archive.runs import labels_by_run, resolve
 from triage.archive.store import Store
@@ -78,66 +78,59 @@ def sealed_connection() -> Iterator[duckdb.DuckDBPyConnection]:
 
 @dataclass(frozen=True)
 class QueryRuns:
-    """What a query's views are built over: the catalog's rows (only the columns `sql` needs),
-    the `chosen` runs (None: every run) and each run's labels."""
+    """What a query's views are built over: the catalog's rows of the runs asked for (every
+    run, or those `--run` names; only the columns `sql` needs, in no particular order), each
+    run's labels, and the per-run tables `sql` names."""
 
-    view: catalogview.View
-    chosen: list[str] | None
+    catalog: pa.Table
     labels: dict[str, list[str]]
     tables: list[str]
 
 
 def read_runs(store: Store, sql: str, runs: list[str] | None = None) -> QueryRuns:
-    """The store's side of a query: the catalog view `sql` needs (a run's kernel ranking, the
-    widest column, and its table hashes only for a statement naming `kernel_summary` or a
-    per-run view), the runs asked for, and the labels."""
+    """The store's side of a query: the catalog's rows in the columns `sql` needs (a run's
+    kernel ranking, the widest column, and its table hashes only for a statement naming
+    `kernel_summary` or a per-run view), the runs asked for, and the labels.
+
+    The rows are read whole, here, rather than handed to DuckDB as a dataset over the merged
+    segment: this runs on a thread while DuckDB loads (run_query), and `pyarrow.dataset`, which
+    a dataset needs, costs more to import (0.06-0.08 s) than reading the catalog's small
+    columns of 100,000 runs; DuckDB scans the table in memory, no copy made."""
     tables = [name for name in per_run_views() if _mentioned(sql, name)]
     skipped = {"indexed", *(() if _mentioned(sql, "kernel_summary") else ("kernel_summary",)),
                *(() if tables else ("tables",))}
     view = catalog.open_view(store, [c for c in arrow_schema("catalog").names
                                      if c not in skipped])
-    chosen = sorted({resolve(store, r) for r in runs}) if runs else None
-    return QueryRuns(view, chosen, labels_by_run(store), tables)
+    rows = view.rows_of(resolve(store, r) for r in runs) if runs else view.table(ordered=False)
+    return QueryRuns(rows, labels_by_run(store), tables)
 
 
 def build_views(con: duckdb.DuckDBPyConnection, store: Store, sql: str,
                 runs: list[str] | None = None, found: QueryRuns | None = None) -> None:
-    """The views `sql` names, over `runs` (every run when None; `found`: read already). The
-    catalog's merged segment is handed to DuckDB as a dataset, so a query reads only the
-    columns it uses; the few other rows as a table."""
+    """The views `sql` names, over `runs` (every run when None; `found`: read already)."""
     found = found or read_runs(store, sql, runs)
-    _register_catalog(con, found.view, found.labels, found.chosen)
+    _register_catalog(con, found.catalog, found.labels)
     cat = fetch_arrow(con, "SELECT id, tables FROM _catalog") if found.tables else None
     for name in found.tables:
         _register_table(con, store, name, cat)
 
 
-def _register_catalog(con: duckdb.DuckDBPyConnection, view: catalogview.View,
-                      labels: dict[str, list[str]], chosen: list[str] | None) -> None:
-    """`_catalog` (every row, or the `chosen` runs'), and over it `runs` and `kernel_summary`.
-    `run_id`, as in every other view: under `id`, `run_id in (select run_id from runs)` bound
-    the inner run_id to the outer table's and matched every run; `id` stays, deprecated."""
-    con.register("_tail", view.tail)
-    parts = ["SELECT * FROM _tail"]
-    merged = view.merged_dataset()
-    if merged is not None:
-        con.register("_merged", merged)
-        parts.insert(0, "SELECT * FROM _merged")
-    where = ""
-    if chosen is not None:
-        con.register("_chosen", pa.table({"id": pa.array(chosen, type=pa.string())}))
-        where = " WHERE id IN (SELECT id FROM _chosen)"
-    con.execute(f"CREATE VIEW _catalog AS SELECT * FROM ({' UNION ALL '.join(parts)}){where}")
+def _register_catalog(con: duckdb.DuckDBPyConnection, rows: pa.Table,
+                      labels: dict[str, list[str]]) -> None:
+    """`_catalog` (the catalog's `rows`), and over it `runs` and `kernel_summary`. `run_id`,
+    as in every other view: under `id`, `run_id in (select run_id from runs)` bound the inner
+    run_id to the outer table's and matched every run; `id` stays, deprecated."""
+    con.register("_catalog", rows)
     con.register("_labels", pa.table({
         "id": pa.array(list(labels), type=pa.string()),
         "labels": pa.array(list(labels.values()), type=pa.list_(pa.string()))}))
-    shown = [n for n in arrow_schema("catalog").names if n in view.tail.column_names
+    shown = [n for n in arrow_schema("catalog").names if n in rows.column_names
              and n not in ("id", "kernel_summary", "tables", "indexed")]
     con.execute("CREATE VIEW runs AS SELECT c.id AS run_id, "
                 + "".join(f'c."{n}", ' for n in shown)
                 + "coalesce(l.labels, CAST([] AS VARCHAR[])) AS labels, c.id AS id "
                 "FROM _catalog c LEFT JOIN _labels l ON l.id = c.id")
-    if "kernel_summary" in view.tail.column_names:  # read only for a statement naming it
+    if "kernel_summary" in rows.column_names:  # read only for a statement naming it
         con.execute("CREATE VIEW kernel_summary AS SELECT id AS run_id, "
                     "unnest(kernel_summary, recursive := true) FROM _catalog")
 

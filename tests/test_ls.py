@@ -279,6 +279,32 @@ def test_rows_of_runs_indexed_again_after_a_merge_are_listed_once(archive_store,
     assert [r["run_id"] for r in ranked] == sorted(ids.values())
 
 
+def test_query_of_some_runs_reads_only_the_row_groups_that_hold_them(archive_store, tmp_path,
+                                                                    monkeypatch):
+    """`query --run` takes each run's newest row (a note added after the merge is in a later
+    segment) and reads the merged segment's row groups of those runs, not the segment."""
+    copy, ids = merged_copy(archive_store, tmp_path, monkeypatch)
+    run_cli("--store", copy, "archive", corpus_file(RUNS["gemm"][0]), "--note", "again")
+    read: list[int] = []
+    original = pq.ParquetFile.read_row_group
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group",
+                        lambda self, group, **kw: read.append(group) or original(self, group,
+                                                                                 **kw))
+    whole = pq.ParquetFile.read
+    monkeypatch.setattr(pq.ParquetFile, "read", lambda self, **kw: pytest.fail("merged, whole")
+                        if catalog.MERGED in (self.metadata.metadata or {}) else whole(self, **kw))
+    sql = "select run_id, notes, labels, k.name is not null ranked from runs " \
+          "left join (select distinct run_id, name from kernel_summary) k using (run_id)"
+    for name, note, groups in (("soa", None, {1}), ("gemm", "again", set())):
+        read.clear()
+        rows = json.loads(run_cli("--store", copy, "query", "--run", ids[name], sql,
+                                  "--json").stdout)
+        assert [(r["run_id"], r["notes"], r["labels"], r["ranked"]) for r in rows] == [
+            (ids[name], note, [LABELS[name]], True)]
+        # oldest first, a run a row group: gemm's (0) is read for its `indexed` stamp only
+        assert set(read) - {0} == groups, read
+
+
 def test_ls_of_every_run_reads_the_merged_segment_a_row_group_at_a_time(archive_store,
                                                                         tmp_path, monkeypatch):
     copy, ids = merged_copy(archive_store, tmp_path, monkeypatch)
