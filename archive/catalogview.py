@@ -152,6 +152,17 @@ class Segments:
             out.update({p: column[p - start].as_py() for p in inside})
         return out
 
+    def base_values_count(self, column: str) -> int:
+        """How many values the base holds in `column`'s first leaf (for a list column, one per
+        element, and one per empty list): from its footer, nothing read."""
+        if self.base is None:
+            return 0
+        meta = self.base.metadata
+        leaf = next((i for i in range(meta.num_columns)
+                     if meta.schema.column(i).path.split(".")[0] == column), None)
+        return 0 if leaf is None else sum(meta.row_group(g).column(leaf).num_values
+                                          for g in range(meta.num_row_groups))
+
     def base_rows(self, positions: list[int]) -> pa.Table:
         """The base's rows at `positions` (sorted), in the view's schema, reading only their
         row groups."""
@@ -237,6 +248,20 @@ class View:
                     if run_id.startswith(prefix) and p not in self.skip]
         tail = [i for i in self.tail.column("id").to_pylist() if i.startswith(prefix)]
         return sorted({*base, *tail})
+
+    def merged_dataset(self):  # -> pyarrow.dataset.Dataset | None (imported here only)
+        """The merged segment as a dataset in the view's schema, less the rows in `skip`: a
+        reader of a few columns (DuckDB through `triage query`) reads only those, streamed."""
+        found = self.segments
+        if found.base is None or found.base_path is None:
+            return None
+        import pyarrow.dataset as ds
+
+        dataset = ds.dataset(str(found.base_path), schema=found.schema, format="parquet")
+        if not self.skip:
+            return dataset
+        skipped = found.base_values("id", sorted(self.skip)).values()
+        return dataset.filter(~ds.field("id").isin(pa.array(list(skipped), type=pa.string())))
 
     def rows_of(self, ids: Iterable[str]) -> pa.Table:
         """The rows of the runs `ids` that the view holds, in no particular order: the merged

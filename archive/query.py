@@ -76,13 +76,23 @@ def sealed_connection() -> Iterator[duckdb.DuckDBPyConnection]:
             con.close()
 
 
+# Up to these sizes a query reads the merged segment's rows into memory, beside DuckDB's
+# import (read_runs); past either, DuckDB streams them from a dataset over the segment, which
+# costs `import pyarrow.dataset` (0.06-0.08 s) but holds a batch at a time: runs of hundreds of
+# kernels each make the rankings column GBs at 100,000 runs.
+WHOLE_ROWS = 250_000  # catalog rows (runs): about 650 bytes each in memory
+WHOLE_RANKINGS = 250_000  # kernel_summary rows in all, when a statement names it: ~200 bytes
+
+
 @dataclass(frozen=True)
 class QueryRuns:
     """What a query's views are built over: the catalog's rows of the runs asked for (every
-    run, or those `--run` names; only the columns `sql` needs, in no particular order), each
-    run's labels, and the per-run tables `sql` names."""
+    run, or those `--run` names; only the columns `sql` needs, in no particular order), as a
+    table (`rows`) and, for a large catalog, the merged segment's as a dataset (`merged`);
+    each run's labels; the per-run tables `sql` names."""
 
-    catalog: pa.Table
+    rows: pa.Table
+    merged: object | None  # pyarrow.dataset.Dataset (imported only when one is made)
     labels: dict[str, list[str]]
     tables: list[str]
 
@@ -92,35 +102,46 @@ def read_runs(store: Store, sql: str, runs: list[str] | None = None) -> QueryRun
     kernel ranking, the widest column, and its table hashes only for a statement naming
     `kernel_summary` or a per-run view), the runs asked for, and the labels.
 
-    The rows are read whole, here, rather than handed to DuckDB as a dataset over the merged
-    segment: this runs on a thread while DuckDB loads (run_query), and `pyarrow.dataset`, which
-    a dataset needs, costs more to import (0.06-0.08 s) than reading the catalog's small
-    columns of 100,000 runs; DuckDB scans the table in memory, no copy made."""
+    This runs on a thread while DuckDB loads (run_query), so the rows are read here whole,
+    DuckDB then scanning them in memory without a copy, unless the catalog is past WHOLE_ROWS
+    or WHOLE_RANKINGS: then the merged segment is streamed to DuckDB as a dataset."""
     tables = [name for name in per_run_views() if _mentioned(sql, name)]
-    skipped = {"indexed", *(() if _mentioned(sql, "kernel_summary") else ("kernel_summary",)),
+    ranked = _mentioned(sql, "kernel_summary")
+    skipped = {"indexed", *(() if ranked else ("kernel_summary",)),
                *(() if tables else ("tables",))}
     view = catalog.open_view(store, [c for c in arrow_schema("catalog").names
                                      if c not in skipped])
-    rows = view.rows_of(resolve(store, r) for r in runs) if runs else view.table(ordered=False)
-    return QueryRuns(rows, labels_by_run(store), tables)
+    labels = labels_by_run(store)
+    if runs:
+        return QueryRuns(view.rows_of(resolve(store, r) for r in runs), None, labels, tables)
+    found = view.segments
+    if found.base is not None and (found.base.metadata.num_rows > WHOLE_ROWS or (
+            ranked and found.base_values_count("kernel_summary") > WHOLE_RANKINGS)):
+        return QueryRuns(view.tail, view.merged_dataset(), labels, tables)
+    return QueryRuns(view.table(ordered=False), None, labels, tables)
 
 
 def build_views(con: duckdb.DuckDBPyConnection, store: Store, sql: str,
                 runs: list[str] | None = None, found: QueryRuns | None = None) -> None:
     """The views `sql` names, over `runs` (every run when None; `found`: read already)."""
     found = found or read_runs(store, sql, runs)
-    _register_catalog(con, found.catalog, found.labels)
+    _register_catalog(con, found)
     cat = fetch_arrow(con, "SELECT id, tables FROM _catalog") if found.tables else None
     for name in found.tables:
         _register_table(con, store, name, cat)
 
 
-def _register_catalog(con: duckdb.DuckDBPyConnection, rows: pa.Table,
-                      labels: dict[str, list[str]]) -> None:
-    """`_catalog` (the catalog's `rows`), and over it `runs` and `kernel_summary`. `run_id`,
-    as in every other view: under `id`, `run_id in (select run_id from runs)` bound the inner
+def _register_catalog(con: duckdb.DuckDBPyConnection, found: QueryRuns) -> None:
+    """`_catalog` (the catalog's rows), and over it `runs` and `kernel_summary`. `run_id`, as
+    in every other view: under `id`, `run_id in (select run_id from runs)` bound the inner
     run_id to the outer table's and matched every run; `id` stays, deprecated."""
-    con.register("_catalog", rows)
+    con.register("_rows", found.rows)
+    if found.merged is None:
+        con.execute("CREATE VIEW _catalog AS SELECT * FROM _rows")
+    else:
+        con.register("_merged", found.merged)
+        con.execute("CREATE VIEW _catalog AS SELECT * FROM _merged UNION ALL SELECT * FROM _rows")
+    labels, rows = found.labels, found.rows  # rows: the columns every part of _catalog has
     con.register("_labels", pa.table({
         "id": pa.array(list(labels), type=pa.string()),
         "labels": pa.array(list(labels.values()), type=pa.list_(pa.string()))}))

@@ -4,6 +4,7 @@ them."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -28,7 +29,7 @@ def test_each_exit_code_and_every_byte_of_output_without_the_teardown(tmp_path):
     archived = wrapped("--store", store, "archive", corpus_file(
         "LakshyaSingh354__CudaCode__gemm_naive.ncu-rep"))
     assert archived.returncode == 0 and "(new)" in archived.stdout, archived.stderr
-    # 100,000 lines: far more than a pipe's buffer, the rest written by the flush before exit
+    # 100,000 lines through a pipe, whole
     many = wrapped("--store", store, "query", "select range from range(100000)", "--csv")
     assert many.returncode == 0 and many.stdout.splitlines() == \
         ["range", *map(str, range(100000))], many.stderr
@@ -37,6 +38,29 @@ def test_each_exit_code_and_every_byte_of_output_without_the_teardown(tmp_path):
         done = wrapped("--store", store, *args)
         assert done.returncode == code, (args, done.stderr)
         assert "teardown" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_what_is_still_buffered_is_written():
+    """Python's and C's stdio buffers are flushed before the process ends (click flushes each
+    echo itself; `show --patch` and a native library's printf do not). PYTHONUNBUFFERED, which
+    would make both unbuffered, is left out."""
+    code = ("import ctypes, sys\n"
+            "from triage.cli import _exit\n"
+            "sys.stdout.write('python ')\n"
+            "ctypes.CDLL(None).printf(b'and C')\n"
+            "_exit(0)\n")
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60,
+                          env=buffered)
+    assert (done.returncode, done.stdout) == (0, b"python and C"), done.stderr
+
+
+def test_a_profiler_still_gets_to_write_its_profile(tmp_path):
+    """Under cProfile (or coverage) the ordinary exit runs, so the profile is written."""
+    profile = tmp_path / "out.prof"
+    done = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(profile), "-m",
+                           "triage", "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and profile.stat().st_size > 0, done.stderr
 
 
 def test_a_thread_still_at_work_is_waited_for():

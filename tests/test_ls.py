@@ -26,7 +26,7 @@ from click.testing import CliRunner
 
 from helpers import REPO, corpus_file
 from triage import textview
-from triage.archive import catalog, catalogview, ingest, lease, listing
+from triage.archive import catalog, catalogview, ingest, lease, listing, query
 from triage.archive.store import Store
 from triage.errors import StoreError
 from triage.cli import cli
@@ -250,11 +250,19 @@ def merged_copy(archive_store, tmp_path, monkeypatch) -> tuple[Path, dict[str, s
     return copy, ids
 
 
+@pytest.mark.parametrize("streamed", [None, "WHOLE_ROWS", "WHOLE_RANKINGS"])
 def test_rows_of_runs_indexed_again_after_a_merge_are_listed_once(archive_store, tmp_path,
-                                                                  monkeypatch):
+                                                                  monkeypatch, streamed):
     """A note added after the merge is a newer row of a merged run; a stale row (indexed
-    before the merged one: a segment a racing merge had not deleted yet) loses to it."""
+    before the merged one: a segment a racing merge had not deleted yet) loses to it. A query
+    reads the catalog whole, or streams the merged segment past either size (`streamed`)."""
     copy, ids = merged_copy(archive_store, tmp_path, monkeypatch)
+    datasets: list[object] = []
+    made = catalogview.View.merged_dataset
+    monkeypatch.setattr(catalogview.View, "merged_dataset",
+                        lambda self: datasets.append(made(self)) or datasets[-1])
+    if streamed:
+        monkeypatch.setattr(query, streamed, 0)
     store = Store.open(copy)
     stale = catalog.catalog_row(store, ids["soa"], store.read_manifest(ids["soa"]),
                                 {**store.read_annotations(ids["soa"]), "notes": [
@@ -277,6 +285,9 @@ def test_rows_of_runs_indexed_again_after_a_merge_are_listed_once(archive_store,
     ranked = json.loads(run_cli("--store", copy, "query", "select distinct run_id from "
                                 "kernel_summary order by run_id", "--json").stdout)
     assert [r["run_id"] for r in ranked] == sorted(ids.values())
+    # streamed: both statements past WHOLE_ROWS, only the ranking one past WHOLE_RANKINGS
+    assert len(datasets) == {None: 0, "WHOLE_ROWS": 2, "WHOLE_RANKINGS": 1}[streamed]
+    assert all(d is not None for d in datasets)
 
 
 def test_query_of_some_runs_reads_only_the_row_groups_that_hold_them(archive_store, tmp_path,

@@ -91,17 +91,23 @@ def _exit(code: object) -> NoReturn:
     Freeing pyarrow's, NumPy's and DuckDB's module state at exit takes 0.03-0.06 s, a tenth of
     a query over 100,000 runs and more than issue 20 allows an ncu archive over a bare script.
     Nothing of triage's needs that teardown: every write is closed (and renamed into place)
-    before its command returns, and no atexit handler of triage's exists. A thread still
-    running (not a daemon), an exit code that is a message, or output that cannot be flushed
-    (a closed pipe) take Python's ordinary exit, as before."""
+    before its command returns, and triage registers no atexit handler. Python's ordinary exit
+    is taken, as before, when a thread (not a daemon) is still running, the exit code is a
+    message, a profiler or tracer (cProfile, coverage) would write at exit, or the output
+    cannot be flushed (a closed pipe); C's stdio buffers (a native library's printf) are
+    flushed as exit() would."""
     others = [t for t in threading.enumerate()
               if t is not threading.main_thread() and not t.daemon and t.is_alive()]
-    if others or not (code is None or isinstance(code, int)):
+    if others or not (code is None or isinstance(code, int)) or sys.getprofile() is not None \
+            or sys.gettrace() is not None:
         raise SystemExit(code)
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-    except (OSError, ValueError):  # ValueError: a stream closed (BrokenPipe above closes it)
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, ValueError, AttributeError):  # ValueError: a stream closed (BrokenPipe)
         raise SystemExit(code) from None
     os._exit(code or 0)
 
