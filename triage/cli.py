@@ -107,7 +107,8 @@ def _exit(code: object) -> NoReturn:
         import ctypes
 
         ctypes.CDLL(None).fflush(None)
-    except (OSError, ValueError, AttributeError):  # ValueError: a stream closed (BrokenPipe)
+    except (OSError, ValueError, AttributeError, TypeError):  # ValueError: a closed stream;
+        # TypeError: no C library to load by None (Windows), so no stdio of its to flush
         raise SystemExit(code) from None
     os._exit(code or 0)
 
