@@ -12,7 +12,7 @@ search of the index. Nothing here converts every row to Python, or imports pyarr
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -270,12 +270,8 @@ class View:
         wanted, found = set(ids), self.segments
         tail_ids = self.tail.column("id").to_pylist()
         tail = take_rows(self.tail, [p for p, run_id in enumerate(tail_ids) if run_id in wanted])
-        if found.index is not None:
-            rows = (found.index_row(run_id) for run_id in wanted)
-            positions = [p for p in rows if p is not None and p not in self.skip]
-        else:
-            positions = [p for p, run_id in enumerate(found.base_column("id"))
-                         if run_id in wanted and p not in self.skip]
+        base_ids = found.base_column("id") if found.index is None else None
+        positions = [p for p in _in_base(found, base_ids, wanted) if p not in self.skip]
         return pa.concat_tables([found.base_rows(sorted(positions)), tail])
 
     def table(self, ordered: bool = True) -> pa.Table:
@@ -361,7 +357,7 @@ def _tail_over_base(found: Segments, base_ids: list[str] | None) -> tuple[pa.Tab
 
 
 def _in_base(found: Segments, base_ids: list[str] | None,
-             wanted: dict[str, int]) -> dict[int, str]:
+             wanted: Collection[str]) -> dict[int, str]:
     """The base positions of the runs in `wanted` that it holds, with their ids."""
     if not wanted or found.base is None:
         return {}
