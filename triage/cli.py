@@ -322,7 +322,7 @@ def _write_patch(st: Store, record: RunRecord, output: str | None) -> None:
         write_user_file(Path(output), data)
         click.echo(f"wrote {output}", err=True)
     else:
-        click.get_binary_stream("stdout").write(data)
+        sys.stdout.buffer.write(data)
 
 
 @cli.command()
@@ -465,7 +465,7 @@ def capture(command, label, note, shell, group, from_run, nsys, redact, as_json,
                              redact_patterns=tuple(redact))
     results = []
     # With --json, stdout carries only the JSON document; the profiler's output goes to stderr.
-    stream = click.get_text_stream("stderr" if as_json else "stdout")
+    stream = sys.stderr if as_json else sys.stdout
     for i in range(1, repeat + 1):
         one = request if repeat == 1 else replace(request, label=f"{label}/{i}",
                                                    group=group or label)
@@ -515,7 +515,7 @@ def rerun(run, label, repeat, mode, build, strict, threshold, as_json, store):
     request = RerunRequest(run, store=store, label=label, repeat=repeat, mode=mode,
                            build=build, strict=strict, threshold_pct=threshold)
     # With --json, stdout carries only the JSON document; everything else goes to stderr.
-    stream = click.get_text_stream("stderr" if as_json else "stdout")
+    stream = sys.stderr if as_json else sys.stdout
     shown = CaptureOutput(stream, stream.isatty() and not as_json, "rerun")
     try:
         result = run_rerun(request,
