@@ -90,7 +90,7 @@ def write_bytes(target: Path, data: bytes, readonly: bool = False) -> None:
 def write_user_file(target: Path, data: bytes) -> Path:
     """Write an output the user asked for (-o FILE): atomically, with the umask's permissions
     (see `shared_mode`), and a one-line error if it cannot be."""
-    from triage.errors import TriageError
+    from triage.base.errors import TriageError
 
     target = Path(target)
     if target.is_dir():

@@ -41,10 +41,10 @@ from typing import IO, BinaryIO, cast
 from triage.archive import atomic, catalog, lease, validate
 from triage.archive.store import (SHA256_RE, Store, canonical_json, check_label, manifest_id,
                                   run_parts)
-from triage.errors import CorruptObject, NewerFormat, TriageError, UsageError
-from triage.progress import Progress, Step, no_progress
-from triage.hashing import HashingReader, copy_hashing
-from triage.timeutil import utc_now
+from triage.base.errors import CorruptObject, NewerFormat, TriageError, UsageError
+from triage.base.progress import Progress, Step, no_progress
+from triage.base.hashing import HashingReader, copy_hashing
+from triage.base.timeutil import utc_now
 
 BUNDLE_FORMAT = "triage-bundle"
 BUNDLE_VERSION = 1

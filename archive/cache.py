@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from triage.archive import atomic
-from triage.errors import CorruptObject
+from triage.base.errors import CorruptObject
 
 if TYPE_CHECKING:
     from triage.archive.files import StoreFiles

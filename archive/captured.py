@@ -28,9 +28,9 @@ from triage.capture.git_patch import redact_patch
 from triage.capture.git_state import GitSnapshot
 from triage.capture.progress import ProgressEvent
 from triage.capture.session import CaptureRequest, Captured, NcuListing
-from triage.errors import CaptureFailed, PatchNotStored
-from triage.timeutil import utc_now
-from triage.units import fmt_bytes
+from triage.base.errors import CaptureFailed, PatchNotStored
+from triage.base.timeutil import utc_now
+from triage.base.units import fmt_bytes
 
 PATCH_LIMIT = 8_000_000  # bytes of `git diff HEAD` stored with a capture (see the docstring)
 

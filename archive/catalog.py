@@ -42,10 +42,10 @@ from triage.archive.catalogview import (IDS, Segments, View, catalog_schema, ids
                                        interleaved, order_of, read_conformed, reconcile,
                                        take_rows)
 from triage.archive.tables import PARQUET_OPTIONS, read_table
-from triage.errors import CorruptObject, RunNotFound
-from triage.hashing import hash_file
+from triage.base.errors import CorruptObject, RunNotFound
+from triage.base.hashing import hash_file
 from triage.schemas.tables import arrow_schema
-from triage.timeutil import utc_now
+from triage.base.timeutil import utc_now
 
 if TYPE_CHECKING:  # imported where a row is made: `ls` reads rows and needs no model
     from triage.archive.model import RunRecord

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from triage.archive import atomic, lease
-from triage.errors import StoreError
+from triage.base.errors import StoreError
 
 if TYPE_CHECKING:
     import pyarrow as pa

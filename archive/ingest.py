@@ -24,10 +24,10 @@ from functools import lru_cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from triage import __version__
+from triage.base.version import __version__
 from triage.archive import catalog, lease, space
-from triage.progress import Progress, Step, no_progress
-from triage.hashing import hash_file
+from triage.base.progress import Progress, Step, no_progress
+from triage.base.hashing import hash_file
 from triage.archive.manifest import MANIFEST_KIND, MANIFEST_VERSION
 from triage.archive.store import (STORE_MARKER, Staged, Store, canonical_json, check_label,
                                   manifest_file, run_parts, store_files)
@@ -35,9 +35,9 @@ from triage.archive.summaries import SUMMARIES, compute_summaries
 from triage.archive.tables import TableSet
 from triage.capture import redact
 from triage.capture.formats import PreparedReport, TableBatch, detect_format, prepare_report
-from triage.errors import CorruptObject, TriageError, UsageError
+from triage.base.errors import CorruptObject, TriageError, UsageError
 from triage.schemas.tables import tables_for_tool, tables_version
-from triage.timeutil import utc_now
+from triage.base.timeutil import utc_now
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -28,9 +28,9 @@ from triage.archive.files import Entry
 from triage.archive.store import (LABEL_RE, SEAL, SHA256_RE, STORE_MARKER, TABLE_KEY_RE,
                                   TABLES_DIR, Part, Store, canonical_json, manifest_id,
                                   marker_bytes, run_parts, seal_of)
-from triage.errors import StoreError, UsageError
-from triage.progress import Progress, Step, no_progress
-from triage.hashing import hash_stream
+from triage.base.errors import StoreError, UsageError
+from triage.base.progress import Progress, Step, no_progress
+from triage.base.hashing import hash_stream
 
 ERROR_KINDS = ("missing", "corrupt", "dangling", "unexpected")
 LEFTOVER_KINDS = ("orphan", "temp")

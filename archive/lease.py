@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from triage.archive import atomic, validate
-from triage.errors import StoreError
-from triage.timeutil import utc_now
+from triage.base.errors import StoreError
+from triage.base.timeutil import utc_now
 
 if TYPE_CHECKING:  # store.py takes leases for its own small writes, so it imports this module
     from triage.archive.store import Store

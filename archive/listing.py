@@ -20,7 +20,7 @@ import pyarrow as pa
 from triage.archive import catalog, catalogview
 from triage.archive.runs import labels_by_run
 from triage.archive.store import Store
-from triage.errors import UsageError
+from triage.base.errors import UsageError
 
 # `ls --json`/`--csv`, in this order, then `labels` (the README lists them)
 LIST_COLUMNS = ("id", "tool", "tool_version", "created", "archived", "source", "gpu",

@@ -10,7 +10,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
-from triage.errors import NewerFormat, StoreError
+from triage.base.errors import NewerFormat, StoreError
 
 # 2: the run id hashes the run's identity, not the file's bytes (store.manifest_file)
 MANIFEST_VERSION = 2

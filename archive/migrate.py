@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from triage.archive import atomic, catalog, lease, validate
 from triage.archive.store import (SHA256_RE, STORE_MARKER, STORE_VERSION, Part, Store,
                                   marker_bytes, migrating_marker_bytes, run_parts)
-from triage.errors import CorruptObject
+from triage.base.errors import CorruptObject
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from triage.archive import catalog
-from triage.duck import connect, fetch_arrow
+from triage.base.duck import connect, fetch_arrow
 from triage.archive.runs import labels_by_run, resolve
 from triage.archive.store import Store
 from triage.schemas.tables import arrow_schema, table_specs
-from triage.errors import TriageError, UsageError
+from triage.base.errors import TriageError, UsageError
 
 if TYPE_CHECKING:
     import duckdb
@@ -179,7 +179,7 @@ def _register_table(con: duckdb.DuckDBPyConnection, store: Store, name: str,
 def _table_file(store: Store, run_id: str, name: str, sha: str):
     """A table's local file: the store's own, or a remote store's cached copy (cache.py), so
     DuckDB reads local files only, whatever the store (no httpfs, nothing fetched by it)."""
-    from triage.errors import CorruptObject
+    from triage.base.errors import CorruptObject
 
     try:
         return store.local_table(run_id, name, sha)

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from triage.archive.store import REMOTE_RE, STORE_VERSION, Store
-from triage.errors import StoreError, UnknownRemote, UsageError
+from triage.base.errors import StoreError, UnknownRemote, UsageError
 
 URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from triage.archive import catalog, catalogview
 from triage.archive.store import SHA256_RE, Store, check_label, looks_like_run
-from triage.errors import AmbiguousRun, RunNotFound, StoreError, UsageError
+from triage.base.errors import AmbiguousRun, RunNotFound, StoreError, UsageError
 
 if TYPE_CHECKING:  # imported by `load_record`: `ls` and `latest` need no model
     from triage.archive.model import RunRecord

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from triage.archive import atomic
-from triage.errors import DiskFull
+from triage.base.errors import DiskFull
 
 # What a run writes after its objects: manifest, dedup key, annotations, catalog segment and
 # lease, a few KB each and a block apiece on most filesystems; generously rounded up.

@@ -38,9 +38,9 @@ from pathlib import Path
 
 from triage.archive import atomic, lease, validate
 from triage.archive.files import StoreFiles
-from triage.errors import DiskFull, LabelNotFound, NewerFormat, StoreError, UsageError
-from triage.hashing import copy_hashing, hash_file
-from triage.timeutil import utc_now
+from triage.base.errors import DiskFull, LabelNotFound, NewerFormat, StoreError, UsageError
+from triage.base.hashing import copy_hashing, hash_file
+from triage.base.timeutil import utc_now
 
 STORE_MARKER = "triage-store.json"
 STORE_FORMAT = "triage-store"
@@ -433,7 +433,7 @@ class Store:
     def object_bytes(self, sha256: str) -> bytes:
         """A small object's bytes (a capture's patch), checked against its hash: damaged bytes
         must not be handed on as the run's."""
-        from triage.errors import CorruptObject
+        from triage.base.errors import CorruptObject
 
         try:
             data = self.files.read(self.object_key(sha256))
@@ -551,7 +551,7 @@ class Store:
     def read_manifest(self, run_id: str) -> dict:
         """A run's manifest, checked against its id first (a few KB to hash): an edited or
         damaged manifest must not be shown or compared as if it were the run."""
-        from triage.errors import CorruptObject, RunNotFound
+        from triage.base.errors import CorruptObject, RunNotFound
 
         data = self.manifest_bytes(run_id)
         if data is None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 
-from triage.duck import fetch_arrow, sql_string, summary_connection
+from triage.base.duck import fetch_arrow, sql_string, summary_connection
 from triage.schemas.tables import rows_table
 
 if TYPE_CHECKING:

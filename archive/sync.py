@@ -34,9 +34,9 @@ from typing import BinaryIO
 from triage.archive import catalog, lease
 from triage.archive.remotes import Remote, open_remote
 from triage.archive.store import Part, Store, run_parts
-from triage.errors import CorruptObject, RunNotFound, StoreError, UsageError
-from triage.hashing import hash_stream
-from triage.progress import Progress, Step, no_progress
+from triage.base.errors import CorruptObject, RunNotFound, StoreError, UsageError
+from triage.base.hashing import hash_stream
+from triage.base.progress import Progress, Step, no_progress
 
 
 @dataclass

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from triage.archive import lease
 from triage.archive.store import Staged, Store
-from triage.errors import StoreError
+from triage.base.errors import StoreError
 from triage.schemas.tables import arrow_schema, check_columns
 
 BATCH_ROWS = 65536

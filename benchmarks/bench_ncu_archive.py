@@ -181,7 +181,7 @@ def read_all(side: str, passes: int) -> None:
     """Bare extraction of every corpus report, or `triage archive` of each (into a new store
     per pass, so that every pass reads every report again)."""
     from triage.archive.ingest import archive_files
-    from triage.errors import TriageError
+    from triage.base.errors import TriageError
 
     reports = sorted(p for p in CORPUS.iterdir()
                      if p.suffix in (".ncu-rep", ".nsight-cuprof-report"))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import pyarrow as pa
 
-from triage.errors import UnsupportedReport
+from triage.base.errors import UnsupportedReport
 
 NCU_MAGIC = b"NVR\x00"
 NSYS_MAGIC = b"NVIDIA Tegra Profiler Report"

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from triage.errors import RerunRefused
+from triage.base.errors import RerunRefused
 
 
 @contextlib.contextmanager

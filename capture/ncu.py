@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from triage.timeutil import from_epoch
+from triage.base.timeutil import from_epoch
 from triage.capture.ncu_file import NcuFileInfo, read_ncu_file
 from triage.capture.profiler_args import ParsedCommand, parse_command
 from triage.capture.redact import parse_environment_text
 from triage.capture.settings import joined_option, resolve
-from triage.errors import UnsupportedReport
+from triage.base.errors import UnsupportedReport
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from triage.capture.protowire import Field, WireError, decode, last_field, submessage
-from triage.errors import NewerFormat, UnsupportedReport
-from triage.hashing import HashingReader
+from triage.base.errors import NewerFormat, UnsupportedReport
+from triage.base.hashing import HashingReader
 
 MAGIC = b"NVR\x00"
 # The FileHeader version of every report in the corpus, ncu 2019.x (PerfWorks 0.105) to 2026.2.

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from triage.capture.workers import (Relay, WorkerFailed, arrow_payload, arrow_tables, can_fork,
                                     cores)
-from triage.errors import UnsupportedReport
+from triage.base.errors import UnsupportedReport
 from triage.schemas.tables import records_table, rows_table
 
 if TYPE_CHECKING:

@@ -16,15 +16,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from triage.hashing import hash_file
+from triage.base.hashing import hash_file
 from triage.capture.nsys_export import Export, as_text, open_export
 from triage.capture.nsys_file import (NsysFileInfo, export_report, read_nsys_file,
                                       version_number)
 from triage.capture.nsys_tables import Implausible, nvtx_batches, source_batches
 from triage.capture.profiler_args import ParsedCommand, parse_command
 from triage.capture.settings import joined_option, resolve
-from triage.errors import UnsupportedReport
-from triage.timeutil import from_epoch
+from triage.base.errors import UnsupportedReport
+from triage.base.timeutil import from_epoch
 
 if TYPE_CHECKING:
     from triage.capture.formats import TableBatch
@@ -450,7 +450,7 @@ def _import_readers() -> None:
     `nsys export`, which leaves a core idle."""
     import pyarrow.compute  # noqa: F401
 
-    from triage.duck import summary_connection
+    from triage.base.duck import summary_connection
 
     summary_connection()
 

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from triage.capture.nsys_export import BATCH, Export, Query, utf8
-from triage.errors import UnsupportedReport
+from triage.base.errors import UnsupportedReport
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -44,7 +44,7 @@ class ArrowExport(Export):
     def __init__(self, path, arrow_path, spill_directory: str | None = None):
         import pyarrow as pa
 
-        from triage.duck import connect
+        from triage.base.duck import connect
 
         self._map: mmap.mmap | None = None
         self.arrow: dict[str, pa.Table] = {}
@@ -140,7 +140,7 @@ class ArrowExport(Export):
     def _sorted(self, query: Query, table: pa.Table) -> Iterator[pa.RecordBatch]:
         """The query over the whole table, DuckDB sorting it (spilling when it must): for an
         export whose rows are not in the query's order, the only case that needs every row."""
-        from triage.duck import arrow_batches
+        from triage.base.duck import arrow_batches
 
         self.con.register("_whole", _numbered(table, 0, table.num_rows))
         try:
@@ -183,7 +183,7 @@ class ArrowExport(Export):
 
     def _run(self, sql: str, part: pa.Table, params: list[Any]) -> list[pa.RecordBatch]:
         """A query over one slice, registered as `_slice`: its whole (small) result."""
-        from triage.duck import arrow_batches
+        from triage.base.duck import arrow_batches
 
         self.con.register("_slice", part)
         try:

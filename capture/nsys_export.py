@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
-from triage.errors import UnsupportedReport
+from triage.base.errors import UnsupportedReport
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from triage.capture.formats import NSYS_MAGIC
 from triage.capture.protowire import Field, WireError, decode, iter_fields, submessage
-from triage.errors import DiskFull, ToolMissing, ToolTooOld, UnsupportedReport
+from triage.base.errors import DiskFull, ToolMissing, ToolTooOld, UnsupportedReport
 
 TRAILER_MAGIC = b"U3w[END]"
 TRAILER_SIZE = 16

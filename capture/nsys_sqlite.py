@@ -18,7 +18,7 @@ from urllib.parse import quote
 from urllib.request import pathname2url
 
 from triage.capture.nsys_export import BATCH, Export, Query, as_text, utf8
-from triage.errors import UnsupportedReport
+from triage.base.errors import UnsupportedReport
 
 if TYPE_CHECKING:
     import pyarrow as pa

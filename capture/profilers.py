@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from triage.errors import ToolMissing
+from triage.base.errors import ToolMissing
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -18,7 +18,7 @@ from triage.capture.outputs import NSYS_DEFAULT_OUTPUT, OUTPUT_OPTION
 from triage.capture.profiler_args import (NCU_ALIASES, NSYS_ALIASES, NSYS_SUBCOMMANDS,
                                           parse_command, tool_of)
 from triage.capture.redact import MARKER
-from triage.errors import UsageError
+from triage.base.errors import UsageError
 
 
 def _aliases(tool: str) -> dict[str, str]:

@@ -30,8 +30,8 @@ from triage.capture import profilers, redact
 from triage.capture.progress import Elapsed, LineCollapser, OutputLine, ProgressEvent
 from triage.capture.outputs import FoundReport, find_reports, output_pattern, snapshot
 from triage.capture.profiler_args import ParsedCommand, parse_command
-from triage.errors import ToolMissing, UsageError
-from triage.timeutil import utc_now
+from triage.base.errors import ToolMissing, UsageError
+from triage.base.timeutil import utc_now
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -26,7 +26,7 @@ from collections.abc import Callable, Generator, Iterable
 from contextlib import closing, suppress
 from typing import IO, TYPE_CHECKING, Any
 
-from triage.errors import TriageError
+from triage.base.errors import TriageError
 
 if TYPE_CHECKING:
     import pyarrow as pa

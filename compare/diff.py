@@ -19,7 +19,7 @@ from triage.compare.result import (MIXED_TOOLS, SAME_RUN, DiffOptions, DiffResul
 from triage.compare.gate import regression_gate
 from triage.compare.repeats import side_runs, with_noise
 from triage.compare.rundata import RunData
-from triage.errors import TriageError, UsageError
+from triage.base.errors import TriageError, UsageError
 
 
 def _ncu_summary(run: RunData) -> list[Row]:

@@ -31,7 +31,7 @@ from triage.compare.explain_tables import (CONCLUSION_RULES, FLOP_METRICS, LIMIT
                                            limit)
 from triage.compare.matching import group_kernels
 from triage.compare.rundata import RunData
-from triage.errors import TriageError, UsageError
+from triage.base.errors import TriageError, UsageError
 
 
 def cite(name: str, value: float, unit: str | None) -> dict:

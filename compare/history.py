@@ -38,7 +38,7 @@ from triage.compare.noise import LAUNCHES, Noise, Sample, Spread, compare, sampl
 from triage.compare.repeats import array_sample, side_refs
 from triage.compare.result import DriftItem, JsonDict
 from triage.compare.rundata import RunData
-from triage.errors import TriageError, UsageError
+from triage.base.errors import TriageError, UsageError
 
 HISTORY_FORMAT = 1
 KERNEL, NVTX, METRIC = "kernel", "nvtx", "metric"

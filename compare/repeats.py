@@ -26,7 +26,7 @@ from triage.compare.noise import (LAUNCHES, MAX_SAMPLES, RUNS, Sample, Spread, c
                                   sample_of, thin_positions)
 from triage.compare.result import GpuChange, KernelDiff, NsysDiff, SummaryChange
 from triage.compare.rundata import RunData
-from triage.errors import RunNotFound, UsageError
+from triage.base.errors import RunNotFound, UsageError
 
 Key = tuple[Hashable, ...]
 GLOB = re.compile(r"[*?\[]")

@@ -37,7 +37,7 @@ from triage.capture.progress import ProgressEvent
 from triage.capture.session import CaptureRequest
 from triage.compare.result import DiffResult, DriftItem
 from triage.compare.rerun import Reproduced
-from triage.errors import BuildFailed, RerunRefused, UsageError
+from triage.base.errors import BuildFailed, RerunRefused, UsageError
 
 HERE, AT_COMMIT = "here", "at_commit"
 

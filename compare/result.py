@@ -17,7 +17,7 @@ from typing import Any
 
 from triage.archive.model import RunRecord
 from triage.compare.noise import Noise
-from triage.errors import UsageError
+from triage.base.errors import UsageError
 
 # 2: one kernel shape on every path; drift items carry codes and whole names; no nsys.kernels.
 DIFF_FORMAT = 2

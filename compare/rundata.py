@@ -12,7 +12,7 @@ from triage.archive.model import RunRecord
 from triage.archive.runs import load_record
 from triage.archive.store import Store
 from triage.archive.tables import conform
-from triage.errors import CorruptObject, TriageError
+from triage.base.errors import CorruptObject, TriageError
 from triage.schemas.tables import arrow_schema
 
 

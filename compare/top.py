@@ -21,7 +21,7 @@ from bisect import bisect_left, bisect_right
 from itertools import accumulate
 
 from triage.compare.rundata import RunData
-from triage.errors import UsageError
+from triage.base.errors import UsageError
 
 # top's own numbers (rows listed, warm-up, what counts as typical), echoed under "settings"
 # in --json; not to be confused with the profiler settings a manifest records.

@@ -15,7 +15,7 @@ from helpers import CORPUS
 from triage.archive import atomic
 from triage.archive.store import Store, manifest_file
 from triage.capture.ncu import PreparedNcu
-from triage.errors import StoreError
+from triage.base.errors import StoreError
 
 REPORTS = sorted(str(p) for p in (CORPUS / "ncu").iterdir())[:4]
 

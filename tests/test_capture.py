@@ -12,7 +12,7 @@ from helpers import require_tool
 from triage.capture.outputs import expected_reports
 from triage.capture.profiler_args import parse_command
 from triage.capture.session import CaptureRequest, questionable
-from triage.errors import UsageError
+from triage.base.errors import UsageError
 
 
 @pytest.fixture

@@ -191,7 +191,7 @@ def test_diff_carries_the_conclusions_of_explain(ncu_store):
         RunData(store, a))["kernels"][0]["conclusion"]
     matched = [k for k in result["kernels"] if k["match"] == "matched"]
     assert matched and matched[0]["conclusion"] == {"a": "memory-bound", "b": "latency-bound"}
-    from triage.diffview import render_diff
+    from triage.views.diff import render_diff
 
     assert "conclusion: memory-bound -> latency-bound" in render_diff(diff)
     json.dumps(result)  # plain data

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from helpers import CORPUS, corpus_file
 from triage.capture.ncu_file import MAGIC as NCU_MAGIC
 from triage.capture.ncu_file import read_ncu_file
-from triage.errors import TriageError
+from triage.base.errors import TriageError
 
 EXAMPLES = int(os.environ.get("TRIAGE_FUZZ_EXAMPLES", "300"))
 EXAMPLE_SECONDS = 5

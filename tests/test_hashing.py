@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from triage.hashing import CHUNK, HashingReader, copy_hashing, hash_file
+from triage.base.hashing import CHUNK, HashingReader, copy_hashing, hash_file
 
 DATA = bytes(range(256)) * (CHUNK // 256 * 2 + 3)  # more than two chunks, not a whole number
 

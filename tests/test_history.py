@@ -30,7 +30,7 @@ from test_report import MEASURE_LAYOUT, assert_self_contained, chromium
 from triage.archive import catalog
 from triage.archive.runs import resolve
 from triage.archive.store import Store
-from triage.errors import CaptureFailed
+from triage.base.errors import CaptureFailed
 
 RUNS, SLOW_FROM = 8, 5  # runs h/5..h/8 are slower
 COMMAND = ["nsys", "profile", "--trace=nvtx,osrt", "--sample=none", "--cpuctxsw=none",

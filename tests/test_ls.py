@@ -25,10 +25,10 @@ import pytest
 from click.testing import CliRunner
 
 from helpers import REPO, corpus_file
-from triage import textview
+from triage.views import text as textview
 from triage.archive import catalog, catalogview, ingest, lease, listing, query
 from triage.archive.store import Store
-from triage.errors import StoreError
+from triage.base.errors import StoreError
 from triage.cli import cli
 from triage.schemas.tables import arrow_schema
 

@@ -14,7 +14,7 @@ from triage.archive import catalog
 from triage.archive.model import RunRecord
 from triage.archive.runs import load_record
 from triage.archive.store import Store
-from triage.showview import render_show
+from triage.views.show import render_show
 
 NCU_REPORT = "LakshyaSingh354__CudaCode__gemm_naive.ncu-rep"
 NSYS_REPORT = "0x822a5b87__test-cuda__report1.sqlite"

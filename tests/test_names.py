@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from helpers import corpus_file
-from triage.textview import printable
+from triage.views.text import printable
 
 NCU = "Lashi0812__CudaProgramming__simpleAOS.ncu-rep"
 SQLITE = "Lashi0812__CudaProgramming__streamSimple.sqlite"

@@ -10,7 +10,7 @@ import pytest
 from helpers import REPO, corpus_manifest
 from triage.capture.nsys_file import read_nsys_file, version_number, version_tuple
 from triage.capture.nsys_tables import push_pop_depth
-from triage.errors import UnsupportedReport
+from triage.base.errors import UnsupportedReport
 
 DEMO_REPORT = REPO / "triage" / "demo" / "before.nsys-rep"
 REPORT_ROWS = [r for r in corpus_manifest() if r["kind"] == "nsys-rep"]

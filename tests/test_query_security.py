@@ -29,7 +29,7 @@ from helpers import corpus_file, derive_run, table_file
 from triage.archive import catalog, query
 from triage.archive.store import Store, manifest_file
 from triage.archive.tables import BATCH_ROWS, PARQUET_OPTIONS
-from triage.hashing import hash_file
+from triage.base.hashing import hash_file
 
 GEMM = ("LakshyaSingh354__CudaCode__gemm_naive.ncu-rep",
         "LakshyaSingh354__CudaCode__gemm_global_mem_coalesce.ncu-rep")

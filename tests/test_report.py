@@ -30,9 +30,9 @@ from triage.compare.diff import diff_runs
 from triage.compare.drift import worst_verdict
 from triage.compare.nsys_diff import SUMMARY_DIFFS, join_summaries
 from triage.compare.result import DiffOptions, DiffResult, DriftItem, total_change
-from triage.report import GITHUB_COMMENT_LIMIT, cut_markdown, render_html, render_markdown
-from triage.svgcharts import bar_chart
-from triage.textview import to_json
+from triage.views.report import GITHUB_COMMENT_LIMIT, cut_markdown, render_html, render_markdown
+from triage.views.svgcharts import bar_chart
+from triage.views.text import to_json
 
 FAMILIES = {
     "lakshya-gemm": ["LakshyaSingh354__CudaCode__gemm_naive.ncu-rep",
@@ -605,7 +605,7 @@ def every_family(store) -> dict[str, tuple[str, str]]:
     """One comparison per before/after family of MANIFEST.csv (its first two reports this
     machine's tools read; a family with one such report compared with itself), and the invalid
     pair of two families, whose INVALIDATES rows are the widest severity."""
-    from triage.errors import ToolMissing, ToolTooOld, UnsupportedReport
+    from triage.base.errors import ToolMissing, ToolTooOld, UnsupportedReport
 
     # a report from an nsys newer than this one, or `ncu --csv` text: refused, with a reason
     refused: tuple[type[Exception], ...] = (ToolTooOld, UnsupportedReport)
@@ -689,7 +689,7 @@ def test_no_family_report_overflows_at_1400_or_800_px(triage, store, every_famil
 def test_a_section_with_metrics_on_one_side_counts_each_sides_metrics(store):
     """A section both runs collected, one of whose metrics only A has (derived from the gemm
     pair's first section: no corpus pair has one): A and B give each side's metric count."""
-    from triage.report import drift_rows
+    from triage.views.report import drift_rows
 
     diff = family_diff(store, "lakshya-gemm")
     kernel = diff.kernels[0]

@@ -9,7 +9,7 @@ from helpers import corpus_file
 from triage.archive.store import Store
 from triage.compare.ncu_diff import _fired
 from triage.compare.rundata import RunData
-from triage.textview import rule_failure
+from triage.views.text import rule_failure
 
 FAILED = "wtzhang23__gpu-ray-tracer__report.ncu-rep"  # ncu 2021.1: rules that could not run
 

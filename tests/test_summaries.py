@@ -15,7 +15,7 @@ import pytest
 from helpers import corpus_file, corpus_manifest
 from triage.archive.store import Store
 from triage.archive.summaries import KERNEL_SUMMARY, kernel_summary
-from triage.duck import connect, fetch_arrow, sql_string
+from triage.base.duck import connect, fetch_arrow, sql_string
 from triage.schemas.tables import arrow_schema
 
 NCU_FILES = [r["file"] for r in corpus_manifest() if r["kind"] == "ncu"]

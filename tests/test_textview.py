@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from triage.textview import fmt_value, printable, to_csv
+from triage.views.text import fmt_value, printable, to_csv
 
 
 @pytest.mark.parametrize("value, shown", [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from triage.units import fmt_bytes
+from triage.base.units import fmt_bytes
 
 
 @pytest.mark.parametrize(("count", "text"), [

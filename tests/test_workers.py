@@ -16,7 +16,7 @@ import time
 import pytest
 
 from triage.capture import workers
-from triage.errors import UnsupportedReport
+from triage.base.errors import UnsupportedReport
 
 pytestmark = pytest.mark.skipif(not workers.can_fork(), reason="workers fork (Linux only)")
 

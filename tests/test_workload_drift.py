@@ -22,7 +22,7 @@ from triage.cli import cli
 from triage.archive.runs import load_record
 from triage.archive.store import Store
 from triage.compare.diff import diff_runs
-from triage.diffview import render_diff
+from triage.views.diff import render_diff
 
 NSYS_OPTIONS = ["--trace=nvtx,osrt", "--sample=none", "--cpuctxsw=none"]
 GEMM = ("LakshyaSingh354__CudaCode__gemm_naive.ncu-rep",
@@ -244,7 +244,7 @@ def test_text_uses_the_width_it_is_given(tmp_path):
 def test_the_issue_examples_read_as_asked():
     """The shapes issue 16 asks for, on the views' own helpers (the CLI tests above show them
     on real runs)."""
-    from triage.textview import changed_tokens, set_change
+    from triage.views.text import changed_tokens, set_change
 
     assert changed_tokens("./train 20 2000000", "./train 20 1000000") == \
         "./train 20 [2000000 → 1000000]"

@@ -50,7 +50,7 @@ class DemoOutcome:
 def run_demo(root: Path, html: Path | None = None) -> DemoOutcome:
     """Unpack the captures under `root`, archive them into `root/store`, compare, write the
     review page (to `html`, default `root/review.html`)."""
-    from triage.report import write_report
+    from triage.views.report import write_report
 
     captures, store_path = root / "captures", root / "store"
     captures.mkdir(parents=True, exist_ok=True)

@@ -7,8 +7,8 @@ from typing import Any
 
 from triage.compare.reproduce import Plan, RerunResult, TreeDelta
 from triage.compare.rerun import NO, NOT_COMPARABLE, UNKNOWN_NOISE, YES, Reproduced
-from triage.diffview import drift_lines, verdict_lines
-from triage.textview import fmt_pct, output_width, short_id
+from triage.views.diff import drift_lines, verdict_lines
+from triage.views.text import fmt_pct, output_width, short_id
 
 
 def render_plan(plan: Plan, tree: TreeDelta) -> str:

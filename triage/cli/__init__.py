@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 import click
 
-from triage import __version__, textview
-from triage.progressview import status_line
-from triage.errors import TriageError, UsageError
-from triage.units import fmt_bytes
+from triage.base.version import __version__
+from triage.views import text as textview
+from triage.views.progress import status_line
+from triage.base.errors import TriageError, UsageError
+from triage.base.units import fmt_bytes
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -295,7 +296,7 @@ def show(run, as_json, patch, output, store):
     the source edits it ran with."""
     from triage.archive.runs import load_record
     from triage.archive.store import Store
-    from triage.showview import render_show
+    from triage.views.show import render_show
 
     if patch and as_json:
         raise UsageError("--patch writes the patch itself, not JSON; give one of them")
@@ -378,7 +379,7 @@ def _label_history(st: Store, name: str | None, run: str | None, delete: bool) -
     """`triage label --history NAME`: when, by which writer, to which run (newest last)."""
     if name is None or run is not None or delete:
         raise UsageError("--history lists the moves of one label: triage label --history NAME")
-    from triage.errors import LabelNotFound
+    from triage.base.errors import LabelNotFound
 
     moves = st.label_history(name)
     if not moves:
@@ -454,7 +455,7 @@ def capture(command, label, note, shell, group, from_run, nsys, redact, as_json,
 
     from triage.archive.captured import capture as run_capture
     from triage.capture.session import CaptureRequest
-    from triage.progressview import CaptureOutput, progress_after
+    from triage.views.progress import CaptureOutput, progress_after
 
     if repeat > 1 and not label:
         raise UsageError("--repeat N needs --label NAME: the runs are labelled NAME/1 .. NAME/N")
@@ -508,9 +509,9 @@ def rerun(run, label, repeat, mode, build, strict, threshold, as_json, store):
     Example: triage rerun base --at-commit --repeat 5 --build make"""
     from triage.compare.reproduce import RerunRequest
     from triage.compare.reproduce import rerun as run_rerun
-    from triage.rerunview import outcome_line, render_plan, rerun_json
+    from triage.views.rerun import outcome_line, render_plan, rerun_json
 
-    from triage.progressview import CaptureOutput
+    from triage.views.progress import CaptureOutput
 
     request = RerunRequest(run, store=store, label=label, repeat=repeat, mode=mode,
                            build=build, strict=strict, threshold_pct=threshold)
@@ -528,7 +529,7 @@ def rerun(run, label, repeat, mode, build, strict, threshold, as_json, store):
     if as_json:
         click.echo(textview.to_json(rerun_json(result)))
         return
-    from triage.diffview import render_diff
+    from triage.views.diff import render_diff
 
     for run_id in result.new_runs:
         click.echo(f"{textview.short_id(run_id)}  rerun of {textview.short_id(run)}")
@@ -543,7 +544,7 @@ def rerun(run, label, repeat, mode, build, strict, threshold, as_json, store):
 def env_command(nsys, as_json):
     """Check this machine before a capture: GPUs, clocks, counter permissions, DCGM, tools."""
     from triage.capture.session import environment_check
-    from triage.envview import render_env
+    from triage.views.env import render_env
 
     _print(environment_check(nsys=nsys), as_json, render_env)
 
@@ -564,7 +565,7 @@ def demo(keep, output, as_json):
     from pathlib import Path
 
     from triage.demo import run_demo
-    from triage.demoview import demo_json, render_demo
+    from triage.views.demo import demo_json, render_demo
 
     root = Path(tempfile.mkdtemp(prefix="triage-demo-"))  # the page stays; the rest goes
     outcome = run_demo(root, Path(output) if output else None)
@@ -678,10 +679,10 @@ def _render_diff(result: DiffResult, fmt: str, limit: int, to_file: bool = False
     if fmt == "json":
         return textview.to_json(result.to_json())
     if fmt == "md":
-        from triage.report import render_markdown
+        from triage.views.report import render_markdown
 
         return render_markdown([result], raw_names=raw_names)
-    from triage.diffview import render_diff
+    from triage.views.diff import render_diff
 
     return render_diff(result, limit=limit, width=textview.PIPED_WIDTH if to_file else None,
                        raw_names=raw_names)
@@ -702,7 +703,7 @@ def _emit(text: str, output: str | None) -> None:
 def _gate(verdict: str, strict: str | None) -> None:
     """--strict: exit 3 when the verdict reaches the gate."""
     from triage.compare.drift import VERDICTS
-    from triage.errors import ComparisonGate
+    from triage.base.errors import ComparisonGate
 
     if strict and VERDICTS.index(verdict) >= VERDICTS.index(strict):
         raise ComparisonGate(f"verdict is {verdict} (--strict={strict})")
@@ -710,7 +711,7 @@ def _gate(verdict: str, strict: str | None) -> None:
 
 def _regression_gate(result: DiffResult) -> None:
     """--max-slowdown: exit 4 when the gate failed (the output already says where)."""
-    from triage.errors import RegressionGate
+    from triage.base.errors import RegressionGate
 
     if result.gate and not result.gate.passed:
         raise RegressionGate(textview.gate_lines(result.gate)[0])
@@ -732,7 +733,7 @@ def verify(runs, as_json, store):
     archive are listed but are not wrong (`triage gc` removes them)."""
     from triage.archive.integrity import verify as verify_store
     from triage.archive.store import Store
-    from triage.errors import CorruptObject
+    from triage.base.errors import CorruptObject
 
     named = _runs_named(store, list(runs))  # before the store opens: it may make it
     with status_line(as_json) as progress:
@@ -883,7 +884,7 @@ def remote_list(as_json, store):
 
     from triage.archive.remotes import list_remotes
     from triage.archive.store import Store
-    from triage.syncview import render_remotes
+    from triage.views.sync import render_remotes
 
     _print([asdict(r) for r in list_remotes(Store.open(store))], as_json, render_remotes)
 
@@ -915,7 +916,7 @@ def push(words, label_glob, as_json, store):
     from triage.archive.remotes import push_target
     from triage.archive.store import Store
     from triage.archive.sync import push as push_runs
-    from triage.syncview import render_sync
+    from triage.views.sync import render_sync
 
     st = Store.open(store)
     target, refs = push_target(st, list(words))
@@ -939,7 +940,7 @@ def pull(name, runs, label_glob, as_json, store):
 
     from triage.archive.remotes import named_remote, remotes_of
     from triage.archive.sync import pull as pull_runs
-    from triage.syncview import render_sync
+    from triage.views.sync import render_sync
 
     target = named_remote(remotes_of(store), name)
     with status_line(as_json) as progress:
@@ -971,7 +972,7 @@ def report(runs, output, fmt, sections, kernel, metric, show_all, threshold, str
     from triage.archive.store import Store
     from triage.compare.drift import worst_verdict
     from triage.compare.result import DiffOptions
-    from triage.report import diff_series, render, report_format, write_report
+    from triage.views.report import diff_series, render, report_format, write_report
 
     fmt = report_format(output, fmt)
     # Every metric is fetched (charts draw unchanged ones too); --all only decides the listing.
@@ -1004,7 +1005,7 @@ def top(run, k, as_json, store):
     from triage.archive.store import Store
     from triage.compare.rundata import RunData
     from triage.compare.top import top_run
-    from triage.topview import render_top
+    from triage.views.top import render_top
 
     run = _runs_named(store, [run])[0]
     _print(top_run(RunData(Store.open(store), run), k=k), as_json, render_top)
@@ -1023,7 +1024,7 @@ def explain(run, kernel, as_json, store):
     from triage.archive.store import Store
     from triage.compare.explain import explain_run
     from triage.compare.rundata import RunData
-    from triage.explainview import render_explain
+    from triage.views.explain import render_explain
 
     run = _runs_named(store, [run])[0]
     _print(explain_run(RunData(Store.open(store), run), kernel=kernel), as_json, render_explain)
@@ -1085,11 +1086,11 @@ def history(selector, kernel, nvtx, metric, workload_of, min_step, as_json, fmt,
     if fmt == "json":
         text = textview.to_json(result.to_json())
     elif fmt == "html":
-        from triage.historypage import render_history_html
+        from triage.views.history_page import render_history_html
 
         text = render_history_html(result)
     else:
-        from triage.historyview import render_history, render_history_markdown
+        from triage.views.history import render_history, render_history_markdown
 
         text = render_history_markdown(result) if fmt == "md" else render_history(result)
     _emit(text, output)

@@ -5,7 +5,7 @@ HistoryResult (compare/history.py), whose `to_json()` is `history --json`."""
 from __future__ import annotations
 
 from triage.compare.history import HistoryPoint, HistoryResult, HistoryStep
-from triage.textview import (drift_change, fmt_interval, fmt_noise, fmt_ns, fmt_pct, fmt_value,
+from triage.views.text import (drift_change, fmt_interval, fmt_noise, fmt_ns, fmt_pct, fmt_value,
                              printable, short_id, table, value_text)
 
 METHOD_TEXT = ("Pettitt change-point test by binary segmentation (permutation p <= 5%), each step "
@@ -123,7 +123,7 @@ def render_history(result: HistoryResult) -> str:
 
 def _md_cell(text: str) -> str:
     """Renders as itself in GitHub Markdown, a table cell included (see triage/report.py)."""
-    from triage.report import md_escape
+    from triage.views.report import md_escape
 
     return md_escape(text) or " "
 

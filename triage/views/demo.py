@@ -4,20 +4,20 @@ from __future__ import annotations
 
 from triage.compare.result import DiffResult
 from triage.demo import GATE_PCT, UPGRADED, DemoOutcome
-from triage.diffview import render_diff
-from triage.textview import gate_lines
+from triage.views.diff import render_diff
+from triage.views.text import gate_lines
 
 
 def gate_exit_code(diff: DiffResult) -> int:
     """The exit code `triage diff --max-slowdown` gives for this diff."""
-    from triage.errors import RegressionGate
+    from triage.base.errors import RegressionGate
 
     return RegressionGate.exit_code if diff.gate and not diff.gate.passed else 0
 
 
 def caution_exit_code(diff: DiffResult) -> int:
     """The exit code `triage diff --strict=caution` gives for this diff."""
-    from triage.errors import ComparisonGate
+    from triage.base.errors import ComparisonGate
 
     return ComparisonGate.exit_code if diff.verdict in ("caution", "invalid") else 0
 

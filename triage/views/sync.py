@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from triage import textview
-from triage.units import fmt_bytes
+from triage.views import text as textview
+from triage.base.units import fmt_bytes
 
 
 def render_sync(result: dict) -> str:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from markupsafe import Markup
 
-from triage.textview import fmt_ns
+from triage.views.text import fmt_ns
 
 if TYPE_CHECKING:
     from triage.compare.result import KernelDiff

@@ -7,8 +7,8 @@ import re
 import shlex
 
 from triage.compare.top import function_name
-from triage.textview import fmt_ns, printable, short_id, table, truncate
-from triage.units import fmt_bytes
+from triage.views.text import fmt_ns, printable, short_id, table, truncate
+from triage.base.units import fmt_bytes
 
 WIDTH = 100
 

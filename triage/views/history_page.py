@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from markupsafe import Markup
 
-from triage import __version__, svgcharts
+from triage.base.version import __version__
+from triage.views import svgcharts
 from triage.compare.history import HistoryResult
-from triage.historyview import (HEADERS, METHOD_TEXT, boundary_lines, boundary_text, rows,
+from triage.views.history import (HEADERS, METHOD_TEXT, boundary_lines, boundary_text, rows,
                                 run_name, step_lines, title, value_of)
-from triage.report import template_environment
-from triage.textview import fmt_pct
+from triage.views.report import template_environment
+from triage.views.text import fmt_pct
 
 
 def trend(result: HistoryResult) -> Markup:

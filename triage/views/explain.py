@@ -6,7 +6,7 @@ from __future__ import annotations
 import textwrap
 
 from triage.compare.explain_tables import NS_PER_UNIT
-from triage.textview import fmt_ns, fmt_value, short_id, truncate
+from triage.views.text import fmt_ns, fmt_value, short_id, truncate
 
 WIDTH = 100
 

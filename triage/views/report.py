@@ -18,19 +18,20 @@ from typing import TYPE_CHECKING, Callable
 import jinja2
 from markupsafe import Markup, escape
 
-from triage import __version__, svgcharts
+from triage.base.version import __version__
+from triage.views import svgcharts
 from triage.compare.drift import worst_verdict
 from triage.archive.model import CaptureInfo, RunRecord
 from triage.compare.result import (KERNEL_LAUNCHES, KERNEL_RENAMED, NO_SIDE, SECTION_ONLY_A,
                                    SECTION_ONLY_B, DiffOptions, DiffResult, DriftItem,
                                    KernelDiff)
-from triage.errors import UsageError
-from triage.textview import (clip_middle, distinct_names, drift_entries, drift_sides, drift_why,
+from triage.base.errors import UsageError
+from triage.views.text import (clip_middle, distinct_names, drift_entries, drift_sides, drift_why,
                              fmt_ns, fmt_pct, fmt_value, kernel_notes, metric_title,
                              one_side_text, short_id)
 from triage.compare.noise import Noise
-from triage.textview import cuda_text, fmt_noise, fmt_spread, gate_lines, printable, rule_failure
-from triage.units import fmt_bytes
+from triage.views.text import cuda_text, fmt_noise, fmt_spread, gate_lines, printable, rule_failure
+from triage.base.units import fmt_bytes
 
 if TYPE_CHECKING:
     from triage.archive.store import Store

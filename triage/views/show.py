@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from triage.archive.model import CaptureInfo, ClockEvidence, GitState, Gpu, RunRecord, Setting
-from triage.textview import cuda_text
-from triage.units import fmt_bytes
+from triage.views.text import cuda_text
+from triage.base.units import fmt_bytes
 
 
 def _line(label: str, value: Any) -> str:

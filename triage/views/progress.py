@@ -11,8 +11,8 @@ import time
 from typing import TextIO
 
 from triage.capture.progress import Elapsed, ProgressEvent
-from triage.progress import Step
-from triage.units import fmt_bytes
+from triage.base.progress import Step
+from triage.base.units import fmt_bytes
 
 CLEAR = "\r\x1b[K"  # back to the line's start, erase it
 

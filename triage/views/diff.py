@@ -9,10 +9,10 @@ from collections.abc import Callable, Sequence
 from triage.compare.result import (NO_SIDE, DiffResult, DriftItem, KernelDiff, KernelSide,
                                    MetricDiff, NsysDiff, SummaryChange, Value)
 from triage.compare.noise import Noise
-from triage.textview import (drift_change, drift_entries, drift_why, fmt_ns, fmt_pct, fmt_value,
+from triage.views.text import (drift_change, drift_entries, drift_why, fmt_ns, fmt_pct, fmt_value,
                              kernel_notes, metric_title, one_side_text, output_width, short_id,
                              truncate, value_text)
-from triage.textview import fmt_noise, fmt_spread, gate_lines, rule_failure, rule_heading
+from triage.views.text import fmt_noise, fmt_spread, gate_lines, rule_failure, rule_heading
 
 WIDTH = 100  # the layout's columns; a wider or narrower terminal widens or narrows the names
 UNRECORDED_LABEL = "not recorded in either run:"
