@@ -17,22 +17,60 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable
+from dataclasses import replace
+from typing import Protocol
 
 from triage.archive import lease
 from triage.archive.ingest import ArchiveResult, ReportInput, RunRequest, archive_run, \
     record_attempt
 from triage.archive.model import RunRecord
+from triage.archive.runs import series_label
 from triage.archive.store import Store, check_label
 from triage.capture import redact, session
 from triage.capture.git_patch import redact_patch
 from triage.capture.git_state import GitSnapshot
 from triage.capture.progress import ProgressEvent
 from triage.capture.session import CaptureRequest, Captured, NcuListing
-from triage.base.errors import CaptureFailed, PatchNotStored
+from triage.base.errors import CaptureFailed, PatchNotStored, UsageError
 from triage.base.timeutil import utc_now
 from triage.base.units import fmt_bytes
 
 PATCH_LIMIT = 8_000_000  # bytes of `git diff HEAD` stored with a capture (see the docstring)
+
+
+class OutputSink(Protocol):
+    """Where one capture's profiler output and elapsed-time ticks go (a terminal's progress
+    line): called with each event, closed when that capture ends."""
+
+    def __call__(self, event: ProgressEvent) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def check_series(label: str | None, count: int) -> None:
+    """A series of captures needs a label to number its runs by (before anything is written)."""
+    if count > 1 and not label:
+        raise UsageError("--repeat N needs --label NAME: the runs are labelled NAME/1 .. NAME/N")
+
+
+def capture_series(request: CaptureRequest, count: int, new_output: Callable[[], OutputSink],
+                   on_warning: Callable[[str], None],
+                   tick_after: float = 1.0) -> list[ArchiveResult]:
+    """`triage capture --repeat N`: the same capture N times, run i labelled LABEL/i and all of
+    them grouped under LABEL, so that `triage diff 'LABEL/*' ...` measures their noise. A
+    failed capture ends the series (it was recorded; CaptureFailed says which run)."""
+    check_series(request.label, count)
+    results = []
+    for i in range(1, count + 1):
+        one = request if count == 1 else replace(
+            request, label=series_label(request.label, i, count),
+            group=request.group or request.label)
+        sink = new_output()
+        try:
+            results.append(capture(one, sink, on_warning, tick_after))
+        finally:
+            sink.close()
+    return results
 
 
 def capture(request: CaptureRequest, on_output: Callable[[ProgressEvent], None],

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from triage.archive import catalog, catalogview
-from triage.archive.store import SHA256_RE, Store, check_label, looks_like_run
-from triage.base.errors import AmbiguousRun, RunNotFound, StoreError, UsageError
+from triage.archive.store import SHA256_RE, LabelMove, Store, check_label, looks_like_run
+from triage.base.errors import AmbiguousRun, LabelNotFound, RunNotFound, StoreError, UsageError
 
 if TYPE_CHECKING:  # imported by `load_record`: `ls` and `latest` need no model
     from triage.archive.model import RunRecord
@@ -145,6 +145,20 @@ def point_label(store: Store, name: str, ref: str) -> LabelChange:
     check_label(name)
     run_id = resolve(store, ref)
     return LabelChange(name, run_id, store.set_label(name, run_id))
+
+
+def label_moves(store: Store, name: str) -> list[LabelMove]:
+    """Every move of label `name`, oldest first (LabelNotFound when it never had one)."""
+    moves = store.label_history(name)
+    if not moves:
+        raise LabelNotFound(f"label {name!r} has no history; `triage label` lists labels")
+    return moves
+
+
+def series_label(label: str | None, i: int, count: int) -> str | None:
+    """The label of run i (from 1) of a series of `count` runs labelled `label`: LABEL/i, which
+    the side `'LABEL/*'` then selects whole; a single run keeps `label` itself."""
+    return f"{label}/{i}" if label and count > 1 else label
 
 
 def delete_label(store: Store, name: str) -> LabelChange:

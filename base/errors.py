@@ -6,6 +6,8 @@ the library is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+EXIT_OK = 0  # every other exit code is the exit_code of the error that ended the command
+
 
 class TriageError(Exception):
     """A user-facing failure: bad input, missing tool, unknown run. Exit code 1."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from triage.base.errors import ComparisonGate, RegressionGate
+from triage.compare.drift import VERDICTS
 from triage.compare.noise import UNKNOWN, Noise
 from triage.compare.result import (GATE_GPU, GATE_KERNEL, GATE_NVTX, DiffOptions, Gate,
                                    GateCheck, KernelDiff, NsysDiff, SummaryChange)
@@ -51,3 +53,16 @@ def regression_gate(verdict: str, kernels: Sequence[KernelDiff], nsys: NsysDiff 
     if verdict == "invalid":
         return Gate(limit, opts.kernel, False, ())
     return Gate(limit, opts.kernel, True, gate_checks(kernels, nsys, opts, limit))
+
+
+def enforce(verdict: str, gate: Gate | None, strict: str | None) -> None:
+    """The exit the gates ask for, once the output is written: `--strict` first (exit 3 when
+    the verdict reaches it), then `--max-slowdown` (exit 4 when a time failed; the output names
+    every one, the message the first)."""
+    if strict and VERDICTS.index(verdict) >= VERDICTS.index(strict):
+        raise ComparisonGate(f"verdict is {verdict} (--strict={strict})")
+    if gate is not None and not gate.passed:
+        first, more = gate.failed[0], len(gate.failed) - 1
+        raise RegressionGate(f"Gate failed: {first.name} is slower by more than "
+                             f"{gate.max_slowdown_pct:g}% beyond noise"
+                             + (f", and {more} more (listed above)" if more else ""))

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from triage.archive.model import RunRecord
-from triage.archive.runs import load_record
+from triage.archive.runs import load_record, series_label
 from triage.archive.store import Store, check_label
 from triage.capture import replay
 from triage.capture.progress import ProgressEvent
@@ -258,8 +258,7 @@ def run_repeats(store: Store, request: RerunRequest, ready: Plan, cwd: Path,
         fresh = Path(tempfile.mkdtemp(prefix="triage-rerun-out-"))
         try:
             one = replace(base, argv=replay.rewrite_outputs(ready.argv, fresh),
-                          label=f"{request.label}/{i}" if request.label and request.repeat > 1
-                          else request.label)
+                          label=series_label(request.label, i, request.repeat))
             made.append(capture(one, on_output, on_warning).id)
         finally:
             shutil.rmtree(fresh, ignore_errors=True)

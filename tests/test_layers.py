@@ -1,6 +1,9 @@
-"""The design card's packages import one way: capture (readers, profiler runs) and schemas below
-archive, archive below compare. Every import counts, those inside functions and under
-TYPE_CHECKING too: a lazy import is still a dependency, only a later one."""
+"""triage is built in floors, and every import points down: `base` (errors, hashing, units,
+time, progress, DuckDB) is the ground, then `schemas` and `templates`, then `capture`
+(readers, profiler runs), `archive`, `compare`, the `demo` (the main job on bundled captures),
+the `views` that word results, and the `cli` on top. Every folder of the package is on a
+floor, and every import counts, those inside functions and under TYPE_CHECKING too: a lazy
+import is still a dependency, only a later one."""
 
 from __future__ import annotations
 
@@ -10,55 +13,78 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("archive", "compare", "capture", "schemas", "templates")
-FORBIDDEN = {"capture": {"archive", "compare"}, "archive": {"compare"},
-             "schemas": {"archive", "compare", "capture", "templates"}}
+# floor -> the folder it lives in; a floor imports only floors listed before it
+FLOORS = {"base": "base", "schemas": "schemas", "templates": "templates", "capture": "capture",
+          "archive": "archive", "compare": "compare", "demo": "triage/demo",
+          "views": "triage/views", "cli": "triage/cli"}
+ORDER = list(FLOORS)
+# the same height: neither imports the other
+SIDE_BY_SIDE = {frozenset({"schemas", "templates"})}
 
 
-def imported_packages(path: Path) -> set[str]:
-    """The design-card packages a module imports, wherever in it the import is."""
+def floor_of(module: str) -> str | None:
+    """The floor a dotted module name of triage is on (`triage` itself: the top, None)."""
+    parts = module.split(".")
+    if parts[0] != "triage" or len(parts) < 2:
+        return None
+    return parts[1] if parts[1] in FLOORS else None
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module of triage a file imports, wherever in it the import is."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
-                 else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-        for name in names:
-            parts = name.split(".")
-            if len(parts) > 1 and parts[0] == "triage" and parts[1] in PACKAGES:
-                found.add(parts[1])
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in found if name.split(".")[0] == "triage"}
+
+
+def imported_floors(path: Path) -> set[str]:
+    """The floors a file imports; `triage` where it takes a name from the top package itself
+    (`from triage import __version__`), which sits above every floor."""
+    return {floor_of(name) or "triage" for name in imported_modules(path)}
+
+
+def upward_imports(floor: str, root: Path = ROOT) -> dict[str, list[str]]:
+    """{module: the floors it imports that are not below `floor`}."""
+    allowed = set(ORDER[:ORDER.index(floor) + 1]) - {
+        other for pair in SIDE_BY_SIDE if floor in pair for other in pair if other != floor}
+    found = {}
+    for path in sorted((root / FLOORS[floor]).rglob("*.py")):
+        wrong = sorted(imported_floors(path) - allowed)
+        if wrong:
+            found[str(path.relative_to(root))] = wrong
     return found
 
 
-def edges() -> dict[str, dict[str, list[str]]]:
-    """package -> {imported package: [the modules importing it]}."""
-    graph: dict[str, dict[str, list[str]]] = {p: {} for p in PACKAGES}
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            for target in imported_packages(path) - {package}:
-                graph[package].setdefault(target, []).append(str(path.relative_to(ROOT)))
-    return graph
+@pytest.mark.parametrize("floor", ORDER)
+def test_a_floor_imports_only_the_floors_below_it(floor):
+    assert upward_imports(floor) == {}
 
 
-@pytest.mark.parametrize("package", sorted(FORBIDDEN))
-def test_a_lower_package_imports_nothing_above_it(package):
-    graph = edges()
-    assert {t: m for t, m in graph[package].items() if t in FORBIDDEN[package]} == {}
+def test_every_folder_of_the_package_is_on_a_floor():
+    """A new folder must be given a floor, or the test above would not look at it."""
+    import tomllib
 
-
-def test_the_packages_import_each_other_without_a_cycle():
-    graph = edges()
-
-    def reaches(start: str, goal: str, seen: frozenset[str] = frozenset()) -> bool:
-        return any(t == goal or (t not in seen and reaches(t, goal, seen | {t}))
-                   for t in graph[start])
-
-    assert [p for p in PACKAGES if reaches(p, p)] == []
+    mapped = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {folder for name, folder in mapped["package-dir"].items() if name != "triage"}
+    folders |= {str(p.parent.relative_to(ROOT)) for p in (ROOT / "triage").glob("*/__init__.py")}
+    assert folders == set(FLOORS.values())
+    top = {p.name for p in (ROOT / "triage").glob("*.py")}
+    assert top == {"__init__.py", "__main__.py"}, "triage/ holds only the floors and the entry"
 
 
 def test_the_check_sees_an_import_inside_a_function(tmp_path):
-    """The walk must find lazy imports, or the tests above could pass on a cycle."""
+    """The walk must find lazy imports, or the tests above could pass on an upward one."""
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from triage.archive.store import Store\n    return Store\n")
-    assert imported_packages(module) == {"archive"}
+    module.write_text("def f():\n    from triage.archive.store import Store\n"
+                      "    from triage import views\n    return Store, views\n")
+    assert imported_floors(module) == {"archive", "views"}
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "probe.py").write_text("def f():\n    from triage.cli import cli\n")
+    assert upward_imports("base", tmp_path) == {"base/probe.py": ["cli"]}
 
 
 @pytest.mark.parametrize("name, tables", [

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import lzma
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from triage.archive.ingest import ArchiveResult, archive_files
+from triage.archive.runs import series_label
 from triage.archive.store import Store
 from triage.compare.diff import diff_runs
 from triage.compare.result import DiffOptions, DiffResult
@@ -47,18 +49,18 @@ class DemoOutcome:
     html: Path
 
 
-def run_demo(root: Path, html: Path | None = None) -> DemoOutcome:
-    """Unpack the captures under `root`, archive them into `root/store`, compare, write the
-    review page (to `html`, default `root/review.html`)."""
-    from triage.views.report import write_report
-
+def run_demo(root: Path, write_page: Callable[[Path, DiffResult], Path],
+             html: Path | None = None) -> DemoOutcome:
+    """Unpack the captures under `root`, archive them into `root/store`, compare, and have
+    `write_page` write the review page of the valid comparison (to `html`, default
+    `root/review.html`): the page is a view, and views sit above the demo."""
     captures, store_path = root / "captures", root / "store"
     captures.mkdir(parents=True, exist_ok=True)
     runs = []
     for i in range(1, REPEATS + 1):
         for side in SIDES:
             path = _unpacked(f"{side}-{i}.sqlite", captures)
-            runs += archive_files(store_path, [str(path)], label=f"{side}/{i}",
+            runs += archive_files(store_path, [str(path)], label=series_label(side, i, REPEATS),
                                   note="triage demo capture")
     upgraded = upgraded_export(captures / "after-1.sqlite", captures, UPGRADED_VERSION)
     runs += archive_files(store_path, [str(upgraded)], label=UPGRADED,
@@ -67,7 +69,7 @@ def run_demo(root: Path, html: Path | None = None) -> DemoOutcome:
     valid = diff_runs(store, "before/*", "after/*")
     gate = diff_runs(store, "after/*", "before/*", DiffOptions(max_slowdown_pct=GATE_PCT))
     caution = diff_runs(store, "after/1", UPGRADED)
-    page = write_report(html or root / "review.html", [valid], "html")
+    page = write_page(html or root / "review.html", valid)
     return DemoOutcome(store_path, tuple(runs), valid, gate, caution, page)
 
 

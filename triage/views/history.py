@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from triage.compare.history import HistoryPoint, HistoryResult, HistoryStep
 from triage.views.text import (drift_change, fmt_interval, fmt_noise, fmt_ns, fmt_pct, fmt_value,
-                             printable, short_id, table, value_text)
+                             printable, short_id, table, to_json, value_text)
 
 METHOD_TEXT = ("Pettitt change-point test by binary segmentation (permutation p <= 5%), each step "
                "confirmed by the Hodges-Lehmann shift between the levels with its 95% interval "
@@ -139,3 +139,14 @@ def render_history_markdown(result: HistoryResult) -> str:
     lines += ["", "**Steps**", ""] + [f"- {_md_cell(line)}" for line in step_lines(result)]
     lines += ["", f"_Method: {METHOD_TEXT.format(min=result.min_step_pct)}._"]
     return "\n".join(lines) + "\n"
+
+
+def render_history_as(result: HistoryResult, fmt: str) -> str:
+    """The history in one of `triage history`'s formats: text, json, md or html."""
+    if fmt == "json":
+        return to_json(result.to_json())
+    if fmt == "html":
+        from triage.views.history_page import render_history_html
+
+        return render_history_html(result)
+    return render_history_markdown(result) if fmt == "md" else render_history(result)

@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from triage.archive.store import Store
 
 GITHUB_COMMENT_LIMIT = 65_536
-FORMATS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md"}
 # Markdown detail levels tried in turn until the comment fits: None means "all".
 MD_LEVELS = ({"kernels": None, "rows": None}, {"kernels": 20, "rows": 40},
              {"kernels": 5, "rows": 15}, {"kernels": 0, "rows": 10})
@@ -488,19 +487,6 @@ def cut_markdown(text: str, max_chars: int) -> str:
     return kept + "\n\n" + "</details>\n" * unclosed + note
 
 
-def report_format(path: str | None, fmt: str | None) -> str:
-    """--format wins; else the file suffix; else HTML."""
-    if fmt:
-        return fmt
-    if path and Path(path).suffix:
-        suffix = Path(path).suffix.lower()
-        if suffix not in FORMATS:
-            raise UsageError(f"cannot tell the report format from {path!r}: use a .html or .md "
-                             "file name, or --format html|md")
-        return FORMATS[suffix]
-    return "html"
-
-
 def render(diffs: list[DiffResult], fmt: str, show_unchanged: bool | None = None,
            raw_names: bool = False) -> str:
     if fmt == "md":
@@ -508,12 +494,12 @@ def render(diffs: list[DiffResult], fmt: str, show_unchanged: bool | None = None
     return render_html(diffs, show_unchanged, raw_names)
 
 
-def write_report(path: str | Path, diffs: list[DiffResult], fmt: str | None = None,
+def write_report(path: str | Path, diffs: list[DiffResult], fmt: str,
                  show_unchanged: bool | None = None, raw_names: bool = False) -> Path:
     """Render and write the report atomically (a reader never sees half a file)."""
     from triage.archive.atomic import write_user_file
 
-    text = render(diffs, report_format(str(path), fmt), show_unchanged, raw_names)
+    text = render(diffs, fmt, show_unchanged, raw_names)
     return write_user_file(Path(path), text.encode("utf-8"))
 
 

@@ -63,6 +63,14 @@ def outcome_line(outcome: Reproduced) -> str:
             f"{outcome.fewest} and capture --repeat {outcome.fewest} give one)")
 
 
+def render_rerun(result: RerunResult, run: str) -> str:
+    """The new runs, the diff of each against the original, and whether it reproduced."""
+    from triage.views.diff import render_diff
+
+    lines = [f"{short_id(run_id)}  rerun of {short_id(run)}" for run_id in result.new_runs]
+    return "\n".join([*lines, "", render_diff(result.diff), outcome_line(result.outcome)])
+
+
 def rerun_json(result: RerunResult) -> dict[str, Any]:
     """The `--json` document (schemas/rerun.schema.json)."""
     plan, tree = result.plan, result.tree

@@ -1,4 +1,4 @@
-"""Wording of `triage push`, `triage pull` and `triage remote list` (the library returns data)."""
+"""Wording of `triage push`, `pull`, `import` and `remote list` (the library returns data)."""
 
 from __future__ import annotations
 
@@ -28,3 +28,16 @@ def render_remotes(remotes: list[dict]) -> str:
         return "no remotes yet; `triage remote add NAME URL` adds one"
     width = max(len(r["name"]) for r in remotes)
     return "\n".join(f"{r['name']:<{width}}  {textview.printable(r['url'])}" for r in remotes)
+
+
+def render_import(result: dict) -> str:
+    """`triage import`: the runs added or there already, the labels set, the bytes added."""
+    short = textview.short_id
+    lines = [f"{short(run_id)}  added" for run_id in result["runs_added"]]
+    lines += [f"{short(run_id)}  already in the store" for run_id in result["runs_present"]]
+    lines += [f"{name} -> {short(run_id)}" for name, run_id in result["labels_set"].items()]
+    if result["labels_skipped"]:
+        lines.append(f"labels not set (pass --labels): {', '.join(result['labels_skipped'])}")
+    lines.append(f"{result['objects_added']} objects ({fmt_bytes(result['bytes_added'])}) "
+                 "added")
+    return "\n".join(lines)

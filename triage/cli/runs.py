@@ -1,0 +1,214 @@
+"""`triage archive`, `ls`, `show`, `label` and `query`: filing reports and finding runs."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import click
+
+from triage.base.errors import UsageError
+from triage.cli.options import (echo_chunks, output_options, pass_store, runs_named,
+                                store_option, warn)
+from triage.views import text as textview
+
+if TYPE_CHECKING:
+    from triage.archive.model import RunRecord
+    from triage.archive.store import Store
+
+
+@click.command()
+@click.argument("reports", nargs=-1, required=True, type=click.Path(dir_okay=True, readable=False))
+@click.option("--label", help="Point this label at the run (like a git tag).")
+@click.option("--note", help="Free text kept with the run.")
+@click.option("--nsys", "nsys", envvar="TRIAGE_NSYS",
+              help="nsys executable used to export .nsys-rep/.qdrep (default: nsys on PATH).")
+@click.option("--redact", multiple=True, help="Extra regex of environment/argument names to "
+              "redact (also $TRIAGE_REDACT, comma-separated).")
+@click.option("--repair", is_flag=True, help="Rewrite every object of a run already archived "
+              "from the report (default: only those missing or of the wrong size).")
+@output_options("text", "json")
+@store_option
+@pass_store
+def archive(store, reports, label, note, nsys, redact, repair, out):
+    """File existing reports (.ncu-rep, .nsight-cuprof-report, .nsys-rep, .qdrep, .sqlite).
+
+    One run per report; archiving the same file again finds the same run and adds no bytes,
+    but rewrites its objects that are missing or damaged (`triage verify` names them)."""
+    from triage.archive.ingest import archive_files
+    from triage.views.progress import status_line
+    from triage.views.runs import archive_json, archive_lines
+
+    with status_line(out.json) as progress:
+        results = archive_files(store.path, list(reports), label=label, note=note, nsys=nsys,
+                                redact_patterns=tuple(redact), repair=repair, progress=progress)
+    out.show([archive_json(r) for r in results], archive_lines)
+
+
+@click.command(name="ls")
+@click.option("-n", "count", metavar="N|all",
+              help="The newest N runs, or all (default: 50 as text; every run with --json or "
+              "--csv).")
+@click.option("--tool", type=click.Choice(["ncu", "nsys"]), help="Only runs of this profiler.")
+@click.option("--gpu", metavar="TEXT", help="Only runs whose GPU name holds TEXT, in any case.")
+@click.option("--label", "label_glob", metavar="GLOB",
+              help="Only runs with a label GLOB matches (rc1, 'before/*').")
+@click.option("--since", metavar="WHEN",
+              help="Only runs archived since WHEN: a UTC date or time (2026-01-31, "
+              "2026-01-31T12:00) or an age (90m, 12h, 7d, 2w).")
+@output_options("text", "json", "csv")
+@store_option
+@pass_store
+def ls_command(store, count, tool, gpu, label_glob, since, out):
+    """List runs, newest first: the newest 50 as text, every run with --json or --csv (-n
+    changes either). A run with a damaged file is listed as far as it can be, and named on
+    stderr."""
+    from triage.archive import listing
+    from triage.views.runs import LS_TEXT_COLUMNS, ls_text
+
+    filters = listing.RunFilter(tool, gpu, label_glob,
+                                listing.parse_since(since) if since is not None else None)
+    machine = out.fmt != "text"
+    found = listing.list_runs(store.open(), filters,
+                              listing.parse_limit(count, None if machine else listing.DEFAULT_PAGE),
+                              listing.LIST_COLUMNS if machine else LS_TEXT_COLUMNS)
+    if out.json:
+        echo_chunks(textview.json_chunks(found.batches()), newline=True)
+    elif out.fmt == "csv":
+        echo_chunks(textview.csv_chunks([*listing.LIST_COLUMNS, "labels"],
+                                        ([r.values() for r in b] for b in found.batches())))
+    else:
+        out.write(ls_text(found))
+    for problem in found.problems:
+        warn(problem)
+
+
+@click.command()
+@click.argument("run")
+@click.option("--patch", "patch", is_flag=True,
+              help="Write the dirty tree's patch the capture stored (secrets redacted): "
+              "`git apply` it on a checkout of the recorded commit.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="With --patch: write it to this file.")
+@output_options("text", "json")
+@store_option
+@pass_store
+def show(store, run, patch, output, out):
+    """Show one run: versions, GPU, command, settings and where each came from; with --patch,
+    the source edits it ran with."""
+    from triage.archive.runs import load_record
+
+    if patch and out.json:
+        raise UsageError("--patch writes the patch itself, not JSON; give one of them")
+    if output and not patch:
+        raise UsageError("-o FILE writes the stored patch: triage show RUN --patch -o FILE")
+    run_id = runs_named(store, [run])[0]  # before the store opens: archiving may make it
+    st = store.open()
+    record = load_record(st, run_id)
+    if patch:
+        _write_patch(st, record, output)
+        return
+    from triage.views.show import render_show
+
+    out.write(textview.to_json(record.as_json()) if out.json else render_show(record))
+
+
+def _write_patch(st: Store, record: RunRecord, output: str | None) -> None:
+    """The stored patch's bytes as they are (not text: a patch need not be UTF-8)."""
+    import sys
+    from pathlib import Path
+
+    from triage.archive.atomic import write_user_file
+    from triage.archive.captured import stored_patch
+
+    data = stored_patch(st, record)
+    if output:
+        write_user_file(Path(output), data)
+        click.echo(f"wrote {output}", err=True)
+    else:
+        sys.stdout.buffer.write(data)
+
+
+@click.command()
+@click.argument("name", required=False)
+@click.argument("run", required=False)
+@click.option("-d", "--delete", is_flag=True, help="Delete label NAME.")
+@click.option("--history", is_flag=True, help="List every move of label NAME, oldest first.")
+@store_option
+@pass_store
+def label(store, name, run, delete, history):
+    """Point label NAME at RUN (default: latest), like `git tag NAME COMMIT`; a label that
+    moves says where it was. `triage label -d NAME` deletes one; `triage label` lists them;
+    `triage label --history NAME` lists its moves (each one kept; the newest wins).
+
+    The old order, `triage label RUN NAME`, still works in this release (with a warning)
+    where RUN is a run id, an id prefix or `latest`, which no label can be; any other two
+    words are read as NAME RUN."""
+    from triage.archive import runs
+    from triage.archive.store import check_label
+    from triage.views import runs as view
+
+    if history:
+        if name is None or run is not None or delete:
+            raise UsageError("--history lists the moves of one label: triage label --history NAME")
+        click.echo(view.label_history(runs.label_moves(store.open(), name)))
+    elif delete:
+        if name is None or run is not None:
+            raise UsageError("-d deletes one label: triage label -d NAME")
+        gone = runs.delete_label(store.open(), name)
+        click.echo(f"deleted label {name} (was {view.label_target(gone.was)})")
+    elif name is None:
+        click.echo(view.label_list(store.open().labels()))
+    else:
+        name, run, old_order = runs.label_arguments(name, run)
+        check_label(name)  # before a report named as RUN is archived for it
+        run = runs_named(store, [run])[0]  # before the store opens: archiving may make it
+        change = runs.point_label(store.open(), name, run)
+        click.echo(view.label_moved(name, change.run_id, change.was))
+        if old_order:
+            warn(f"`triage label RUN NAME` is deprecated; write `triage label {name} {run}` "
+                 "(NAME first, like git tag)")
+
+
+@click.command(context_settings={"ignore_unknown_options": True})  # SQL may open with `--`
+@click.argument("sql", nargs=-1, required=True)
+@click.option("--run", "runs", multiple=True, help="Limit per-run views to these runs.")
+@output_options("text", "json", "csv")
+@store_option
+@pass_store
+def query(store, sql, runs, out):
+    """Run SQL over the views runs, kernel_summary, kernels, metrics, sections, rules,
+    api_calls, memops, nvtx_ranges, osrt_calls, api_summary, memop_summary, nvtx_summary,
+    gpu_gaps (each has a run_id column; `runs` also has `id`, its old name, deprecated).
+
+    SQL is one quoted argument or several words, joined by spaces; quote it where the shell
+    would expand it (* ( ) ; < > |)."""
+    from triage.archive.query import run_query
+
+    statement = _one_statement(sql)  # a usage error before a report path is archived
+    named = runs_named(store, list(runs)) or None  # before the store opens: it may make it
+    result = run_query(store.open(), statement, named)
+    rows = result.to_pylist()
+    if out.json:
+        out.write(textview.to_json(rows))
+    elif out.fmt == "csv":
+        out.write(textview.to_csv(result.column_names, [tuple(r.values()) for r in rows]),
+                  newline=False)
+    else:
+        body = textview.fmt_values_apart(r.values() for r in rows)
+        out.write(textview.table(body, result.column_names,
+                                 max_widths={i: 60 for i in range(result.num_columns)}))
+
+
+_OPTION_LIKE = re.compile(r"^--?[A-Za-z]\S*$")
+
+
+def _one_statement(words: tuple[str, ...]) -> str:
+    """The SQL: one quoted argument, or the words the shell split it into, joined by spaces
+    (`SQL...` in --help). Unknown options reach here as words (an SQL comment may open the
+    query), so a word like `--jsn` or `-j` is a mistyped option, not SQL; `-1` and `--`
+    alone are SQL."""
+    mistyped = [w for w in words if _OPTION_LIKE.match(w)]
+    if mistyped:
+        raise UsageError(f"no such option: {mistyped[0]}; `triage query --help` lists them")
+    return " ".join(words)

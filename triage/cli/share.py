@@ -1,0 +1,135 @@
+"""`triage export`, `import`, `remote`, `push` and `pull`: runs handed between stores."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import click
+
+from triage.cli.options import output_options, pass_store, runs_named, store_option
+from triage.views import text as textview
+
+
+@click.command(name="export")
+@click.argument("runs", nargs=-1, required=True)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Bundle file: .tar, .tar.gz or .tar.zst (needs the zstandard module).")
+@click.option("--labels", is_flag=True, help="Include the labels that point at these runs.")
+@store_option
+@pass_store
+def export_command(store, runs, output, labels):
+    """Write runs with their reports, tables and notes to one bundle for a colleague."""
+    from triage.archive.bundle import export_runs
+    from triage.base.units import fmt_bytes
+    from triage.views.progress import status_line
+
+    named = runs_named(store, list(runs))  # before the store opens: it may make it
+    with status_line() as progress:
+        result = export_runs(store.open(), named, output, labels=labels, progress=progress)
+    click.echo(f"wrote {result.path}: {len(result.runs)} run(s), {result.objects} objects "
+               f"({fmt_bytes(result.bytes)})")
+
+
+@click.command(name="import")
+@click.argument("bundle", type=click.Path(dir_okay=True))
+@click.option("--labels", is_flag=True, help="Also set the labels the bundle carries.")
+@output_options("text", "json")
+@store_option
+@pass_store
+def import_command(store, bundle, labels, out):
+    """Add the runs of a bundle from `triage export` (every hash is checked first)."""
+    from triage.archive.bundle import import_bundle
+    from triage.views.progress import status_line
+    from triage.views.sync import render_import
+
+    with status_line(out.json) as progress:
+        result = import_bundle(store.path, bundle, labels=labels, progress=progress)
+    out.show(asdict(result), render_import)
+
+
+@click.group()
+def remote():
+    """Name the other stores this one pushes to and pulls from (kept in the store)."""
+
+
+@remote.command(name="add")
+@click.argument("name")
+@click.argument("url")
+@store_option
+@pass_store
+def remote_add(store, name, url):
+    """Add remote NAME: a store directory (local, or on a shared filesystem) or a store URL."""
+    from triage.archive.remotes import add_remote
+
+    added = add_remote(store.open(create=True), name, url)
+    click.echo(f"remote {added.name} -> {textview.printable(added.url)}")
+
+
+@remote.command(name="list")
+@output_options("text", "json")
+@store_option
+@pass_store
+def remote_list(store, out):
+    """List the remotes, one a line: NAME URL."""
+    from triage.archive.remotes import list_remotes
+    from triage.views.sync import render_remotes
+
+    out.show([asdict(r) for r in list_remotes(store.open())], render_remotes)
+
+
+@remote.command(name="remove")
+@click.argument("name")
+@store_option
+@pass_store
+def remote_remove(store, name):
+    """Forget remote NAME (its store is not touched)."""
+    from triage.archive.remotes import remove_remote
+
+    gone = remove_remote(store.open(), name)
+    click.echo(f"removed remote {gone.name} ({textview.printable(gone.url)})")
+
+
+@click.command()
+@click.argument("words", nargs=-1, metavar="[NAME] [RUN]...")
+@click.option("--label", "label_glob", metavar="GLOB",
+              help="The runs labels GLOB matches point at ('release/*'), with those labels.")
+@output_options("text", "json")
+@store_option
+@pass_store
+def push(store, words, label_glob, out):
+    """Send runs (default: all) with their notes and labels to remote NAME (default: the only
+    remote, else origin). Only what the remote lacks is sent, each object checked against its
+    hash on arrival; a run appears there once whole. Safe to rerun after a kill."""
+    from triage.archive.remotes import push_target
+    from triage.archive.sync import push as push_runs
+    from triage.views.progress import status_line
+    from triage.views.sync import render_sync
+
+    st = store.open()
+    target, refs = push_target(st, list(words))
+    with status_line(out.json) as progress:
+        result = push_runs(st, target, refs, label_glob, progress=progress)
+    out.show(asdict(result), render_sync)
+
+
+@click.command()
+@click.argument("name")
+@click.argument("runs", nargs=-1)
+@click.option("--label", "label_glob", metavar="GLOB",
+              help="The runs labels GLOB matches point at there, with those labels.")
+@output_options("text", "json")
+@store_option
+@pass_store
+def pull(store, name, runs, label_glob, out):
+    """Fetch runs (default: all) with their notes and labels from remote NAME (or a store's
+    path or URL) into this store, which is made if need be. Incremental and checked like
+    push."""
+    from triage.archive.remotes import named_remote, remotes_of
+    from triage.archive.sync import pull as pull_runs
+    from triage.views.progress import status_line
+    from triage.views.sync import render_sync
+
+    target = named_remote(remotes_of(store.path), name)
+    with status_line(out.json) as progress:
+        result = pull_runs(store.path, target, list(runs), label_glob, progress=progress)
+    out.show(asdict(result), render_sync)

@@ -1,0 +1,78 @@
+"""`triage verify`, `gc` and `migrate`: keeping a store whole."""
+
+from __future__ import annotations
+
+import click
+
+from triage.cli.options import output_options, pass_store, runs_named, store_option
+
+
+@click.command()
+@click.argument("runs", nargs=-1)
+@output_options("text", "json")
+@store_option
+@pass_store
+def verify(store, runs, out):
+    """Re-hash every object, table and manifest the runs (default: all) reference.
+
+    Without RUN, also report objects no run references, leftover temp files and leases, damaged
+    catalog segments, keys or labels that point at no run, annotations that fail their checksum
+    and a damaged store marker. Exit 1 when anything is wrong; leftovers of an interrupted
+    archive are listed but are not wrong (`triage gc` removes them)."""
+    from triage.archive.integrity import verify as verify_store
+    from triage.base.errors import CorruptObject
+    from triage.views.progress import status_line
+    from triage.views.upkeep import verify_text
+
+    named = runs_named(store, list(runs))  # before the store opens: it may make it
+    with status_line(out.json) as progress:
+        report = verify_store(store.open(), named, progress=progress)
+    out.show(report.to_dict(), verify_text)
+    if not report.ok:
+        raise CorruptObject(f"{len(report.errors)} problem(s) in the store; the list above says "
+                            "which files (restore them from a bundle, or archive the reports again "
+                            "with `triage archive --repair REPORT...`)")
+
+
+@click.command(name="gc")
+@click.option("--dry-run", is_flag=True, help="Only show what would be removed.")
+@click.option("--grace", default="1h", show_default=True,
+              help="Keep leftovers younger than this: seconds, or with s/m/h/d; 0 removes all "
+              "that no live archive or import may need.")
+@output_options("text", "json")
+@store_option
+@pass_store
+def gc_command(store, dry_run, grace, out):
+    """Remove objects no run references and stale temp files (runs are never removed).
+
+    \b
+    Safe beside archives, imports and label writes in progress, on this host or others: each
+    holds a lease (leases/) from its first temp file to its last rename, and gc keeps
+    everything as new as a live lease, whatever --grace says. A lease is live while its process
+    runs (a stopped one counts), or for 24h when written on another host; a killed writer's
+    lease is removed like other leftovers."""
+    from triage.archive.integrity import gc, parse_duration
+    from triage.views.upkeep import gc_text
+
+    report = gc(store.open(), grace_seconds=parse_duration(grace), dry_run=dry_run)
+    out.show(report.to_dict(), lambda found: gc_text(found, grace))
+
+
+@click.command()
+@store_option
+@pass_store
+def migrate(store):
+    """Upgrade a store of format 1 or 2 to format 3 in one step: from 1, run ids hash what a
+    run is, not its Parquet bytes (every run gets its new id, and its old id keeps resolving in
+    show, diff, labels); from 2, tables move to tables/<table>/run_id=<id>/ for engines to read
+    in place. Other commands refuse an older store until it is migrated. Safe to run again,
+    and to rerun after a kill: it finishes what it began. Run it when no one is writing."""
+    from triage.archive.migrate import migrate as migrate_store
+    from triage.archive.store import STORE_VERSION
+
+    done = migrate_store(store.open(upgrade=True))
+    if done.nothing:
+        click.echo(f"store is at format {STORE_VERSION} already; nothing to do")
+        return
+    click.echo(f"migrated store from format {done.from_version} to {STORE_VERSION}: {done.runs} "
+               f"run(s) got new ids, {done.aliases} old id(s) kept as aliases")

@@ -1,0 +1,86 @@
+"""Wording of `triage archive`, `capture`, `ls` and `label`: one line a run, the listing as a
+table as wide as the terminal, a label and where it points."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from triage.views import text as textview
+
+if TYPE_CHECKING:
+    from triage.archive.ingest import ArchiveResult
+    from triage.archive.listing import RunList
+
+# the columns `triage ls` reads for its text table (--json and --csv read every column)
+LS_TEXT_COLUMNS = ("id", "archived", "tool", "tool_version", "gpu", "kernels", "report_names")
+
+
+def archive_json(result: ArchiveResult) -> dict[str, Any]:
+    """One archived run as `triage archive --json` and `capture --json` print it."""
+    from triage.archive.model import RunRecord
+
+    record = RunRecord.from_manifest(result.id, result.manifest)
+    return {"id": result.id, "new": result.new, "repaired": result.repaired, "tool": record.tool,
+            "tool_version": record.tool_version, "gpu": record.gpu_name,
+            "kernels": record.kernels, "reports": [r.name for r in record.reports],
+            "notices": list(record.notices)}
+
+
+def archive_line(info: dict) -> str:
+    """One archived run as `triage archive` lists it, from its archive_json() record."""
+    state = "new" if info["new"] else "repaired" if info["repaired"] else "already archived"
+    version = info["tool_version"] or "version unknown"
+    kernels = f"{info['kernels']} kernel" + ("" if info["kernels"] == 1 else "s")
+    line = (f"{textview.short_id(info['id'])}  {info['tool']} {version}  "
+            f"{info['gpu'] or 'GPU unknown'}  {kernels}  "
+            f"{textview.printable(', '.join(info['reports']))}  ({state})")
+    return line + "".join(f"\n    note: {n}" for n in info["notices"])
+
+
+def archive_lines(infos: list[dict]) -> str:
+    return "\n".join(map(archive_line, infos))
+
+
+def ls_text(found: RunList) -> str:
+    """The listing as a table as wide as the terminal, and what it left out."""
+    if found.total == 0:
+        return "no runs yet; `triage archive REPORT` adds one"
+    if found.matched == 0:
+        return f"no run matches these filters; `triage ls` lists all {found.total:,}"
+    rows = found.rows()
+    body = [[textview.short_id(r["id"]), (r["archived"] or "")[:16].replace("T", " "), r["tool"],
+             r["tool_version"] or "-", r["gpu"] or "-", str(r["kernels"]),
+             ",".join(r["labels"]), r["report_names"]] for r in rows]
+    # what gives way to a narrow terminal, in turn: the GPU's name (it opens with NVIDIA),
+    # the version, the reports' and labels' names; then they are left out
+    text = textview.fitted_table(
+        body, ["id", "archived", "tool", "version", "gpu", "kernels", "labels", "reports"],
+        textview.output_width(), give_way=[(4, 20), (3, 0), (7, 16), (6, 10), (4, 12), (7, 0),
+                                           (6, 0), (4, 0)], align_right={5})
+    if found.matched > len(rows):
+        text += (f"\n{found.matched - len(rows):,} older not shown (the newest {len(rows)} of "
+                 f"{found.matched:,}); add -n all to list every one")
+    return text
+
+
+def label_target(pointer: str | None) -> str:
+    """What a label file holds, as the listing shows it: a short run id, or what is wrong."""
+    return textview.printable(textview.short_id(pointer)) or "unreadable"
+
+
+def label_list(labels: dict[str, str]) -> str:
+    if not labels:
+        return "no labels yet; `triage label NAME [RUN]` points one at a run"
+    return "\n".join(f"{n} -> {label_target(r)}" for n, r in sorted(labels.items()))
+
+
+def label_moved(name: str, run_id: str, was: str | None) -> str:
+    """`rc1 -> 1a2b...`, and where the label pointed before when it moved."""
+    return f"{name} -> {textview.short_id(run_id)}" + (
+        f" (was {label_target(was)})" if was not in (None, run_id) else "")
+
+
+def label_history(moves: list) -> str:
+    """`triage label --history NAME`: when, by which writer, to which run (newest last)."""
+    return "\n".join(f"{m.time}  {m.writer}  " + (label_target(m.run_id) if m.run_id else "deleted")
+                     for m in moves)
