@@ -104,22 +104,35 @@ def _hand_out(path: Path) -> None:
         copies.add(path)
 
 
-# Bytes this process added to the cache since it last trimmed it (absent: it never trimmed).
-_SINCE_TRIM: dict[str, int] = {}
 TRIM_EVERY = 16  # a process trims after its first addition, then per 1/TRIM_EVERY of the cap
 
 
+class TrimSchedule:
+    """When this process trims the cache: after its first addition, then once per
+    1/TRIM_EVERY of the cap added. A walk of the whole cache per object made a cold read of
+    1,000 runs' tables quadratic. One per process (`TRIMS`); a test starts a fresh one as a new
+    process would."""
+
+    def __init__(self) -> None:
+        self.added: int | None = None  # bytes added since the last trim; None: never trimmed
+
+    def due(self, size: int, cap: int) -> bool:
+        if self.added is not None and self.added + size < cap // TRIM_EVERY:
+            self.added += size
+            return False
+        self.added = 0
+        return True
+
+
+TRIMS = TrimSchedule()
+
+
 def _added(fresh: Path) -> None:
-    """Count a copy this process added, and trim the cache after its first addition and then
-    once per 1/TRIM_EVERY of the cap added: a walk of the whole cache per object made a cold
-    read of 1,000 runs' tables quadratic. `fresh` stays: its caller is about to read it."""
-    cap, size = cap_bytes(), fresh.stat().st_size
-    added = _SINCE_TRIM.get("bytes")
-    if added is not None and added + size < cap // TRIM_EVERY:
-        _SINCE_TRIM["bytes"] = added + size
-        return
-    _SINCE_TRIM["bytes"] = 0
-    trim(cap, spare=fresh)
+    """Count a copy this process added, and trim the cache when the schedule says so. `fresh`
+    stays: its caller is about to read it."""
+    cap = cap_bytes()
+    if TRIMS.due(fresh.stat().st_size, cap):
+        trim(cap, spare=fresh)
 
 
 def trim(cap: int, spare: Path | None = None) -> None:

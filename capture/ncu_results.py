@@ -34,8 +34,22 @@ IN_PROCESS_RESULTS = 256  # results read in this process before reading moves to
 IN_PROCESS_CHUNK = 64  # results whose rows are held at once when reading in-process
 MAX_WORKERS = 8
 TABLES = ("kernels", "metrics", "sections", "rules")
-_read_here = 0  # results this process has decoded (and keeps the memory of)
 Chunks = Generator[dict[str, "pa.Table"], None, None]
+
+
+class Decoded:
+    """The results this process has decoded, and so keeps the memory of: what decides whether
+    the next report is read here or in workers. One per process (`DECODED`); a test resets its
+    `count` to start as a fresh process would."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def fits(self, more: int) -> bool:
+        return self.count + more <= IN_PROCESS_RESULTS
+
+
+DECODED = Decoded()
 
 
 class ResultTables:
@@ -48,19 +62,18 @@ class ResultTables:
     """
 
     def __init__(self, report: NcuReport, report_index: int) -> None:
-        global _read_here
         count = report.count_actions()
         self.relay: Relay | None = None
-        if not can_fork() or _read_here + count <= IN_PROCESS_RESULTS:
-            _read_here += count
+        if not can_fork() or DECODED.fits(count):
+            DECODED.count += count
             self.chunks = _in_process(report, report_index, count)
             return
         workers = cores(MAX_WORKERS)
         size = max(1, min(CHUNK_RESULTS, -(-count // workers)))
         chunks = [(low, min(count, low + size)) for low in range(0, count, size)]
-        if _read_here == 0:  # once per process, or the parent would keep a result per report
+        if DECODED.count == 0:  # once per process, or the parent would keep one per report
             report.warm_up()  # decoded once here, not once per worker: see NcuReport.warm_up
-            _read_here += 1
+            DECODED.count += 1
 
         def work(chunk: tuple[int, int]) -> bytes:
             tables = extract_chunk(report, report_index, *chunk)

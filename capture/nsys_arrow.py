@@ -86,7 +86,7 @@ class ArrowExport(Export):
 
 
         table = self.arrow[query.table]
-        results = self._sliced(query, table) if self._in_order(query, table) else \
+        results = self._sliced(query, table) if self.in_order(query, table) else \
             self._sorted(query, table)
         for batch in results:
             # Unsigned ids cast bit for bit: one above 2**63 must not stop the archive.
@@ -94,13 +94,13 @@ class ArrowExport(Export):
                       for col, (_, kind) in zip(batch.columns, fields, strict=True)]
             yield pa.table(arrays, names=[name for name, _ in fields])
 
-    def _in_order(self, query: Query, table: pa.Table) -> bool:
+    def in_order(self, query: Query, table: pa.Table) -> bool:
         """Whether the rows the query selects already come in its order: at once when its
         first key is a column that rises strictly down the whole table (no ties, no NULLs: the
-        other keys never decide), else by sorting every slice (`_slices_in_order`)."""
-        return self._rises(table, _leading_column(query)) or self._slices_in_order(query, table)
+        other keys never decide), else by sorting every slice (`slices_in_order`)."""
+        return self.rises(table, _leading_column(query)) or self.slices_in_order(query, table)
 
-    def _rises(self, table: pa.Table, column: str | None) -> bool:
+    def rises(self, table: pa.Table, column: str | None) -> bool:
         """Whether an integer column holds no NULL and rises strictly from row to row: read
         slice by slice (each overlapping the next by a row), 5 ms for 1M rows where sorting
         the slices in DuckDB takes 0.2 s."""
@@ -119,7 +119,7 @@ class ArrowExport(Export):
                 return False
         return True
 
-    def _slices_in_order(self, query: Query, table: pa.Table) -> bool:
+    def slices_in_order(self, query: Query, table: pa.Table) -> bool:
         """Whether each slice sorted by DuckDB itself (its own NULL and tie rules), with the
         last selected row of the slice before it, gives back its rows in export order."""
         import pyarrow as pa
@@ -128,7 +128,7 @@ class ArrowExport(Export):
                       query.where, where_params=query.where_params)
         last: pa.Table | None = None
         for part in self._slices(table):
-            found = self._run(check.sql("_slice"), pa.concat_tables([last, part])
+            found = self.run_sql(check.sql("_slice"), pa.concat_tables([last, part])
                               if last is not None else part, check.params)
             rowids = pa.chunked_array([b.column(0) for b in found], pa.int64())
             if not _rising(rowids):
@@ -162,11 +162,11 @@ class ArrowExport(Export):
         self.con.execute("SET threads = 1")
         try:
             for part in self._slices(table):
-                found = self._run(numbered.sql("_slice", order=()), part, numbered.params)
+                found = self.run_sql(numbered.sql("_slice", order=()), part, numbered.params)
                 rowids = pa.chunked_array([b.column(b.num_columns - 1) for b in found],
                                           pa.int64())
                 if not _rising(rowids):
-                    found = self._run(numbered.sql("_slice", order=(f"{query.alias}.rowid",)),
+                    found = self.run_sql(numbered.sql("_slice", order=(f"{query.alias}.rowid",)),
                                       part, numbered.params)
                 yield from (pa.RecordBatch.from_arrays(b.columns[:-1], b.schema.names[:-1])
                             for b in found)
@@ -181,7 +181,7 @@ class ArrowExport(Export):
             yield _numbered(table, offset, size)
             self._release()
 
-    def _run(self, sql: str, part: pa.Table, params: list[Any]) -> list[pa.RecordBatch]:
+    def run_sql(self, sql: str, part: pa.Table, params: list[Any]) -> list[pa.RecordBatch]:
         """A query over one slice, registered as `_slice`: its whole (small) result."""
         from triage.base.duck import arrow_batches
 

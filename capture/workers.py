@@ -77,7 +77,7 @@ def in_order(tasks: Iterable[Task], work: Work, workers: int) -> Generator[bytes
                 break
         while running:
             task, (pid, read_fd) = running.popleft()
-            data = _collect(task, pid, read_fd)  # closes the pipe and reaps, whatever happens
+            data = collect(task, pid, read_fd)  # closes the pipe and reaps, whatever happens
             following = next(pending, None)
             if following is not None:
                 running.append((following, _start(work, following)))
@@ -237,7 +237,7 @@ def _send(fd: int, data: bytes) -> None:
         pipe.write(data)
 
 
-def _collect(task: Task, pid: int, read_fd: int) -> bytes:
+def collect(task: Task, pid: int, read_fd: int) -> bytes:
     """A worker's result, or WorkerFailed for what it reported or how it died. The pipe is
     closed and the worker reaped (killed first if this is interrupted) either way."""
     try:

@@ -16,6 +16,14 @@ from helpers import CORPUS
 from triage.cli import cli
 
 
+def pytest_sessionstart(session):
+    """Without the corpus most modules cannot even be collected: one clear failure instead of
+    a collection error per module."""
+    if not (CORPUS / "MANIFEST.csv").is_file():
+        pytest.exit(f"the report corpus is not at {CORPUS}: the tests read ../shared/corpus "
+                    "beside the checkout; set TRIAGE_CORPUS to its path", returncode=1)
+
+
 @pytest.fixture(scope="session")
 def corpus() -> Path:
     if not (CORPUS / "MANIFEST.csv").is_file():
@@ -50,6 +58,41 @@ class Triage:
 @pytest.fixture
 def triage(store_dir) -> Triage:
     return Triage()
+
+
+@pytest.fixture(scope="session")
+def store_templates(tmp_path_factory):
+    """Stores made once per session: `template((NAME, *ARCHIVE_OPTIONS), ...)` archives those
+    corpus reports in that order (with options such as --label) and returns the store and the
+    run ids. Archiving the same reports afresh for every test cost minutes of the suite; a
+    test copies a template (`archived`) and never writes to one."""
+    made: dict[tuple, tuple[Path, list[str]]] = {}
+
+    def template(*archives: tuple[str, ...]) -> tuple[Path, list[str]]:
+        if archives not in made:
+            from helpers import corpus_file
+
+            root = tmp_path_factory.mktemp("template") / "store"
+            ids = [Triage().json("--store", root, "archive", corpus_file(name), *options)[0]["id"]
+                   for name, *options in archives]
+            made[archives] = (root, ids)
+        return made[archives]
+
+    return template
+
+
+@pytest.fixture
+def archived(store_templates, store_dir):
+    """`archived((NAME, *OPTIONS), ..., into=PATH)`: the run ids of those reports, archived in a
+    copy of a session's template store at PATH (default: this test's $TRIAGE_STORE)."""
+    import shutil
+
+    def copy(*archives: tuple[str, ...], into: Path = store_dir) -> list[str]:
+        root, ids = store_templates(*archives)
+        shutil.copytree(root, into, symlinks=True)
+        return ids
+
+    return copy
 
 
 @pytest.fixture(scope="session")

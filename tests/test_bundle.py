@@ -28,10 +28,9 @@ def listing(root: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def exported(triage, store_dir, tmp_path):
+def exported(triage, archived, store_dir, tmp_path):
     """Two runs (one labelled) in a store, exported with labels to bundle.tar."""
-    first = triage.json("archive", corpus_file(SMALL), "--label", "baseline")[0]["id"]
-    second = triage.json("archive", corpus_file(OTHER), "--note", "after the fix")[0]["id"]
+    first, second = archived((SMALL, "--label", "baseline"), (OTHER, "--note", "after the fix"))
     out = tmp_path / "bundle.tar"
     triage("export", "baseline", second[:10], "-o", out, "--labels")
     return {"ids": [first, second], "path": out, "source": store_dir}

@@ -14,8 +14,8 @@ GEMM = ("LakshyaSingh354__CudaCode__gemm_naive.ncu-rep",
 
 
 @pytest.fixture
-def pair(triage):
-    return [triage.json("archive", corpus_file(n))[0]["id"] for n in GEMM]
+def pair(triage, archived):
+    return archived(*((n,) for n in GEMM))
 
 
 def one_line(result, needle: str) -> None:

@@ -15,9 +15,9 @@ DEPRECATED = "triage: warning: `triage label RUN NAME` is deprecated; write `tri
 
 
 @pytest.fixture
-def runs(triage) -> tuple[str, str]:
+def runs(triage, archived) -> tuple[str, str]:
     """Two real ncu runs, archived in this order: `latest` is the second."""
-    return tuple(triage.json("archive", corpus_file(name))[0]["id"] for name in (SMALL, OTHER))
+    return tuple(archived((SMALL,), (OTHER,)))
 
 
 def label_files(store_dir) -> list[str]:

@@ -23,16 +23,15 @@ GEMM = "LakshyaSingh354__CudaCode__gemm_naive.ncu-rep"
 
 
 @pytest.fixture(scope="module")
-def captured() -> dict:
+def captured(tmp_path_factory) -> dict:
     """The gemm record as `show --json` gives it, with machine facts: persistence on,
     counters open to every user."""
     runner = CliRunner()
-    with runner.isolated_filesystem():
-        run = runner.invoke(cli, ["--store", "store", "archive", "--json", str(corpus_file(GEMM))])
-        assert run.exit_code == 0, run.output
-        run_id = json.loads(run.stdout)[0]["id"]
-        record = json.loads(runner.invoke(cli, ["--store", "store", "show", "--json",
-                                                run_id]).stdout)
+    store = str(tmp_path_factory.mktemp("drift") / "store")
+    run = runner.invoke(cli, ["--store", store, "archive", "--json", str(corpus_file(GEMM))])
+    assert run.exit_code == 0, run.output
+    run_id = json.loads(run.stdout)[0]["id"]
+    record = json.loads(runner.invoke(cli, ["--store", store, "show", "--json", run_id]).stdout)
     facts = collect_machine_facts()
     facts["gpu"]["gpus"] = known([{"name": "NVIDIA GeForce RTX 3060", "persistence_mode": True}])
     facts["profiling_counters"] = {"admin_only": known(False), "is_root": False, "advice": None}

@@ -21,8 +21,8 @@ NSYS_REPORT = "0x822a5b87__test-cuda__report1.sqlite"
 
 
 @pytest.fixture
-def ncu_run(triage, store_dir) -> RunRecord:
-    run_id = triage.json("archive", "--label", "naive", corpus_file(NCU_REPORT))[0]["id"]
+def ncu_run(archived, store_dir) -> RunRecord:
+    (run_id,) = archived((NCU_REPORT, "--label", "naive"))
     return load_record(Store.open(store_dir), run_id)
 
 

@@ -34,7 +34,7 @@ def forks(monkeypatch) -> list:
 
 
 def in_process(monkeypatch) -> None:
-    monkeypatch.setattr(ncu_results, "_read_here", 0)
+    monkeypatch.setattr(ncu_results.DECODED, "count", 0)
     monkeypatch.setattr(ncu_results, "IN_PROCESS_RESULTS", 10**9)
 
 
@@ -67,10 +67,10 @@ def test_workers_write_the_same_run_as_reading_in_process(tmp_path, monkeypatch,
 
 def test_reading_moves_to_workers_once_the_process_has_read_its_share(tmp_path, monkeypatch,
                                                                       forks):
-    monkeypatch.setattr(ncu_results, "_read_here", 0)
+    monkeypatch.setattr(ncu_results.DECODED, "count", 0)
     monkeypatch.setattr(ncu_results, "IN_PROCESS_RESULTS", 40)
     archive_files(tmp_path / "store", [str(corpus_file(STRRULES))])
-    assert forks == [] and ncu_results._read_here == 30
+    assert forks == [] and ncu_results.DECODED.count == 30
     archive_files(tmp_path / "store", [str(corpus_file(SPYMASTER))])  # 30 + 105 > 40
     assert forks
 
@@ -107,6 +107,6 @@ def test_the_parent_decodes_one_result_per_process_not_per_report(tmp_path, monk
     warmed, warm_up = [], NcuReport.warm_up
     monkeypatch.setattr(NcuReport, "warm_up", lambda report: warmed.append(1) or warm_up(report))
     in_workers(monkeypatch)
-    monkeypatch.setattr(ncu_results, "_read_here", 0)
+    monkeypatch.setattr(ncu_results.DECODED, "count", 0)
     archive_files(tmp_path / "store", [str(corpus_file(SPYMASTER)), str(corpus_file(STRRULES))])
     assert warmed == [1]

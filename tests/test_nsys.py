@@ -142,11 +142,11 @@ def test_arrow_export_read_in_slices_gives_the_sqlite_tables(triage, steps_captu
     for reader in (nsys_arrow, nsys_sqlite):
         monkeypatch.setattr(reader, "BATCH", 5)
     if check not in ("rising", "scrambled"):
-        monkeypatch.setattr(nsys_arrow.ArrowExport, "_rises", lambda *_: False)
+        monkeypatch.setattr(nsys_arrow.ArrowExport, "rises", lambda *_: False)
     if check == "unordered":
-        monkeypatch.setattr(nsys_arrow.ArrowExport, "_in_order", lambda *_: False)
+        monkeypatch.setattr(nsys_arrow.ArrowExport, "in_order", lambda *_: False)
     if check == "scrambled":
-        run = nsys_arrow.ArrowExport._run
+        run = nsys_arrow.ArrowExport.run_sql
 
         def reversed_unless_sorted(self, sql, part, params):
             found = run(self, sql, part, params)
@@ -154,7 +154,7 @@ def test_arrow_export_read_in_slices_gives_the_sqlite_tables(triage, steps_captu
                 return found
             return [b.take(pa.array(range(b.num_rows - 1, -1, -1))) for b in reversed(found)]
 
-        monkeypatch.setattr(nsys_arrow.ArrowExport, "_run", reversed_unless_sorted)
+        monkeypatch.setattr(nsys_arrow.ArrowExport, "run_sql", reversed_unless_sorted)
     exported = export_sqlite(steps_capture, tmp_path / "steps.sqlite", nsys=nsys_exe)
     tables = [{k: v["sha256"] for k, v in archive_one(triage, path)["tables"].items()}
               for path in (steps_capture, exported)]

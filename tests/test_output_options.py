@@ -16,9 +16,8 @@ from triage.demo import demo_file
 @pytest.fixture
 def pair(triage):
     """The bundled before/after captures (real nsys exports), archived."""
-    a, b = (triage.json("archive", demo_file(f"{side}.sqlite"))[0]["id"]
-            for side in ("before", "after"))
-    return a, b
+    return tuple(triage.json("archive", demo_file(f"{side}.sqlite"))[0]["id"]
+                 for side in ("before", "after"))
 
 
 @pytest.mark.parametrize("name, fmt", [("d.json", "json"), ("d.md", "md"), ("d.txt", "text"),

@@ -32,14 +32,13 @@ def object_file(root: Path, sha: str) -> Path:
 
 
 @pytest.fixture
-def local(triage, tmp_path):
+def local(triage, archived, tmp_path):
     """A store of two runs, one labelled `base` and one with a note, and a remote `origin`
     (an empty directory) added to it."""
     root = tmp_path / "local"
-    first = triage.json("--store", root, "archive", corpus_file(SMALL), "--label", "base")[0]
-    second = triage.json("--store", root, "archive", corpus_file(OTHER), "--note", "fixed")[0]
+    ids = archived((SMALL, "--label", "base"), (OTHER, "--note", "fixed"), into=root)
     triage("--store", root, "remote", "add", "origin", tmp_path / "team")
-    return {"root": root, "team": tmp_path / "team", "ids": [first["id"], second["id"]]}
+    return {"root": root, "team": tmp_path / "team", "ids": ids}
 
 
 def test_remotes_are_kept_in_the_store(triage, local, tmp_path, monkeypatch):

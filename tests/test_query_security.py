@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from helpers import corpus_file, derive_run, table_file
+from helpers import derive_run, table_file
 from triage.archive import catalog, query
 from triage.archive.store import Store, manifest_file
 from triage.archive.tables import BATCH_ROWS, PARQUET_OPTIONS
@@ -74,8 +74,8 @@ PROBES = {
 
 
 @pytest.fixture
-def runs(triage: Any) -> list[str]:
-    return [triage.json("archive", corpus_file(n))[0]["id"] for n in GEMM]
+def runs(triage: Any, archived: Any) -> list[str]:
+    return archived(*((n,) for n in GEMM))
 
 
 @pytest.fixture

@@ -310,7 +310,7 @@ def test_a_failure_while_reading_leaves_no_object_and_no_temp_file(tmp_path, mon
 
     monkeypatch.setattr(ncu_results, "extract_chunk", fail_after_first_chunk)
     monkeypatch.setattr(ncu_results, "IN_PROCESS_CHUNK", 8)
-    monkeypatch.setattr(ncu_results, "_read_here", 0)
+    monkeypatch.setattr(ncu_results.DECODED, "count", 0)
     store = tmp_path / "store"
     with pytest.raises(OSError, match="disk gone"):
         archive_files(store, [str(corpus_file(BIG[0]))])

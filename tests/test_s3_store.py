@@ -120,7 +120,7 @@ def test_the_cache_is_walked_once_per_share_of_its_cap_and_stays_under_it(triage
     for cap in (cache.DEFAULT_CAP, 1):
         shutil.rmtree(objects)
         monkeypatch.setenv("TRIAGE_CACHE_BYTES", str(cap))
-        monkeypatch.setattr(cache, "_SINCE_TRIM", {})
+        monkeypatch.setattr(cache, "TRIMS", cache.TrimSchedule())
         walks.clear()
         answers.append(triage.json("query", two_tables))  # the tables fetched, by their hashes
         kept.append(sorted(objects.glob("*/*")))
@@ -144,9 +144,7 @@ def test_wrong_keys_a_missing_bucket_and_a_dead_endpoint_are_one_line(s3_store, 
            ({**env, "TRIAGE_STORE": "s3://no-such-bucket-here/x"}, "does not exist"),
            (free_port_env, "AWS_ENDPOINT_URL")]
     for variables, fix in bad:
-        started = time.monotonic()
-        done = run_cli("ls", env=variables)
-        assert time.monotonic() - started < 10
+        done = run_cli("ls", env=variables)  # a retry loop would hang it: run_cli's timeout
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 1 and len(lines) == 1 and fix in lines[0], done.stderr
         assert variables["AWS_ENDPOINT_URL"] in lines[0] and "Traceback" not in done.stderr

@@ -8,18 +8,16 @@ import jsonschema
 import pyarrow.parquet as pq
 import pytest
 
-from helpers import corpus_file
 from triage.archive.manifest import manifest_schema
 from triage.archive.store import Store
 from triage.archive.tables import arrow_schema
 
 
 @pytest.fixture
-def archived_store(triage, store_dir):
-    for name in ("LakshyaSingh354__CudaCode__gemm_naive.ncu-rep",
-                 "evozone96__matrixMul__profile.nsight-cuprof-report",
-                 "AlpriElse__cs599k__silu-2025-04-19-v1_nosections.ncu-rep"):
-        triage("archive", corpus_file(name))
+def archived_store(archived, store_dir):
+    archived(("LakshyaSingh354__CudaCode__gemm_naive.ncu-rep",),
+             ("evozone96__matrixMul__profile.nsight-cuprof-report",),
+             ("AlpriElse__cs599k__silu-2025-04-19-v1_nosections.ncu-rep",))
     return Store.open(store_dir)
 
 

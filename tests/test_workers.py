@@ -87,7 +87,7 @@ def test_a_triage_error_in_a_task_is_raised_as_it_is():
 def test_ctrl_c_while_a_result_is_awaited_leaves_no_worker_and_no_pipe(monkeypatch):
     """The alarm is armed after the workers are forked (children inherit no timer), so only
     this process is interrupted, while it waits for the first result."""
-    before, real_collect = open_fds(), workers._collect
+    before, real_collect = open_fds(), workers.collect
 
     def interrupt(_signum, _frame):
         raise KeyboardInterrupt
@@ -97,7 +97,7 @@ def test_ctrl_c_while_a_result_is_awaited_leaves_no_worker_and_no_pipe(monkeypat
         signal.setitimer(signal.ITIMER_REAL, 0.3)
         return real_collect(*args)
 
-    monkeypatch.setattr(workers, "_collect", collect_interrupted)
+    monkeypatch.setattr(workers, "collect", collect_interrupted)
     previous = signal.getsignal(signal.SIGALRM)
     try:
         with pytest.raises(KeyboardInterrupt):
