@@ -29,8 +29,11 @@ from triage.archive import catalog, lease, space
 from triage.base.progress import Progress, Step, no_progress
 from triage.base.hashing import hash_file
 from triage.archive.manifest import MANIFEST_KIND, MANIFEST_VERSION
-from triage.archive.store import (STORE_MARKER, Staged, Store, canonical_json, check_label,
-                                  manifest_file, run_parts, store_files)
+from triage.archive.canonical import canonical_json
+from triage.archive.labels import check_label
+from triage.archive.objects import Staged
+from triage.archive.run_manifests import manifest_file, run_parts
+from triage.archive.store import STORE_MARKER, Store, store_files
 from triage.archive.summaries import SUMMARIES, compute_summaries
 from triage.archive.tables import TableSet
 from triage.capture import redact
@@ -158,7 +161,7 @@ def _found_steps(store: Store, run_id: str, request: RunRequest, rows: list[dict
     """The steps of a report archived before (`_archived_before` found its run whole): nothing
     to read or build, only its indexing."""
     yield
-    return _finish(store, run_id, store.read_manifest(run_id), request, new=False, rows=rows)
+    return _finish(store, run_id, store.runs.read_manifest(run_id), request, new=False, rows=rows)
 
 
 def _index_quietly(store: Store, rows: list[dict]) -> bool:
@@ -242,10 +245,10 @@ def _archived_before(store: Store | None, request: RunRequest) -> Seen:
             return Seen()
         tool = "ncu" if detect_format(path) in ("ncu-rep", "nsight-cuprof-report") else "nsys"
         digest = hash_file(path)[0]
-        run_id = store.lookup_key(dedup_key(tool, [digest], request))
+        run_id = store.runs.lookup_key(dedup_key(tool, [digest], request))
         # not whole: to be exported again and rebuilt (archive_run)
         whole = run_id is not None and not request.repair \
-            and _intact(store, run_id, store.read_manifest(run_id))
+            and _intact(store, run_id, store.runs.read_manifest(run_id))
         return Seen(digest, True, run_id, whole)
     except (OSError, TriageError):  # no store yet, or a problem the real attempt will report
         return Seen()
@@ -263,7 +266,7 @@ def _staging(store_path, leases: ExitStack | None = None) -> Callable[[str], Pat
         store = Store.open(store_path, create=True)
         if leases is not None:
             leases.enter_context(lease.held(store, "export"))
-        return store.new_temp(suffix)
+        return store.objects.new_temp(suffix)
 
     return new_file
 
@@ -331,9 +334,9 @@ def _run_steps(store: Store, request: RunRequest, prepared: list[PreparedReport]
             raise UsageError("one run holds reports of one tool; archive ncu and nsys separately")
         digests = [p.sha256 for p in prepared]
         key = dedup_key(prepared[0].tool, digests, request) if request.capture is None else None
-        existing = seen.run_id if seen.looked_up else store.lookup_key(key) if key else None
+        existing = seen.run_id if seen.looked_up else store.runs.lookup_key(key) if key else None
         if existing and not seen.looked_up:
-            found = store.read_manifest(existing)
+            found = store.runs.read_manifest(existing)
             if not request.repair and _intact(store, existing, found):
                 return _finish(store, existing, found, request, new=False, rows=rows)
         space.check_room(store.disk, sum(_size(p.path) for p in prepared) + space.COMMIT_BYTES)
@@ -350,7 +353,7 @@ def _run_steps(store: Store, request: RunRequest, prepared: list[PreparedReport]
             first, present = _commit(store, run_id, manifest, tables, blobs, request.repair)
         if first is not None:  # another writer archived the same run first: it wins
             if key:
-                store.record_key(key, run_id)
+                store.runs.record_key(key, run_id)
             return _finish(store, run_id, first, request, new=False, repaired=run_id == existing,
                            rows=rows)
         new = run_id != existing and not present
@@ -436,7 +439,7 @@ def _staged_reports(store: Store) -> Iterator[list[Staged]]:
         yield staged
     finally:
         for copy in staged:
-            store.discard(copy)
+            store.objects.discard(copy)
 
 
 def _commit(store: Store, run_id: str, manifest: dict, tables: TableSet,
@@ -454,14 +457,14 @@ def _commit(store: Store, run_id: str, manifest: dict, tables: TableSet,
     rare: a racing writer, a key lost.) Two writers who both find none both write; reading the
     manifest back then tells each who won (`_settle`)."""
     uploads: list[Callable[[], object]] = [partial(tables.publish, run_id)]
-    lease.side_by_side(uploads + [partial(store.publish, copy) for copy in reports or []])
-    present = store.has_run(run_id)  # damaged too: its annotations are the user's, kept
+    lease.side_by_side(uploads + [partial(store.objects.publish, copy) for copy in reports or []])
+    present = store.runs.has(run_id)  # damaged too: its annotations are the user's, kept
     first = _whole_run(store, run_id) if present and not repair else None
     if first is not None:
         if first.get("tables") != manifest.get("tables"):
             _drop_tables(store, run_id, manifest, first)
         return first, present
-    store.write_manifest(manifest, replace=True)  # looked for just now
+    store.runs.write_manifest(manifest, replace=True)  # looked for just now
     return None, present
 
 
@@ -477,9 +480,9 @@ def _settle(store: Store, run_id: str, manifest: dict, request: RunRequest, key:
     A killed writer's, or a repaired run's old ones, no manifest names: `triage gc` removes
     them."""
     done: list[Any] = lease.side_by_side(
-        [partial(store.read_manifest, run_id), partial(_index, store, run_id, manifest, request,
-                                                       new, rows)]
-        + ([partial(store.record_key, key, run_id)] if key else []))
+        [partial(store.runs.read_manifest, run_id),
+         partial(_index, store, run_id, manifest, request, new, rows)]
+        + ([partial(store.runs.record_key, key, run_id)] if key else []))
     won, annotations = done[0], done[1]
     if won.get("tables") != manifest.get("tables"):
         _drop_tables(store, run_id, manifest, won)
@@ -487,7 +490,7 @@ def _settle(store: Store, run_id: str, manifest: dict, request: RunRequest, key:
             _add_row(store, catalog.catalog_row(store, run_id, won, annotations), rows)
         manifest, new = won, False
     if request.label:
-        store.set_label(request.label, run_id)
+        store.labels.point(request.label, run_id)
     return ArchiveResult(run_id, new, manifest, repaired)
 
 
@@ -505,7 +508,7 @@ def _whole_run(store: Store, run_id: str) -> dict | None:
     """The manifest of a run already in the store with all its objects, else None (damaged, or
     its tables lost: then the new manifest replaces it)."""
     try:
-        found = store.read_manifest(run_id)
+        found = store.runs.read_manifest(run_id)
     except CorruptObject:
         return None
     return found if _intact(store, run_id, found) else None
@@ -533,7 +536,7 @@ def _finish(store: Store, run_id: str, manifest: dict, request: RunRequest,
             new: bool, repaired: bool = False, rows: list[dict] | None = None) -> ArchiveResult:
     _index(store, run_id, manifest, request, new, rows)
     if request.label:
-        store.set_label(request.label, run_id)
+        store.labels.point(request.label, run_id)
     return ArchiveResult(run_id, new, manifest, repaired)
 
 
@@ -541,7 +544,8 @@ def _index(store: Store, run_id: str, manifest: dict, request: RunRequest, new: 
            rows: list[dict] | None = None) -> dict:
     """Annotate a run (first archive time, the request's note) and give a new or newly noted
     run its catalog row (into `rows`, else written at once); its annotations."""
-    annotations = store.annotate(run_id, utc_now(precise=True), request.note, new_run=new)
+    annotations = store.annotations.annotate(run_id, utc_now(precise=True), request.note,
+                                             new_run=new)
     if new or request.note:
         _add_row(store, catalog.catalog_row(store, run_id, manifest, annotations), rows)
     return annotations
@@ -571,7 +575,7 @@ def _build(store: Store, request: RunRequest, prepared: list[PreparedReport],
     """
     failed = threading.Event()
     with ThreadPoolExecutor(max_workers=1) as copier:
-        copies = [copier.submit(store.stage_file, p.path, failed) for p in prepared]
+        copies = [copier.submit(store.objects.stage_file, p.path, failed) for p in prepared]
         try:
             tool = prepared[0].tool
             for name in tables_for_tool(tool):
@@ -610,7 +614,7 @@ def _discard_copies(store: Store, copies: list[Future]) -> None:
     next chunk and remove themselves)."""
     for copy in copies:
         if not copy.cancel() and copy.exception() is None:
-            store.discard(copy.result())
+            store.objects.discard(copy.result())
 
 
 @lease.holding("archive")

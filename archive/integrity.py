@@ -25,12 +25,14 @@ from dataclasses import asdict, dataclass, field
 
 from triage.archive import atomic, catalog, lease, validate
 from triage.archive.files import Entry
-from triage.archive.store import (LABEL_RE, SEAL, SHA256_RE, STORE_MARKER, TABLE_KEY_RE,
-                                  TABLES_DIR, Part, Store, canonical_json, manifest_id,
-                                  marker_bytes, run_parts, seal_of)
+from triage.archive.canonical import SEAL, canonical_json, seal_of
+from triage.archive.labels import LABEL_RE
+from triage.archive.run_manifests import Part, manifest_id, run_parts
+from triage.archive.store import STORE_MARKER, Store, marker_bytes
+from triage.archive.table_files import TABLES_DIR, TABLE_KEY_RE
 from triage.base.errors import StoreError, UsageError
 from triage.base.progress import Progress, Step, no_progress
-from triage.base.hashing import hash_stream
+from triage.base.hashing import SHA256_RE, hash_stream
 
 ERROR_KINDS = ("missing", "corrupt", "dangling", "unexpected")
 LEFTOVER_KINDS = ("orphan", "temp")
@@ -93,7 +95,7 @@ def _shown(finding: Finding) -> dict:
 
 def _read_manifest(store: Store, run_id: str) -> tuple[bytes, dict]:
     """The bytes and parsed document of a manifest; ValueError when it is not one."""
-    data = store.files.read(store.run_key(run_id))
+    data = store.files.read(store.runs.key(run_id))
     manifest = validate.load_json(data)
     if not isinstance(manifest, dict):
         raise ValueError("not a JSON object")
@@ -135,7 +137,7 @@ def verify(store: Store, refs: list[str] | None = None,
         run_ids = list(dict.fromkeys(resolve(store, ref) for ref in refs))
         report = VerifyReport(scope="runs")
     else:
-        run_ids = store.run_ids()
+        run_ids = store.runs.ids()
         report = VerifyReport(scope="store")
     hashed: dict[str, bool] = {}
     for number, run_id in enumerate(run_ids):
@@ -336,7 +338,7 @@ def _check_pointers(store: Store, report: VerifyReport) -> None:
                 report.findings.append(Finding("corrupt", key, f"unreadable {kind} "
                                                f"({exc})"))
                 continue
-            if not SHA256_RE.match(target) or not store.has_run(target):
+            if not SHA256_RE.match(target) or not store.runs.has(target):
                 report.findings.append(Finding("dangling", key, f"{kind} points at "
                                                f"{target[:12]!r}, which is not a run"))
 
@@ -424,7 +426,7 @@ def gc(store: Store, grace_seconds: float = 3600, dry_run: bool = False) -> GcRe
     if not dry_run:
         store.check_writable()
     since = lease.protected_since(store)
-    referenced = referenced_keys(store, store.run_ids())
+    referenced = referenced_keys(store, store.runs.ids())
     cutoff = time.time() - grace_seconds
     report = GcReport(dry_run=dry_run, grace_seconds=grace_seconds)
     for finding in _leftovers(store, referenced):
@@ -461,7 +463,7 @@ def _leftovers(store: Store, referenced: set[str]) -> list[Finding]:
     _scan_tables(store, referenced, report)
     _scan_temps(store, report)
     _scan_leases(store, report)
-    _check_annotations(store, set(store.run_ids()), report)
+    _check_annotations(store, set(store.runs.ids()), report)
     return report.leftovers
 
 
@@ -500,7 +502,7 @@ def _settle(store: Store, trashed: list, cutoff: float, report: GcReport) -> Non
     enough for a writer that started since the scan); delete the others."""
     since = lease.protected_since(store)
     try:
-        referenced = referenced_keys(store, store.run_ids())
+        referenced = referenced_keys(store, store.runs.ids())
     except StoreError:
         referenced = None  # a manifest became unreadable meanwhile: keep every object
     for trash, key, item in trashed:

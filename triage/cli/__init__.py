@@ -341,7 +341,8 @@ def label(name, run, delete, history, store):
     where RUN is a run id, an id prefix or `latest`, which no label can be; any other two
     words are read as NAME RUN."""
     from triage.archive import runs
-    from triage.archive.store import Store, check_label
+    from triage.archive.labels import check_label
+    from triage.archive.store import Store
 
     if history:
         _label_history(Store.open(store), name, run, delete)
@@ -366,7 +367,7 @@ def _label_list_or_delete(st: Store, name: str | None, run: str | None, delete: 
     from triage.archive.runs import delete_label
 
     if not delete:
-        labels = sorted(st.labels().items())
+        labels = sorted(st.labels.all().items())
         click.echo("\n".join(f"{n} -> {_label_target(r)}" for n, r in labels) if labels else
                    "no labels yet; `triage label NAME [RUN]` points one at a run")
         return
@@ -381,7 +382,7 @@ def _label_history(st: Store, name: str | None, run: str | None, delete: bool) -
         raise UsageError("--history lists the moves of one label: triage label --history NAME")
     from triage.base.errors import LabelNotFound
 
-    moves = st.label_history(name)
+    moves = st.labels.history(name)
     if not moves:
         raise LabelNotFound(f"label {name!r} has no history; `triage label` lists labels")
     click.echo("\n".join(f"{m.time}  {m.writer}  "
