@@ -35,7 +35,6 @@ from triage.base.progress import Progress, Step, no_progress
 from triage.base.hashing import SHA256_RE, hash_stream
 
 ERROR_KINDS = ("missing", "corrupt", "dangling", "unexpected")
-LEFTOVER_KINDS = ("orphan", "temp")
 GC_TRASH_PREFIX = atomic.TMP_PREFIX + "gc-"
 DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -62,11 +62,6 @@ class Objects:
         """Store the bytes of a readable stream; return (sha256, size). Idempotent."""
         return self.publish(self.stage_stream(stream))
 
-    def put_file(self, path: Path) -> tuple[str, int]:
-        """Store a file's bytes (streamed, never read whole)."""
-        with open(path, "rb") as stream:
-            return self.put_stream(stream)
-
     def put_bytes(self, data: bytes) -> tuple[str, int]:
         return self.put_stream(io.BytesIO(data))
 
