@@ -279,17 +279,17 @@ FOLDERS = ("runs", "keys", "labels", "annotations", "index", "leases", "aliases"
            "label-history", "remotes")
 
 
-def _name(key: str) -> str:
+def _base_name(key: str) -> str:
     return key.rsplit("/", 1)[-1]
 
 
 def _scan_temps(store: Store, report: VerifyReport) -> None:
     for folder in FOLDERS:
         for key in store.files.files(folder):
-            if _name(key).startswith(atomic.TMP_PREFIX):
+            if _base_name(key).startswith(atomic.TMP_PREFIX):
                 report.findings.append(Finding("temp", key, "unfinished write"))
     for key in store.files.files("runs"):
-        name = _name(key)
+        name = _base_name(key)
         if not name.startswith(atomic.TMP_PREFIX) and (
                 not name.endswith(".json") or not SHA256_RE.match(name[:-5])):
             report.findings.append(Finding("unexpected", key, "not a run manifest name"))
@@ -323,7 +323,7 @@ def _check_pointers(store: Store, report: VerifyReport) -> None:
     """keys/, labels/ and aliases/ must point at runs that exist."""
     for kind, folder in (("key", "keys"), ("label", "labels"), ("alias", "aliases")):
         for key in store.files.files(folder):
-            if _name(key).startswith(atomic.TMP_PREFIX):
+            if _base_name(key).startswith(atomic.TMP_PREFIX):
                 continue
             if kind == "label" and not LABEL_RE.match(key[len("labels/"):]):
                 report.findings.append(Finding("unexpected", key, "not a label "
@@ -344,7 +344,7 @@ def _check_pointers(store: Store, report: VerifyReport) -> None:
 
 def _check_annotations(store: Store, run_ids: set[str], report: VerifyReport) -> None:
     for key in store.files.files("annotations"):
-        name = _name(key)
+        name = _base_name(key)
         if name.startswith(atomic.TMP_PREFIX):
             continue
         run_id = name[:-5] if name.endswith(".json") else ""
@@ -493,10 +493,10 @@ def _remove(store: Store, report: GcReport, cutoff: float) -> None:
     except OSError as exc:
         raise store.error(exc, "clean") from None
     finally:
-        _settle(store, trashed, cutoff, report)
+        _restore_or_delete_trash(store, trashed, cutoff, report)
 
 
-def _settle(store: Store, trashed: list, cutoff: float, report: GcReport) -> None:
+def _restore_or_delete_trash(store: Store, trashed: list, cutoff: float, report: GcReport) -> None:
     """Put back each trashed object that is wanted again (referenced, re-published, or new
     enough for a writer that started since the scan); delete the others."""
     since = lease.protected_since(store)
