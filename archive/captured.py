@@ -28,7 +28,7 @@ from triage.capture import redact, session
 from triage.capture.git_patch import redact_patch
 from triage.capture.git_state import GitSnapshot
 from triage.capture.progress import ProgressEvent
-from triage.capture.session import CaptureRequest, Captured, NcuListing
+from triage.capture.session import CaptureRequest, Captured, CapturedNcuListing
 from triage.base.errors import CaptureFailed, PatchNotStored
 from triage.base.timeutil import utc_now
 from triage.base.units import fmt_bytes
@@ -119,7 +119,7 @@ def stored_patch(store: Store, run: RunRecord) -> bytes:
     return store.objects.read(git.patch.sha256)
 
 
-def _stored_listings(store: Store, listings: list[NcuListing]) -> dict[str, dict]:
+def _stored_listings(store: Store, listings: list[CapturedNcuListing]) -> dict[str, dict]:
     """The listings' texts as blobs; the capture block's `ncu_lists` (empty for nsys)."""
     return {listing.key: {"blob": store.objects.put_bytes(listing.text.encode())[0] if listing.text
                           else None,
