@@ -39,11 +39,13 @@ from pathlib import Path
 from typing import IO, BinaryIO, cast
 
 from triage.archive import atomic, catalog, lease, validate
-from triage.archive.store import (SHA256_RE, Store, canonical_json, check_label, manifest_id,
-                                  run_parts)
+from triage.archive.canonical import canonical_json
+from triage.archive.labels import check_label
+from triage.archive.run_manifests import manifest_id, run_parts
+from triage.archive.store import Store
 from triage.base.errors import CorruptObject, NewerFormat, TriageError, UsageError
 from triage.base.progress import Progress, Step, no_progress
-from triage.base.hashing import HashingReader, copy_hashing
+from triage.base.hashing import SHA256_RE, HashingReader, copy_hashing
 from triage.base.timeutil import utc_now
 
 BUNDLE_FORMAT = "triage-bundle"
@@ -135,7 +137,7 @@ def export_runs(store: Store, refs: list[str], output: str, labels: bool = False
 
 
 def _stored_manifest(store: Store, run_id: str) -> tuple[bytes, dict]:
-    data = store.manifest_bytes(run_id)
+    data = store.runs.manifest_bytes(run_id)
     if data is None:
         raise CorruptObject(f"manifest of run {run_id[:12]} does not match its id; "
                             "`triage verify` lists what is damaged")
@@ -154,7 +156,7 @@ def _write_bundle(stream, kind: str, store: Store, doc: dict, objects: dict[str,
         for sha, key in sorted(objects.items()):
             total += _add_object(tar, store, sha, key)
         for run_id in manifests:
-            notes = store.read_file(store.annotations_key(run_id))
+            notes = store.read_file(store.annotations.key(run_id))
             if notes is not None:
                 _add_bytes(tar, f"annotations/{run_id}.json", notes)
         for run_id, (data, _doc) in manifests.items():
@@ -448,7 +450,7 @@ def _check_tables(store: Store, path: Path, unpacked: _Unpacked) -> None:
     from triage.schemas.tables import tables_version
 
     for run_id, (_data, manifest) in unpacked.manifests.items():
-        if store.has_run(run_id):
+        if store.runs.has(run_id):
             continue
         current = manifest["tables_schema_version"] == tables_version()
         for name, ref in sorted(manifest["tables"].items()):
@@ -463,7 +465,7 @@ def _table_file(store: Store, unpacked: _Unpacked, run_id: str, name: str,
                 sha: str) -> Path | None:
     """A table's file: staged from the bundle, else the store's (None: in neither)."""
     try:
-        return unpacked.objects.get(sha) or store.local_table(run_id, name, sha)
+        return unpacked.objects.get(sha) or store.tables.local(run_id, name, sha)
     except FileNotFoundError:
         return None
 
@@ -492,7 +494,7 @@ def _check_label_clashes(store: Store, path: Path, names: list[str]) -> None:
     """Refuse --labels before anything is written when a label would be a folder of another,
     here or in the bundle: set one by one, the first clash would leave the import half done."""
     for name in names:
-        other = store.label_clash(name) or next(
+        other = store.labels.clash(name) or next(
             (o for o in names if o.startswith(name + "/") or name.startswith(o + "/")), None)
         if other is not None:
             raise UsageError(f"{path}: label {name!r} clashes with label {other!r} (one would be "
@@ -502,7 +504,7 @@ def _check_label_clashes(store: Store, path: Path, names: list[str]) -> None:
 def _publish(store: Store, unpacked: _Unpacked, labels: bool) -> ImportResult:
     """Objects first, then each run's annotations and manifest, then keys, catalog rows, labels."""
     result = ImportResult()
-    pending = [r for r in unpacked.runs if not store.has_run(r)]
+    pending = [r for r in unpacked.runs if not store.runs.has(r)]
     keys: dict[str, list[str]] = {}  # an object's hash -> the keys it goes to in the store
     for run_id in pending:
         for part in run_parts(run_id, unpacked.manifests[run_id][1]):
@@ -515,7 +517,7 @@ def _publish(store: Store, unpacked: _Unpacked, labels: bool) -> ImportResult:
         added = run_id in pending and _add_run(store, run_id, unpacked)
         (result.runs_added if added else result.runs_present).append(run_id)
     record_keys(store, {run_id: unpacked.manifests[run_id][1] for run_id in result.runs_added})
-    rows = [catalog.catalog_row(store, r, unpacked.manifests[r][1], store.read_annotations(r))
+    rows = [catalog.catalog_row(store, r, unpacked.manifests[r][1], store.annotations.read(r))
             for r in result.runs_added]
     catalog.add_rows(store, rows)
     _apply_labels(store, unpacked.labels, labels, result)
@@ -527,9 +529,9 @@ def _put(store: Store, unpacked: _Unpacked, sha: str, key: str, last: bool,
     """Publish a staged object at one of its keys: the staged file itself at the last (it
     is renamed away), a copy of it at the others (equal tables of two runs)."""
     existed = store.files.exists(key)
-    staged = store.stage_temp(unpacked.objects.pop(sha)) if last else \
-        store.stage_file(unpacked.objects[sha])
-    _sha, size = store.publish(staged, key)
+    staged = store.objects.stage_temp(unpacked.objects.pop(sha)) if last else \
+        store.objects.stage_file(unpacked.objects[sha])
+    _sha, size = store.objects.publish(staged, key)
     if not existed:
         result.objects_added += 1
         result.bytes_added += size
@@ -539,12 +541,12 @@ def _add_run(store: Store, run_id: str, unpacked: _Unpacked) -> bool:
     """Make a run visible (annotations, then manifest) unless another import or archive did so
     while the objects were published; True when this import added it. The check and the rename
     are two steps, so two imports finishing in the same instant may still both count it."""
-    if store.has_run(run_id):
+    if store.runs.has(run_id):
         return False
-    if run_id in unpacked.annotations and not store.read_annotations(run_id):
-        store.files.write(store.annotations_key(run_id),
+    if run_id in unpacked.annotations and not store.annotations.read(run_id):
+        store.files.write(store.annotations.key(run_id),
                           canonical_json(unpacked.annotations[run_id]))
-    store.files.write(store.run_key(run_id), unpacked.manifests[run_id][0], readonly=True)
+    store.files.write(store.runs.key(run_id), unpacked.manifests[run_id][0], readonly=True)
     return True
 
 
@@ -557,14 +559,14 @@ def record_keys(store: Store, manifests: dict[str, dict]) -> None:
 
     for run_id, manifest in manifests.items():
         key = dedup_key_of(manifest)
-        if key and store.lookup_key(key) is None:
-            store.record_key(key, run_id)
+        if key and store.runs.lookup_key(key) is None:
+            store.runs.record_key(key, run_id)
 
 
 def _apply_labels(store: Store, bundle_labels: dict, apply: bool, result: ImportResult) -> None:
     for name, run_id in sorted(bundle_labels.items()):
         if apply:
-            store.set_label(name, run_id)
+            store.labels.point(name, run_id)
             result.labels_set[name] = run_id
         else:
             result.labels_skipped[name] = run_id

@@ -24,13 +24,14 @@ from triage.archive import lease
 from triage.archive.ingest import ArchiveResult, ReportInput, RunRequest, archive_run, \
     record_attempt
 from triage.archive.model import RunRecord
+from triage.archive.labels import check_label
 from triage.archive.runs import series_label
-from triage.archive.store import Store, check_label
+from triage.archive.store import Store
 from triage.capture import redact, session
 from triage.capture.git_patch import redact_patch
 from triage.capture.git_state import GitSnapshot
 from triage.capture.progress import ProgressEvent
-from triage.capture.session import CaptureRequest, Captured, NcuListing
+from triage.capture.session import CaptureRequest, Captured, CapturedNcuListing
 from triage.base.errors import CaptureFailed, PatchNotStored, UsageError
 from triage.base.timeutil import utc_now
 from triage.base.units import fmt_bytes
@@ -90,7 +91,7 @@ def capture(request: CaptureRequest, on_output: Callable[[ProgressEvent], None],
     for warning in after_run_warnings(captured, RunRecord.from_manifest(result.id,
                                                                         result.manifest)):
         on_warning(warning)
-        store.annotate(result.id, utc_now(precise=True), f"warning: {warning}")
+        store.annotations.annotate(result.id, utc_now(precise=True), f"warning: {warning}")
     code = captured.outcome.exit_code
     if code != 0:
         raise CaptureFailed(f"{ready.tool} exited {code}; its report was archived as "
@@ -139,7 +140,7 @@ def _stored_git(store: Store, snapshot: GitSnapshot, patterns: tuple[str, ...]) 
 def _stored_patch(store: Store, patch: bytes, patterns: tuple[str, ...]) -> dict:
     """The patch as a blob, redacted with the value shapes and the user's name patterns."""
     redacted = redact_patch(patch, redact.extra_patterns(patterns))
-    sha, size = store.put_bytes(redacted.data)
+    sha, size = store.objects.put_bytes(redacted.data)
     return {"sha256": sha, "bytes": size, "redactions": redacted.redactions,
             "binary_left_out": list(redacted.binary_left_out)}
 
@@ -153,12 +154,12 @@ def stored_patch(store: Store, run: RunRecord) -> bytes:
                              "records the source tree it ran")
     if git.patch is None:
         raise PatchNotStored(f"run {run.id[:12]} has no stored patch: {git.why_no_patch}")
-    return store.object_bytes(git.patch.sha256)
+    return store.objects.read(git.patch.sha256)
 
 
-def _stored_listings(store: Store, listings: list[NcuListing]) -> dict[str, dict]:
+def _stored_listings(store: Store, listings: list[CapturedNcuListing]) -> dict[str, dict]:
     """The listings' texts as blobs; the capture block's `ncu_lists` (empty for nsys)."""
-    return {listing.key: {"blob": store.put_bytes(listing.text.encode())[0] if listing.text
+    return {listing.key: {"blob": store.objects.put_bytes(listing.text.encode())[0] if listing.text
                           else None,
                           "count": listing.table.num_rows, "error": listing.error}
             for listing in listings}

@@ -172,7 +172,7 @@ def _read_segments(store: Store, schema: pa.Schema, listed: list[str] | None = N
             if key in parts:
                 continue
             try:
-                parts[key] = _read_segment(store.local_copy(key, segment_sha(key)), schema)
+                parts[key] = _read_segment(store.objects.local_copy(key, segment_sha(key)), schema)
             except FileNotFoundError:
                 vanished = True
             except CorruptObject:  # a remote segment whose bytes are not its name's
@@ -208,7 +208,7 @@ def merge(store: Store) -> None:
     manifest is written before its row), so no row of a run archived meanwhile is dropped with
     the segment that held it."""
     found, keys = _read_segments(store, catalog_schema(None))
-    view = reconcile(found, store.run_files())
+    view = reconcile(found, store.runs.file_names())
     table, unindexed = view.table(), frozenset[str]()
     if view.missing:
         indexed = _index_rows(store, view.missing)
@@ -251,14 +251,14 @@ def _index_rows(store: Store, missing: frozenset[str]) -> _Indexed:
     rows, partial, problems, unindexed = [], [], [], set()
     for run_id in sorted(missing):
         try:
-            manifest = store.read_manifest(run_id)
+            manifest = store.runs.read_manifest(run_id)
         except RunNotFound:
             continue  # removed since the listing
         except CorruptObject as exc:
             problems.append(str(exc))
             unindexed.add(run_id)
             continue
-        annotations = store.read_annotations(run_id)
+        annotations = store.annotations.read(run_id)
         try:
             rows.append(catalog_row(store, run_id, manifest, annotations))
         except (OSError, pa.ArrowException) as exc:  # pyarrow: FileNotFoundError, ArrowInvalid
@@ -270,7 +270,7 @@ def _index_rows(store: Store, missing: frozenset[str]) -> _Indexed:
 
 def _summary_problem(store: Store, run_id: str, manifest: dict, exc: Exception) -> str:
     sha = manifest["tables"]["kernel_summary"]["sha256"]
-    where = store.table_key(run_id, "kernel_summary", sha)
+    where = store.tables.key(run_id, "kernel_summary", sha)
     state = "missing" if isinstance(exc, FileNotFoundError) else "damaged"
     return (f"run {run_id[:12]}: its kernel_summary table {where} is {state}, so it is listed "
             "without its kernel ranking; `triage verify` lists what is damaged")
@@ -293,7 +293,7 @@ def open_view(store: Store, columns: list[str] | None = None) -> View:
     if view is None:
         found = _read_segments(store, catalog_schema(columns), listed)[0]
         trusted = not busy and found.whole and found.base is not None
-        view = reconcile(found, None if trusted else store.run_files())
+        view = reconcile(found, None if trusted else store.runs.file_names())
         if trusted:  # segments are immutable: the same names hold the same rows
             view = dataclasses.replace(view, missing=_unindexed(found, view))
             _TRUSTED.clear()

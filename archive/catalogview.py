@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from triage.archive.store import run_id_of
+from triage.archive.run_manifests import run_id_of
 from triage.archive.tables import conform
 from triage.schemas.tables import arrow_schema
 

@@ -29,8 +29,11 @@ from triage.archive import catalog, lease, space
 from triage.base.progress import Progress, Step, no_progress
 from triage.base.hashing import hash_file
 from triage.archive.manifest import MANIFEST_KIND, MANIFEST_VERSION
-from triage.archive.store import (STORE_MARKER, Staged, Store, canonical_json, check_label,
-                                  manifest_file, run_parts, store_files)
+from triage.archive.canonical import canonical_json
+from triage.archive.labels import check_label
+from triage.archive.objects import Staged
+from triage.archive.run_manifests import manifest_file, run_parts
+from triage.archive.store import STORE_MARKER, Store, store_files
 from triage.archive.summaries import SUMMARIES, compute_summaries
 from triage.archive.tables import TableSet
 from triage.capture import redact
@@ -119,18 +122,18 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
         store.check_writable()
         progress(Step("storing", len(requests), len(requests)))
         rows: list[dict] = []  # catalog rows: one segment for every run, written in the lease
-        made: set[str] = set()  # the runs whose manifests this call may have written
+        maybe_written: set[str] = set()  # the runs whose manifests this call may have written
         with lease.held(store, "archive") as held:  # one for every run (on S3, 4 requests)
             try:
                 results = _archive_all(
                     _Steps(_found_steps(store, f.run_id, r, rows) if f.whole and f.run_id
-                           else _run_steps(store, r, p, f, rows, made))
+                           else _run_steps(store, r, p, f, rows, maybe_written))
                     for r, p, f in zip(requests, prepared, found, strict=True))
             except BaseException:
                 # A run whose manifest may be written and whose row is not: the lease stays,
                 # so readers reconcile the catalog with runs/ until gc finds this writer gone
                 # and indexes it first.
-                if made - {row["id"] for row in rows} or not _index_quietly(store, rows):
+                if maybe_written - {row["id"] for row in rows} or not _index_quietly(store, rows):
                     lease.keep(held)
                 raise
             try:
@@ -158,7 +161,8 @@ def _found_steps(store: Store, run_id: str, request: RunRequest, rows: list[dict
     """The steps of a report archived before (`_archived_before` found its run whole): nothing
     to read or build, only its indexing."""
     yield
-    return _finish(store, run_id, store.read_manifest(run_id), request, new=False, rows=rows)
+    return _index_and_label(store, run_id, store.runs.read_manifest(run_id), request, new=False,
+                            rows=rows)
 
 
 def _index_quietly(store: Store, rows: list[dict]) -> bool:
@@ -242,10 +246,10 @@ def _archived_before(store: Store | None, request: RunRequest) -> Seen:
             return Seen()
         tool = "ncu" if detect_format(path) in ("ncu-rep", "nsight-cuprof-report") else "nsys"
         digest = hash_file(path)[0]
-        run_id = store.lookup_key(dedup_key(tool, [digest], request))
+        run_id = store.runs.lookup_key(dedup_key(tool, [digest], request))
         # not whole: to be exported again and rebuilt (archive_run)
         whole = run_id is not None and not request.repair \
-            and _intact(store, run_id, store.read_manifest(run_id))
+            and _intact(store, run_id, store.runs.read_manifest(run_id))
         return Seen(digest, True, run_id, whole)
     except (OSError, TriageError):  # no store yet, or a problem the real attempt will report
         return Seen()
@@ -263,7 +267,7 @@ def _staging(store_path, leases: ExitStack | None = None) -> Callable[[str], Pat
         store = Store.open(store_path, create=True)
         if leases is not None:
             leases.enter_context(lease.held(store, "export"))
-        return store.new_temp(suffix)
+        return store.objects.new_temp(suffix)
 
     return new_file
 
@@ -316,7 +320,7 @@ def archive_run(store: Store, request: RunRequest) -> ArchiveResult:
 
 
 def _run_steps(store: Store, request: RunRequest, prepared: list[PreparedReport] | None,
-               seen: Seen, rows: list[dict] | None, made: set[str] | None
+               seen: Seen, rows: list[dict] | None, maybe_written: set[str] | None
                ) -> Generator[None, None, ArchiveResult]:
     """`archive_run`'s work, paused twice for `_archive_all`: once its readers have started
     (an ncu reader forks its workers' relay then: threads may run from there on), and once
@@ -331,31 +335,31 @@ def _run_steps(store: Store, request: RunRequest, prepared: list[PreparedReport]
             raise UsageError("one run holds reports of one tool; archive ncu and nsys separately")
         digests = [p.sha256 for p in prepared]
         key = dedup_key(prepared[0].tool, digests, request) if request.capture is None else None
-        existing = seen.run_id if seen.looked_up else store.lookup_key(key) if key else None
+        existing = seen.run_id if seen.looked_up else store.runs.lookup_key(key) if key else None
         if existing and not seen.looked_up:
-            found = store.read_manifest(existing)
+            found = store.runs.read_manifest(existing)
             if not request.repair and _intact(store, existing, found):
-                return _finish(store, existing, found, request, new=False, rows=rows)
+                return _index_and_label(store, existing, found, request, new=False, rows=rows)
         space.check_room(store.disk, sum(_size(p.path) for p in prepared) + space.COMMIT_BYTES)
         with space.reserved(store.files.temp_folder("objects"), space.COMMIT_BYTES) as room, \
                 TableSet(store) as tables, _staged_reports(store) as blobs:
             streams = [p.batches(index) for index, p in enumerate(prepared)]
             yield  # the readers have started
-            manifest = _build(store, request, prepared, streams, digests, tables, blobs)
+            manifest = _stage_run(store, request, prepared, streams, digests, tables, blobs)
             room.release()  # for the manifest, key, annotations and catalog segment
             run_id, _data = manifest_file(manifest)
             yield  # built
-            if made is not None:
-                made.add(run_id)
-            first, present = _commit(store, run_id, manifest, tables, blobs, request.repair)
+            if maybe_written is not None:
+                maybe_written.add(run_id)
+            first, present = _publish_run(store, run_id, manifest, tables, blobs, request.repair)
         if first is not None:  # another writer archived the same run first: it wins
             if key:
-                store.record_key(key, run_id)
-            return _finish(store, run_id, first, request, new=False, repaired=run_id == existing,
-                           rows=rows)
+                store.runs.record_key(key, run_id)
+            return _index_and_label(store, run_id, first, request, new=False,
+                                    repaired=run_id == existing, rows=rows)
         new = run_id != existing and not present
-        return _settle(store, run_id, manifest, request, key, new=new,
-                       repaired=run_id == existing or present, rows=rows)
+        return _index_and_label_winner(store, run_id, manifest, request, key, new=new,
+                                       repaired=run_id == existing or present, rows=rows)
     finally:
         for item in prepared:
             item.close()
@@ -403,25 +407,26 @@ def _archive_all(runs: Iterable[_Steps]) -> list[ArchiveResult]:
     thread has ended, so the caller's leases and bookkeeping see all it wrote; a run built and
     not stored is discarded."""
     results: list[ArchiveResult] = []
-    behind: _Steps | None = None  # built, its store part still to do
+    awaiting_store: _Steps | None = None  # built, its store part still to do
     run: _Steps | None = None
     stored: Future[ArchiveResult] | None = None
     try:
         for run in runs:
             run.advance()  # its readers started (or it is done: the run was there)
             with ThreadPoolExecutor(max_workers=1) as thread:  # ends before the next fork
-                stored = thread.submit(lease.carried(behind.finish)) if behind else None
-                behind = run
+                stored = thread.submit(lease.carried(awaiting_store.finish)) \
+                    if awaiting_store else None
+                awaiting_store = run
                 run.advance()  # built
             if stored is not None:
                 results.append(stored.result())
             stored = None
-        if behind is not None:
-            results.append(behind.finish())
+        if awaiting_store is not None:
+            results.append(awaiting_store.finish())
     finally:
         if stored is not None:
             wait([stored])
-        for given_up in (behind, run):
+        for given_up in (awaiting_store, run):
             if given_up is not None:
                 given_up.close()  # nothing, once it is finished
     return results
@@ -429,19 +434,19 @@ def _archive_all(runs: Iterable[_Steps]) -> list[ArchiveResult]:
 
 @contextmanager
 def _staged_reports(store: Store) -> Iterator[list[Staged]]:
-    """The reports' copies staged for a run, published beside its tables (`_commit`); those
-    not published when the run ends (it failed, or another writer had it) are removed."""
+    """The reports' copies staged for a run, published beside its tables (`_publish_run`);
+    those not published when the run ends (it failed, or another writer had it) are removed."""
     staged: list[Staged] = []
     try:
         yield staged
     finally:
         for copy in staged:
-            store.discard(copy)
+            store.objects.discard(copy)
 
 
-def _commit(store: Store, run_id: str, manifest: dict, tables: TableSet,
-            reports: list[Staged] | None = None, repair: bool = False
-            ) -> tuple[dict | None, bool]:
+def _publish_run(store: Store, run_id: str, manifest: dict, tables: TableSet,
+                 reports: list[Staged] | None = None, repair: bool = False
+                 ) -> tuple[dict | None, bool]:
     """Publish the run's tables and report copies side by side, then its manifest: the run is
     visible from then on. Returns (the manifest of a whole run another writer made first, or
     None; whether a run was there whose manifest this one replaces, its tables lost, or any
@@ -452,23 +457,25 @@ def _commit(store: Store, run_id: str, manifest: dict, tables: TableSet,
     one's tables (the same rows in other bytes, another pyarrow) are removed again and its
     manifest is not written. (The key said no run had these reports; that it is there is
     rare: a racing writer, a key lost.) Two writers who both find none both write; reading the
-    manifest back then tells each who won (`_settle`)."""
+    manifest back then tells each who won (`_index_and_label_winner`)."""
     uploads: list[Callable[[], object]] = [partial(tables.publish, run_id)]
-    lease.side_by_side(uploads + [partial(store.publish, copy) for copy in reports or []])
-    present = store.has_run(run_id)  # damaged too: its annotations are the user's, kept
+    lease.side_by_side(uploads + [partial(store.objects.publish, copy) for copy in reports or []])
+    present = store.runs.has(run_id)  # damaged too: its annotations are the user's, kept
     first = _whole_run(store, run_id) if present and not repair else None
     if first is not None:
         if first.get("tables") != manifest.get("tables"):
             _drop_tables(store, run_id, manifest, first)
         return first, present
-    store.write_manifest(manifest, replace=True)  # looked for just now
+    store.runs.write_manifest(manifest, replace=True)  # looked for just now
     return None, present
 
 
-def _settle(store: Store, run_id: str, manifest: dict, request: RunRequest, key: str | None,
-            new: bool, repaired: bool, rows: list[dict] | None = None) -> ArchiveResult:
+def _index_and_label_winner(store: Store, run_id: str, manifest: dict, request: RunRequest,
+                            key: str | None, new: bool, repaired: bool,
+                            rows: list[dict] | None = None) -> ArchiveResult:
     """After a run's manifest is written: its key, annotations and catalog row, side by side
-    with reading the manifest back, which tells whether another writer of the same run won.
+    with reading the manifest back, which tells whether another writer of the same run won;
+    then the request's label.
 
     Engines read tables/<name>/ in place, so a loser's tables (the same rows in other bytes:
     another pyarrow) must not stay beside the winner's: the loser removes its own, never
@@ -477,9 +484,9 @@ def _settle(store: Store, run_id: str, manifest: dict, request: RunRequest, key:
     A killed writer's, or a repaired run's old ones, no manifest names: `triage gc` removes
     them."""
     done: list[Any] = lease.side_by_side(
-        [partial(store.read_manifest, run_id), partial(_index, store, run_id, manifest, request,
-                                                       new, rows)]
-        + ([partial(store.record_key, key, run_id)] if key else []))
+        [partial(store.runs.read_manifest, run_id),
+         partial(_index, store, run_id, manifest, request, new, rows)]
+        + ([partial(store.runs.record_key, key, run_id)] if key else []))
     won, annotations = done[0], done[1]
     if won.get("tables") != manifest.get("tables"):
         _drop_tables(store, run_id, manifest, won)
@@ -487,7 +494,7 @@ def _settle(store: Store, run_id: str, manifest: dict, request: RunRequest, key:
             _add_row(store, catalog.catalog_row(store, run_id, won, annotations), rows)
         manifest, new = won, False
     if request.label:
-        store.set_label(request.label, run_id)
+        store.labels.point(request.label, run_id)
     return ArchiveResult(run_id, new, manifest, repaired)
 
 
@@ -505,7 +512,7 @@ def _whole_run(store: Store, run_id: str) -> dict | None:
     """The manifest of a run already in the store with all its objects, else None (damaged, or
     its tables lost: then the new manifest replaces it)."""
     try:
-        found = store.read_manifest(run_id)
+        found = store.runs.read_manifest(run_id)
     except CorruptObject:
         return None
     return found if _intact(store, run_id, found) else None
@@ -529,11 +536,14 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _finish(store: Store, run_id: str, manifest: dict, request: RunRequest,
-            new: bool, repaired: bool = False, rows: list[dict] | None = None) -> ArchiveResult:
+def _index_and_label(store: Store, run_id: str, manifest: dict, request: RunRequest,
+                     new: bool, repaired: bool = False,
+                     rows: list[dict] | None = None) -> ArchiveResult:
+    """How every archive of a run ends, whoever wrote its manifest: its annotations and catalog
+    row (`_index`), then the request's label."""
     _index(store, run_id, manifest, request, new, rows)
     if request.label:
-        store.set_label(request.label, run_id)
+        store.labels.point(request.label, run_id)
     return ArchiveResult(run_id, new, manifest, repaired)
 
 
@@ -541,7 +551,8 @@ def _index(store: Store, run_id: str, manifest: dict, request: RunRequest, new: 
            rows: list[dict] | None = None) -> dict:
     """Annotate a run (first archive time, the request's note) and give a new or newly noted
     run its catalog row (into `rows`, else written at once); its annotations."""
-    annotations = store.annotate(run_id, utc_now(precise=True), request.note, new_run=new)
+    annotations = store.annotations.annotate(run_id, utc_now(precise=True), request.note,
+                                             new_run=new)
     if new or request.note:
         _add_row(store, catalog.catalog_row(store, run_id, manifest, annotations), rows)
     return annotations
@@ -557,11 +568,12 @@ def _add_row(store: Store, row: dict, rows: list[dict] | None) -> None:
         rows.append(row)
 
 
-def _build(store: Store, request: RunRequest, prepared: list[PreparedReport],
-           streams: list[Iterator[TableBatch]], digests: list[str], tables: TableSet,
-           blobs: list[Staged]) -> dict:
+def _stage_run(store: Store, request: RunRequest, prepared: list[PreparedReport],
+               streams: list[Iterator[TableBatch]], digests: list[str], tables: TableSet,
+               blobs: list[Staged]) -> dict:
     """Write every report's batches (`streams`) into `tables`, stage the reports' copies into
-    `blobs`, assemble the manifest (tables and copies are sealed, to be published by `_commit`).
+    `blobs`, assemble the manifest (tables and copies are sealed, to be published by
+    `_publish_run`).
 
     The readers were started before any thread (an ncu reader forks its workers' relay then,
     and a fork beside a running thread can deadlock: `_run_steps`). The raw reports are copied into
@@ -571,7 +583,7 @@ def _build(store: Store, request: RunRequest, prepared: list[PreparedReport],
     """
     failed = threading.Event()
     with ThreadPoolExecutor(max_workers=1) as copier:
-        copies = [copier.submit(store.stage_file, p.path, failed) for p in prepared]
+        copies = [copier.submit(store.objects.stage_file, p.path, failed) for p in prepared]
         try:
             tool = prepared[0].tool
             for name in tables_for_tool(tool):
@@ -610,7 +622,7 @@ def _discard_copies(store: Store, copies: list[Future]) -> None:
     next chunk and remove themselves)."""
     for copy in copies:
         if not copy.cancel() and copy.exception() is None:
-            store.discard(copy.result())
+            store.objects.discard(copy.result())
 
 
 @lease.holding("archive")
@@ -620,13 +632,14 @@ def record_attempt(store: Store, request: RunRequest, provenance: dict) -> Archi
         write_batches(tables, request.extra_tables.items())
         manifest = _manifest(request, [provenance], [], tables.seal())
         run_id, _data = manifest_file(manifest)
-        first, present = _commit(store, run_id, manifest, tables)
-    return _finish(store, run_id, first or manifest, request, new=first is None and not present)
+        first, present = _publish_run(store, run_id, manifest, tables)
+    return _index_and_label(store, run_id, first or manifest, request,
+                            new=first is None and not present)
 
 
 def _report_entry(prepared: PreparedReport, staged: Staged, digest: str, given: ReportInput,
                   provenance: dict) -> dict:
-    """A report's entry in the manifest, from its staged copy (published by `_commit`)."""
+    """A report's entry in the manifest, from its staged copy (published by `_publish_run`)."""
     if staged.sha256 != digest:
         raise TriageError(f"{prepared.path}: the file changed while it was being archived; "
                           "archive it again once it is complete")

@@ -25,15 +25,16 @@ from dataclasses import asdict, dataclass, field
 
 from triage.archive import atomic, catalog, lease, validate
 from triage.archive.files import Entry
-from triage.archive.store import (LABEL_RE, SEAL, SHA256_RE, STORE_MARKER, TABLE_KEY_RE,
-                                  TABLES_DIR, Part, Store, canonical_json, manifest_id,
-                                  marker_bytes, run_parts, seal_of)
+from triage.archive.canonical import SEAL, canonical_json, seal_of
+from triage.archive.labels import LABEL_RE
+from triage.archive.run_manifests import Part, manifest_id, run_parts
+from triage.archive.store import STORE_MARKER, Store, marker_bytes
+from triage.archive.table_files import TABLES_DIR, TABLE_KEY_RE
 from triage.base.errors import StoreError, UsageError
 from triage.base.progress import Progress, Step, no_progress
-from triage.base.hashing import hash_stream
+from triage.base.hashing import SHA256_RE, hash_stream
 
 ERROR_KINDS = ("missing", "corrupt", "dangling", "unexpected")
-LEFTOVER_KINDS = ("orphan", "temp")
 GC_TRASH_PREFIX = atomic.TMP_PREFIX + "gc-"
 DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -93,7 +94,7 @@ def _shown(finding: Finding) -> dict:
 
 def _read_manifest(store: Store, run_id: str) -> tuple[bytes, dict]:
     """The bytes and parsed document of a manifest; ValueError when it is not one."""
-    data = store.files.read(store.run_key(run_id))
+    data = store.files.read(store.runs.key(run_id))
     manifest = validate.load_json(data)
     if not isinstance(manifest, dict):
         raise ValueError("not a JSON object")
@@ -135,7 +136,7 @@ def verify(store: Store, refs: list[str] | None = None,
         run_ids = list(dict.fromkeys(resolve(store, ref) for ref in refs))
         report = VerifyReport(scope="runs")
     else:
-        run_ids = store.run_ids()
+        run_ids = store.runs.ids()
         report = VerifyReport(scope="store")
     hashed: dict[str, bool] = {}
     for number, run_id in enumerate(run_ids):
@@ -278,17 +279,17 @@ FOLDERS = ("runs", "keys", "labels", "annotations", "index", "leases", "aliases"
            "label-history", "remotes")
 
 
-def _name(key: str) -> str:
+def _base_name(key: str) -> str:
     return key.rsplit("/", 1)[-1]
 
 
 def _scan_temps(store: Store, report: VerifyReport) -> None:
     for folder in FOLDERS:
         for key in store.files.files(folder):
-            if _name(key).startswith(atomic.TMP_PREFIX):
+            if _base_name(key).startswith(atomic.TMP_PREFIX):
                 report.findings.append(Finding("temp", key, "unfinished write"))
     for key in store.files.files("runs"):
-        name = _name(key)
+        name = _base_name(key)
         if not name.startswith(atomic.TMP_PREFIX) and (
                 not name.endswith(".json") or not SHA256_RE.match(name[:-5])):
             report.findings.append(Finding("unexpected", key, "not a run manifest name"))
@@ -322,7 +323,7 @@ def _check_pointers(store: Store, report: VerifyReport) -> None:
     """keys/, labels/ and aliases/ must point at runs that exist."""
     for kind, folder in (("key", "keys"), ("label", "labels"), ("alias", "aliases")):
         for key in store.files.files(folder):
-            if _name(key).startswith(atomic.TMP_PREFIX):
+            if _base_name(key).startswith(atomic.TMP_PREFIX):
                 continue
             if kind == "label" and not LABEL_RE.match(key[len("labels/"):]):
                 report.findings.append(Finding("unexpected", key, "not a label "
@@ -336,14 +337,14 @@ def _check_pointers(store: Store, report: VerifyReport) -> None:
                 report.findings.append(Finding("corrupt", key, f"unreadable {kind} "
                                                f"({exc})"))
                 continue
-            if not SHA256_RE.match(target) or not store.has_run(target):
+            if not SHA256_RE.match(target) or not store.runs.has(target):
                 report.findings.append(Finding("dangling", key, f"{kind} points at "
                                                f"{target[:12]!r}, which is not a run"))
 
 
 def _check_annotations(store: Store, run_ids: set[str], report: VerifyReport) -> None:
     for key in store.files.files("annotations"):
-        name = _name(key)
+        name = _base_name(key)
         if name.startswith(atomic.TMP_PREFIX):
             continue
         run_id = name[:-5] if name.endswith(".json") else ""
@@ -424,7 +425,7 @@ def gc(store: Store, grace_seconds: float = 3600, dry_run: bool = False) -> GcRe
     if not dry_run:
         store.check_writable()
     since = lease.protected_since(store)
-    referenced = referenced_keys(store, store.run_ids())
+    referenced = referenced_keys(store, store.runs.ids())
     cutoff = time.time() - grace_seconds
     report = GcReport(dry_run=dry_run, grace_seconds=grace_seconds)
     for finding in _leftovers(store, referenced):
@@ -461,7 +462,7 @@ def _leftovers(store: Store, referenced: set[str]) -> list[Finding]:
     _scan_tables(store, referenced, report)
     _scan_temps(store, report)
     _scan_leases(store, report)
-    _check_annotations(store, set(store.run_ids()), report)
+    _check_annotations(store, set(store.runs.ids()), report)
     return report.leftovers
 
 
@@ -492,15 +493,15 @@ def _remove(store: Store, report: GcReport, cutoff: float) -> None:
     except OSError as exc:
         raise store.error(exc, "clean") from None
     finally:
-        _settle(store, trashed, cutoff, report)
+        _restore_or_delete_trash(store, trashed, cutoff, report)
 
 
-def _settle(store: Store, trashed: list, cutoff: float, report: GcReport) -> None:
+def _restore_or_delete_trash(store: Store, trashed: list, cutoff: float, report: GcReport) -> None:
     """Put back each trashed object that is wanted again (referenced, re-published, or new
     enough for a writer that started since the scan); delete the others."""
     since = lease.protected_since(store)
     try:
-        referenced = referenced_keys(store, store.run_ids())
+        referenced = referenced_keys(store, store.runs.ids())
     except StoreError:
         referenced = None  # a manifest became unreadable meanwhile: keep every object
     for trash, key, item in trashed:

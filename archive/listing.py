@@ -114,7 +114,7 @@ def _mask(table: pa.Table, filters: RunFilter, store: Store) -> pa.ChunkedArray:
     if filters.since is not None:
         conditions.append(pc.greater_equal(table.column("archived"), filters.since))
     if filters.label is not None:
-        runs = {run for name, run in store.labels().items()
+        runs = {run for name, run in store.labels.all().items()
                 if fnmatch.fnmatchcase(name, filters.label)}
         conditions.append(pc.is_in(table.column("id"), value_set=pa.array(sorted(runs),
                                                                           type=pa.string())))

@@ -23,8 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from triage.archive import atomic, catalog, lease, validate
-from triage.archive.store import (SHA256_RE, STORE_MARKER, STORE_VERSION, Part, Store,
-                                  marker_bytes, migrating_marker_bytes, run_parts)
+from triage.archive.run_manifests import Part, run_parts
+from triage.archive.store import (STORE_MARKER, STORE_VERSION, Store, marker_bytes,
+                                  migrating_marker_bytes)
+from triage.base.hashing import SHA256_RE
 from triage.base.errors import CorruptObject
 
 
@@ -46,14 +48,14 @@ def migrate(store: Store) -> Migration:
     found = store.marker().get("migrating_from", found)  # a killed migration's first format
     with lease.held(store, "migrate"):
         _write(store, STORE_MARKER, migrating_marker_bytes(found))
-        tried = {old: _migrate_run(store, old) for old in store.run_ids()}
+        tried = {old: _migrate_run(store, old) for old in store.runs.ids()}
         moved = {old: new for old, new in tried.items() if new is not None}
-        renamed = {**store.aliases(), **moved}
+        renamed = {**store.runs.aliases(), **moved}
         _repoint(store, "keys", renamed)
         _repoint(store, "labels", renamed)
         for old in moved:
-            store.files.delete(store.annotations_key(old))
-            store.files.delete(store.run_key(old))
+            store.files.delete(store.annotations.key(old))
+            store.files.delete(store.runs.key(old))
         _move_tables(store)
         _rebuild_catalog(store)
         _write(store, STORE_MARKER, marker_bytes())
@@ -63,17 +65,17 @@ def migrate(store: Store) -> Migration:
 def _migrate_run(store: Store, old: str) -> str | None:
     """The version 2 manifest of a version 1 run, its alias and annotations; its new id (None:
     the run is version 2 already, or its manifest is damaged: `verify` names it, and it stays)."""
-    data = store.manifest_bytes(old)
+    data = store.runs.manifest_bytes(old)
     if data is None:
         return None
     manifest = validate.load_json(data)
     if manifest.get("schema_version") != 1:
         return None
-    new = store.write_manifest({**manifest, "schema_version": 2})
-    notes = store.read_file(store.annotations_key(old))
-    if notes is not None and not store.files.exists(store.annotations_key(new)):
-        _write(store, store.annotations_key(new), notes)
-    store.write_alias(old, new)
+    new = store.runs.write_manifest({**manifest, "schema_version": 2})
+    notes = store.read_file(store.annotations.key(old))
+    if notes is not None and not store.files.exists(store.annotations.key(new)):
+        _write(store, store.annotations.key(new), notes)
+    store.runs.write_alias(old, new)
     return new
 
 
@@ -83,9 +85,9 @@ def _move_tables(store: Store) -> None:
     objects that were nothing but tables go, unless a manifest is damaged (what it references
     cannot be told: the objects stay, and `verify` names the manifest)."""
     manifests, damaged = {}, False
-    for run_id in store.run_ids():
+    for run_id in store.runs.ids():
         try:
-            manifests[run_id] = store.read_manifest(run_id)
+            manifests[run_id] = store.runs.read_manifest(run_id)
         except CorruptObject:
             damaged = True
     kept = {part.sha256 for run_id, manifest in manifests.items()
@@ -96,17 +98,17 @@ def _move_tables(store: Store) -> None:
             if store.files.exists(part.key) or _copied(store, part):
                 tabled.add(part.sha256)
     for sha in sorted(tabled - kept if not damaged else ()):
-        store.files.delete(store.object_key(sha))
+        store.files.delete(store.objects.key(sha))
 
 
 def _copied(store: Store, part: Part) -> bool:
     """One table copied to its key; False when its object is not there (nothing to copy)."""
     try:
-        with store.files.open(store.object_key(part.sha256)) as stream:
-            staged = store.stage_stream(stream)
+        with store.files.open(store.objects.key(part.sha256)) as stream:
+            staged = store.objects.stage_stream(stream)
     except FileNotFoundError:
         return False
-    store.publish(staged, part.key)
+    store.objects.publish(staged, part.key)
     return True
 
 

@@ -236,8 +236,9 @@ class GitState:
 
 
 @dataclass(frozen=True)
-class NcuListing:
-    """Where a capture's `ncu --list-sections`/`--list-sets` output is stored."""
+class StoredNcuListing:
+    """Where a capture's `ncu --list-sections`/`--list-sets` output is stored, as its run
+    records it (the listing itself, as captured: capture.session.CapturedNcuListing)."""
 
     blob: str | None = None
     count: int | None = None
@@ -256,8 +257,8 @@ class CaptureInfo:
     seconds: float | None = None
     tool_version: str | None = None
     git: GitState | None = None
-    ncu_sections: NcuListing | None = None
-    ncu_sets: NcuListing | None = None
+    ncu_sections: StoredNcuListing | None = None
+    ncu_sets: StoredNcuListing | None = None
     warnings: tuple[str, ...] = ()
     group: str | None = None
     rank: int | None = None
@@ -283,10 +284,10 @@ class CaptureInfo:
                    bool(raw.get("shell")))
 
 
-def _listing(raw: object) -> NcuListing | None:
+def _listing(raw: object) -> StoredNcuListing | None:
     if not isinstance(raw, dict):
         return None
-    return NcuListing(raw.get("blob"), raw.get("count"), raw.get("error"))
+    return StoredNcuListing(raw.get("blob"), raw.get("count"), raw.get("error"))
 
 
 @dataclass(frozen=True)

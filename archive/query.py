@@ -182,7 +182,7 @@ def _table_file(store: Store, run_id: str, name: str, sha: str):
     from triage.base.errors import CorruptObject
 
     try:
-        return store.local_table(run_id, name, sha)
+        return store.tables.local(run_id, name, sha)
     except FileNotFoundError:
         raise CorruptObject(f"the {name} table of run {run_id[:12]} is missing from the store; "
                             "`triage verify` lists what is damaged") from None

@@ -1,9 +1,9 @@
 """Remotes: the other stores a store pushes to and pulls from (`triage remote add NAME URL`).
 
-They are kept in the store's own config (Store.remotes, one small file per remote), so every
-command on the store, from any directory, finds the same names, and two writers adding two
-remotes at once keep both. A URL is a store location
-as `--store` takes it: a local directory, one on a shared filesystem, or a store URL.
+They are kept in the store's own config (`store.remotes`, remote_config.py: one small file per
+remote), so every command on the store, from any directory, finds the same names, and two
+writers adding two remotes at once keep both. A URL is a store location as `--store` takes it:
+a local directory, one on a shared filesystem, or a store URL.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from triage.archive.store import REMOTE_RE, STORE_VERSION, Store
+from triage.archive.remote_config import REMOTE_RE
+from triage.archive.store import STORE_VERSION, Store
 from triage.base.errors import StoreError, UnknownRemote, UsageError
 
 URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -41,12 +42,12 @@ def add_remote(store: Store, name: str, url: str) -> Remote:
                          "'_' and '-', starting with a letter or digit")
     if not url.strip():
         raise UsageError(f"remote {name}: an empty URL; give a store directory or URL")
-    remotes = store.remotes()
+    remotes = store.remotes.all()
     if name in remotes:
         raise UsageError(f"remote {name} exists ({remotes[name]}); `triage remote remove {name}` "
                          "first to point it elsewhere")
     remote = Remote(name, location(url))
-    store.write_remote(name, remote.url)
+    store.remotes.write(name, remote.url)
     return remote
 
 
@@ -54,16 +55,16 @@ def remove_remote(store: Store, name: str) -> Remote:
     """Forget a remote: its file is left empty rather than deleted, so that it also hides the
     name in an older store's remotes.json (never rewritten)."""
     remote = get_remote(store, name)
-    store.write_remote(name, None)
+    store.remotes.write(name, None)
     return remote
 
 
 def list_remotes(store: Store) -> list[Remote]:
-    return [Remote(name, url) for name, url in sorted(store.remotes().items())]
+    return [Remote(name, url) for name, url in sorted(store.remotes.all().items())]
 
 
 def get_remote(store: Store, name: str) -> Remote:
-    remotes = store.remotes()
+    remotes = store.remotes.all()
     if name not in remotes:
         raise _unknown(name, remotes)
     return Remote(name, remotes[name])
@@ -90,7 +91,7 @@ def remotes_of(store_path) -> dict[str, str]:
     """The remotes of the store at `store_path`; none where there is no store yet (pulling
     into it makes one)."""
     try:
-        return Store.open(store_path).remotes()
+        return Store.open(store_path).remotes.all()
     except StoreError:
         return {}
 
@@ -104,15 +105,15 @@ def push_target(store: Store, words: list[str]) -> tuple[Remote, list[str]]:
     """`triage push [NAME] [RUN...]`: the remote and the RUNs. The first word is the remote
     when it is one of the store's remotes or a store's place (not a file: a RUN may be a
     report path); otherwise every word is a RUN and the remote is the default one."""
-    if words and (words[0] in store.remotes()
+    if words and (words[0] in store.remotes.all()
                   or (is_location(words[0]) and not os.path.isfile(words[0]))):
-        return named_remote(store.remotes(), words[0]), words[1:]
+        return named_remote(store.remotes.all(), words[0]), words[1:]
     return default_remote(store), words
 
 
 def default_remote(store: Store) -> Remote:
     """The remote `triage push` uses when given none: the only one, else `origin`."""
-    remotes = store.remotes()
+    remotes = store.remotes.all()
     if len(remotes) == 1:
         return Remote(*next(iter(remotes.items())))
     if "origin" in remotes:

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from triage.archive import catalog, catalogview
-from triage.archive.store import SHA256_RE, LabelMove, Store, check_label, looks_like_run
+from triage.archive.labels import LabelMove, check_label, looks_like_run
+from triage.archive.store import Store
+from triage.base.hashing import SHA256_RE
 from triage.base.errors import AmbiguousRun, LabelNotFound, RunNotFound, StoreError, UsageError
 
 if TYPE_CHECKING:  # imported by `load_record`: `ls` and `latest` need no model
@@ -21,18 +23,18 @@ MIN_PREFIX = 4
 def resolve(store: Store, ref: str) -> str:
     """A full run id for a full id, `latest`, a label, or a unique id prefix; an old (format 1)
     id or prefix resolves to the run's id now through the store's aliases."""
-    if SHA256_RE.match(ref) and store.has_run(ref):
+    if SHA256_RE.match(ref) and store.runs.has(ref):
         return ref
-    if SHA256_RE.match(ref) and ref in (aliased := store.aliases(ref)):
+    if SHA256_RE.match(ref) and ref in (aliased := store.runs.aliases(ref)):
         return aliased[ref]
     if ref == "latest":
         newest = next(catalog.open_view(store, ["id"]).newest(catalogview.KEY_COLUMNS, 1), [])
         if not newest:
             raise RunNotFound("no runs yet; `triage archive REPORT` adds one")
         return newest[0]["id"]
-    labels = store.labels()
+    labels = store.labels.all()
     if ref in labels:
-        if store.has_run(labels[ref]):
+        if store.runs.has(labels[ref]):
             return labels[ref]
         if not SHA256_RE.match(labels[ref]):
             raise RunNotFound(f"label {ref!r} is damaged (it holds no run id); `triage label "
@@ -47,7 +49,7 @@ def _by_prefix(store: Store, ref: str) -> str:
     if len(lowered) >= MIN_PREFIX and all(c in "0123456789abcdef" for c in lowered):
         # runs/ only on a miss: a run the catalog holds no row of (indexed in part) is found
         matches = catalog.open_view(store, ["id"]).prefixed(lowered) or \
-            store.run_ids(prefix=lowered) or sorted(set(store.aliases(lowered).values()))
+            store.runs.ids(prefix=lowered) or sorted(set(store.runs.aliases(lowered).values()))
         if len(matches) == 1:
             return matches[0]
         if matches:
@@ -113,7 +115,7 @@ def _is_report(word: str, labels: dict[str, str]) -> bool:
 def _labels_if_any(store_path) -> dict[str, str]:
     """The store's labels; none where there is no store yet (archiving the report makes it)."""
     try:
-        return Store.open(store_path).labels()
+        return Store.open(store_path).labels.all()
     except StoreError:
         return {}
 
@@ -144,12 +146,12 @@ def point_label(store: Store, name: str, ref: str) -> LabelChange:
     """Point label `name` at the run `ref` names (a bad name is refused before any lookup)."""
     check_label(name)
     run_id = resolve(store, ref)
-    return LabelChange(name, run_id, store.set_label(name, run_id))
+    return LabelChange(name, run_id, store.labels.point(name, run_id))
 
 
 def label_moves(store: Store, name: str) -> list[LabelMove]:
     """Every move of label `name`, oldest first (LabelNotFound when it never had one)."""
-    moves = store.label_history(name)
+    moves = store.labels.history(name)
     if not moves:
         raise LabelNotFound(f"label {name!r} has no history; `triage label` lists labels")
     return moves
@@ -163,12 +165,12 @@ def series_label(label: str | None, i: int, count: int) -> str | None:
 
 def delete_label(store: Store, name: str) -> LabelChange:
     """Delete label `name` (LabelNotFound when there is none)."""
-    return LabelChange(name, None, store.remove_label(name))
+    return LabelChange(name, None, store.labels.remove(name))
 
 
 def labels_by_run(store: Store) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    for name, run_id in sorted(store.labels().items()):
+    for name, run_id in sorted(store.labels.all().items()):
         out.setdefault(run_id, []).append(name)
     return out
 
@@ -178,6 +180,6 @@ def load_record(store: Store, ref: str) -> RunRecord:
     from triage.archive.model import RunRecord
 
     run_id = resolve(store, ref)
-    return RunRecord.from_manifest(run_id, store.read_manifest(run_id),
-                                   store.read_annotations(run_id),
+    return RunRecord.from_manifest(run_id, store.runs.read_manifest(run_id),
+                                   store.annotations.read(run_id),
                                    tuple(labels_by_run(store).get(run_id, [])))

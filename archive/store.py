@@ -24,51 +24,38 @@ Layout (all under the store root):
 Objects and manifests are written to a temp file beside their target and renamed into place, so
 no reader sees a partial file; a run is visible once `runs/<id>.json` exists, and that file is
 written only after every object it references.
+
+Each folder is kept by one part of `Store`, so that no class owns them all: objects/ by
+`store.objects` (objects.py), tables/ by `store.tables` (table_files.py), runs/, keys/ and
+aliases/ by `store.runs` (run_manifests.py), annotations/ by `store.annotations`
+(annotations.py), labels/ and label-history/ by `store.labels` (labels.py), remotes/ by
+`store.remotes` (remote_config.py); index/ is the catalog's (catalog.py), leases/ lease.py's.
+This module opens a store and checks its marker and format.
 """
 
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
-from triage.archive import atomic, lease, validate
+from triage.archive import atomic, lease
+from triage.archive.annotations import Annotations
+from triage.archive.canonical import canonical_json
 from triage.archive.files import StoreFiles
-from triage.base.errors import DiskFull, LabelNotFound, NewerFormat, StoreError, UsageError
-from triage.base.hashing import copy_hashing, hash_file
-from triage.base.timeutil import utc_now
+from triage.archive.labels import Labels
+from triage.archive.objects import Objects
+from triage.archive.remote_config import RemoteConfig
+from triage.archive.run_manifests import Runs
+from triage.archive.table_files import Tables
+from triage.base.errors import DiskFull, NewerFormat, StoreError
 
 STORE_MARKER = "triage-store.json"
 STORE_FORMAT = "triage-store"
 # 2: run ids hash the run's identity (manifest_file); 3: tables under tables/<table>/run_id=<id>/
 # (hive style), not objects/. An older store is refused until `triage migrate` upgrades it.
 STORE_VERSION = 3
-TABLES_DIR = "tables"
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-HEX_RE = re.compile(r"^[0-9a-fA-F]{4,64}$")
-LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
-RESERVED_LABELS = {"latest"}
-SEAL = "sha256"
-MOVE_SUFFIX = ".move"
-MOVE_TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$")  # utc_now's
-WRITER_RE = re.compile(r"^[A-Za-z0-9.-]{1,128}$")
-# A remote's name is one file name: no '/', no leading '.' (not '.', '..' or a temp file)
-REMOTE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-REMOTES_DIR = "remotes"
-REMOTES_FILE = "remotes.json"  # where remotes were kept, all in one, before remotes/<name>
-# What a run's id leaves out: how its tables came out as bytes (Parquet writer, pyarrow) and
-# which library versions wrote them. Two people archiving one report get one run id.
-NOT_IDENTITY = ("tables", "extractor", SEAL)
-
-
-def canonical_json(obj) -> bytes:
-    """The one byte form of a JSON document that its hash is taken over."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode("utf-8")
 
 
 def marker_bytes() -> bytes:
@@ -81,44 +68,6 @@ def migrating_marker_bytes(found: int) -> bytes:
     triage, and to this one a store that only `migrate` may open (to finish the job)."""
     return canonical_json({"format": STORE_FORMAT, "migrating_from": found,
                            "version": STORE_VERSION})
-
-
-def seal_of(doc: dict) -> str:
-    """The checksum a document carries that its name does not hash whole: sha256 of the rest
-    of it. Annotations change (notes are added), and a manifest's name hashes only its
-    identity; each write seals them, and readers and `verify` check the seal."""
-    body = {k: v for k, v in doc.items() if k != SEAL}
-    return hashlib.sha256(canonical_json(body)).hexdigest()
-
-
-def manifest_identity(manifest: dict) -> dict:
-    """What makes a run the run it is: its reports' hashes, provenance, redaction patterns
-    and table schema version; not its tables' bytes nor the versions of the libraries that
-    wrote them (NOT_IDENTITY). Its tables are attached by their own hashes."""
-    return {k: v for k, v in manifest.items() if k not in NOT_IDENTITY}
-
-
-def manifest_file(manifest: dict) -> tuple[str, bytes]:
-    """A manifest's run id and the sealed bytes stored at runs/<id>.json."""
-    body = {k: v for k, v in manifest.items() if k != SEAL}
-    if body.get("schema_version") == 1:  # an old run: the id hashes the bytes (read only)
-        data = canonical_json(body)
-        return hashlib.sha256(data).hexdigest(), data
-    run_id = hashlib.sha256(canonical_json(manifest_identity(body))).hexdigest()
-    return run_id, canonical_json({**body, SEAL: seal_of(body)})
-
-
-def manifest_id(data: bytes) -> str | None:
-    """The run id a manifest file's bytes stand for; None when they are damaged: not the
-    canonical JSON of a sealed manifest (a version 1 manifest: its id is its bytes' hash)."""
-    try:
-        doc = validate.load_json(data)
-    except ValueError:  # not a manifest at all: what its bytes hash to (readers say why)
-        return hashlib.sha256(data).hexdigest()
-    if not isinstance(doc, dict) or doc.get("schema_version") == 1 or SEAL not in doc:
-        return hashlib.sha256(data).hexdigest()
-    run_id, sealed = manifest_file(doc)
-    return run_id if sealed == data and doc[SEAL] == seal_of(doc) else None
 
 
 def default_store_path() -> Path:
@@ -144,93 +93,24 @@ def os_error(exc: OSError, path: Path | str, doing: str) -> StoreError:
     return StoreError(f"cannot {doing} store {path}: {exc.strerror or exc}")
 
 
-@dataclass(frozen=True)
-class LabelMove:
-    """One move of a label, as its history keeps it: when, by which writer, to which run
-    (None: the label was deleted)."""
-
-    time: str
-    writer: str
-    run_id: str | None
-
-
-def writer_id() -> str:
-    """A name for this writer no other writer has (host, process, random), so that two moves
-    made in the same microsecond on two nodes are two files, ordered the same by everyone."""
-    import secrets
-    import socket
-
-    host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:64] or "host"
-    return f"{host}-{os.getpid()}-{secrets.token_hex(4)}"
-
-
-@dataclass(frozen=True)
-class Part:
-    """One file a run references: its key in the store, the sha256 its bytes must hash to,
-    what it is (for messages) and the size its manifest records (None: not recorded)."""
-
-    key: str
-    sha256: str
-    what: str
-    size: int | None
-
-
-TABLE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-# Store.table_key's keys, and nothing else under tables/
-TABLE_KEY_RE = re.compile(r"^tables/[a-z][a-z0-9_]{0,63}/run_id=[0-9a-f]{64}/"
-                          r"[0-9a-f]{64}\.parquet$")
-
-
-def run_parts(run_id: str, manifest: dict) -> list[Part]:
-    """Every file a run references, each once: its reports, the `--list-sections`/`--list-sets`
-    output and working-tree patch a capture stored (objects/), and its tables (tables/).
-
-    Reads the stored document, not a RunRecord: verify, gc and import must fail on a malformed
-    reference list (KeyError, TypeError, ValueError), where RunRecord degrades it to nothing;
-    and a table name or hash that is not one could name a key outside the layout."""
-    capture = manifest.get("capture") or {}
-    objects = [(r["sha256"], f"report {r.get('name')}", r.get("bytes"))
-               for r in manifest.get("reports") or []]
-    objects += [(listing["blob"], f"ncu --list-{key} output", None)
-                for key, listing in sorted((capture.get("ncu_lists") or {}).items())
-                if listing.get("blob") is not None]
-    patch = (capture.get("git") or {}).get("patch")
-    if patch is not None:
-        objects.append((patch["sha256"], "patch of the working tree", patch.get("bytes")))
-    parts = [Part(Store.object_key(_sha(sha)), sha, what, size) for sha, what, size in objects]
-    for name, table in sorted((manifest.get("tables") or {}).items()):
-        if not TABLE_NAME_RE.match(name):
-            raise ValueError(f"table name {name[:40]!r} is not one")
-        sha = _sha(table["sha256"])
-        parts.append(Part(Store.table_key(run_id, name, sha), sha, f"table {name}",
-                          table.get("bytes")))
-    return list({part.key: part for part in parts}.values())
-
-
-def _sha(value: object) -> str:
-    if not isinstance(value, str) or not SHA256_RE.match(value):
-        raise ValueError(f"{str(value)[:40]!r} is not a sha256")
-    return value
-
-
-@dataclass(frozen=True)
-class Staged:
-    """An object copied into a temp file under objects/, durable but not yet visible."""
-
-    temp: Path
-    sha256: str
-    bytes: int
-
-
 class Store:
-    """A triage store: its files (a local directory or an S3 prefix, files.py) by key.
+    """A triage store: its files (a local directory or an S3 prefix, files.py) by key, and one
+    part per thing it keeps: `objects`, `tables`, `runs` (manifests, dedup keys, aliases),
+    `annotations`, `labels` and `remotes`. The store itself is opened here, its marker and
+    format checked, and the small-file reads and writes every part shares made.
 
     Every read, listing, write and removal goes through `files`, one implementation whatever
-    the filesystem. `root` and the folder paths below it are the local directory of a local
-    store (tests and tools that damage a store on purpose); a remote store has none."""
+    the filesystem. `root` is the local directory of a local store (tests and tools that
+    damage a store on purpose); a remote store has none."""
 
     def __init__(self, files: StoreFiles | Path):
         self.files = files if isinstance(files, StoreFiles) else StoreFiles.local(Path(files))
+        self.objects = Objects(self)
+        self.tables = Tables(self)
+        self.runs = Runs(self)
+        self.annotations = Annotations(self)
+        self.labels = Labels(self)
+        self.remotes = RemoteConfig(self)
 
     @property
     def where(self) -> str:
@@ -251,16 +131,6 @@ class Store:
         if self.files.local_root is None:
             raise StoreError(f"store {self.where} is not a local directory")
         return self.files.local_root
-
-    objects = property(lambda self: self.root / "objects")
-    runs = property(lambda self: self.root / "runs")
-    keys = property(lambda self: self.root / "keys")
-    annotations = property(lambda self: self.root / "annotations")
-    label_dir = property(lambda self: self.root / "labels")
-    index = property(lambda self: self.root / "index")
-    leases = property(lambda self: self.root / "leases")
-    alias_dir = property(lambda self: self.root / "aliases")
-    history_dir = property(lambda self: self.root / "label-history")
 
     def error(self, exc: OSError, doing: str) -> StoreError:
         """An OSError of this store's filesystem as one line naming the store and the fix."""
@@ -374,156 +244,7 @@ class Store:
             raise StoreError(f"cannot write store {self.root}: permission denied; "
                              "choose a writable location with --store or $TRIAGE_STORE")
 
-    # -- objects -----------------------------------------------------------------------------
-
-    @staticmethod
-    def object_key(sha256: str) -> str:
-        return f"objects/{sha256[:2]}/{sha256[2:]}"
-
-    @staticmethod
-    def table_key(run_id: str, name: str, sha256: str) -> str:
-        """Where a run's table lies: hive style, so that Spark, DuckDB, Polars or pyarrow read
-        `tables/<name>/` as one dataset with `run_id` as its partition column, no triage code
-        needed; named by the hash of its bytes, so a file never changes once written."""
-        return f"{TABLES_DIR}/{name}/run_id={run_id}/{sha256}.parquet"
-
-    def object_path(self, sha256: str) -> Path:
-        """An object's file in a local store (tests and tools that damage one on purpose)."""
-        return self.root / self.object_key(sha256)
-
-    def size_of(self, key: str) -> int | None:
-        """A file's size; None when it is missing."""
-        found = self.files.info(key)
-        return found.size if found is not None else None
-
-    def open_file(self, key: str):
-        """A run's file (an object, a table) opened for reading (random access), streamed as it
-        is: not checked against its hash (`verify`, `export` hash what they read)."""
-        return self.files.open(key)
-
-    def local_table(self, run_id: str, name: str, sha256: str) -> Path:
-        """A local file holding a run's table, for readers that want a path (Parquet, DuckDB)."""
-        return self.local_copy(self.table_key(run_id, name, sha256), sha256)
-
-    def local_copy(self, key: str, sha256: str) -> Path:
-        """A local file holding a file named by the hash of its bytes (an object, a table, a
-        catalog segment): the file itself in a local store; for a remote one, its copy in the
-        cache (cache.py), fetched once and checked against its hash. FileNotFoundError when
-        it is missing."""
-        if self.files.local_root is not None:
-            return self.files.local_root / key
-        from triage.archive.cache import cached_object
-
-        return cached_object(self.files, key, sha256)
-
-    def put_stream(self, stream) -> tuple[str, int]:
-        """Store the bytes of a readable stream; return (sha256, size). Idempotent."""
-        return self.publish(self.stage_stream(stream))
-
-    def put_file(self, path: Path) -> tuple[str, int]:
-        """Store a file's bytes (streamed, never read whole)."""
-        with open(path, "rb") as stream:
-            return self.put_stream(stream)
-
-    def put_bytes(self, data: bytes) -> tuple[str, int]:
-        import io
-
-        return self.put_stream(io.BytesIO(data))
-
-    def object_bytes(self, sha256: str) -> bytes:
-        """A small object's bytes (a capture's patch), checked against its hash: damaged bytes
-        must not be handed on as the run's."""
-        from triage.base.errors import CorruptObject
-
-        try:
-            data = self.files.read(self.object_key(sha256))
-        except FileNotFoundError:
-            raise CorruptObject(f"object {sha256[:12]} is missing from the store; `triage "
-                                "verify` lists what is damaged") from None
-        except OSError as exc:
-            raise self.error(exc, "read") from None
-        if hashlib.sha256(data).hexdigest() != sha256:
-            raise CorruptObject(f"object {sha256[:12]} does not match its hash; `triage verify` "
-                                "lists what is damaged")
-        return data
-
-    def new_temp(self, suffix: str = "") -> Path:
-        """A temp file for an object being made (an nsys export, a table, an imported object):
-        under objects/ in a local store, in the spool for a remote one (files.py)."""
-        try:
-            return self.files.new_temp("objects", suffix)
-        except OSError as exc:
-            raise self.error(exc, "write") from None
-
-    def stage_stream(self, stream, cancel=None) -> Staged:
-        """Copy a stream into a durable temp file under objects/, hashing it on the way.
-
-        Split from `publish` so that a large report can be copied on a worker thread while it
-        is being read, and dropped (`discard`) if reading it fails: nothing becomes visible.
-        """
-        try:
-            with atomic.temp_file_in(self.files.temp_folder("objects"), keep=True) \
-                    as (sink, temp):
-                sha, size = copy_hashing(stream, sink, cancel)
-                sink.flush()
-                os.fsync(sink.fileno())
-        except OSError as exc:
-            raise self.error(exc, "write") from None
-        return Staged(temp, sha, size)
-
-    def stage_file(self, path: Path, cancel=None) -> Staged:
-        with open(path, "rb") as stream:
-            return self.stage_stream(stream, cancel)
-
-    def publish(self, staged: Staged, key: str | None = None,
-                cache: bool = False) -> tuple[str, int]:
-        """Make a staged file visible: at `key` (a table's), else as the object of its hash;
-        with `cache`, a remote store's upload stays in the local cache (a table its writer
-        reads back at once).
-
-        Renamed into place even when a copy exists: the fresh file tells a concurrent
-        `triage gc` that it is wanted again (see integrity._remove). On S3 the same: a PUT of
-        the same bytes under the same name, a new mtime."""
-        try:
-            self.files.publish(staged.temp, key or self.object_key(staged.sha256), readonly=True,
-                               cache_as=staged.sha256 if cache else None)
-        except OSError as exc:
-            raise self.error(exc, "write") from None
-        return staged.sha256, staged.bytes
-
-    @staticmethod
-    def discard(staged: Staged) -> None:
-        staged.temp.unlink(missing_ok=True)
-
-    @staticmethod
-    def stage_temp(temp: Path) -> Staged:
-        """A finished temp file (made by `new_temp`), hashed, to be published."""
-        sha, size = hash_file(temp)
-        return Staged(temp, sha, size)
-
-    # -- runs --------------------------------------------------------------------------------
-
-    def run_path(self, run_id: str) -> Path:
-        return self.root / self.run_key(run_id)
-
-    @staticmethod
-    def run_key(run_id: str) -> str:
-        return f"runs/{run_id}.json"
-
-    def has_run(self, run_id: str) -> bool:
-        return self.files.exists(self.run_key(run_id))
-
-    def write_manifest(self, manifest: dict, replace: bool = False) -> str:
-        """Write a manifest (after everything it references); return its id.
-
-        Write-once: the first writer of a run wins, and the same run written again leaves its
-        file as it is. A damaged manifest file (one that no longer stands for its id) is
-        replaced, and so is one whose tables are lost when `replace` (archiving the report
-        again repairs a run)."""
-        run_id, data = manifest_file(manifest)
-        if replace or self.manifest_bytes(run_id) is None:
-            self.write_small(self.run_key(run_id), data, readonly=True)
-        return run_id
+    # -- small files, shared by every part ------------------------------------------------------
 
     def write_small(self, key: str, data: bytes, readonly: bool = False) -> None:
         """Write a manifest, key, label or annotations file under a lease of its own: its temp
@@ -543,178 +264,15 @@ class Store:
         except OSError as exc:
             raise self.error(exc, "read") from None
 
-    def manifest_bytes(self, run_id: str) -> bytes | None:
-        """A manifest's bytes if they stand for its id; None if it is missing or damaged."""
-        data = self.read_file(self.run_key(run_id))
-        return data if data is not None and manifest_id(data) == run_id else None
+    def size_of(self, key: str) -> int | None:
+        """A file's size; None when it is missing."""
+        found = self.files.info(key)
+        return found.size if found is not None else None
 
-    def read_manifest(self, run_id: str) -> dict:
-        """A run's manifest, checked against its id first (a few KB to hash): an edited or
-        damaged manifest must not be shown or compared as if it were the run."""
-        from triage.base.errors import CorruptObject, RunNotFound
-
-        data = self.manifest_bytes(run_id)
-        if data is None:
-            if not self.has_run(run_id):
-                raise RunNotFound(f"run {run_id[:12]} not found; `triage ls` lists runs")
-            raise CorruptObject(f"manifest of run {run_id[:12]} does not match its id (edited or "
-                                "damaged); `triage verify` lists what is damaged, archiving "
-                                "its report again repairs it")
-        try:  # hash-valid is not enough: `"kernels": "many"` would fail every reader
-            manifest = validate.load_json(data)
-            validate.check_manifest(manifest, self.run_key(run_id))
-            manifest.pop(SEAL, None)
-        except ValueError as exc:
-            raise CorruptObject(f"manifest of run {run_id[:12]} is not a valid manifest ({exc}); "
-                                "`triage verify` lists what is damaged") from None
-        return manifest
-
-    def run_ids(self, prefix: str = "") -> list[str]:
-        """Ids of all visible runs, sorted (one directory listing, no file reads); with `prefix`,
-        those it begins: resolving an id prefix checks the few names that match, not 100,000."""
-        ids = (run_id_of(n) for n in self.run_files() if n.startswith(prefix))
-        return sorted(i for i in ids if i is not None)
-
-    def run_files(self) -> list[str]:
-        """Every name in runs/, unchecked (one listing): the catalog checks only the few names
-        its rows do not account for (`run_id_of`), where `run_ids` checks each."""
-        return self.files.names("runs")
-
-    # -- dedup keys ----------------------------------------------------------------------------
-
-    def lookup_key(self, key: str) -> str | None:
-        """The run a dedup key points at, if that run is whole: a damaged manifest is not
-        "already archived", so archiving the report again writes it afresh."""
-        data = self.read_file(f"keys/{key}")
-        if data is None:
-            return None
-        run_id = data.decode("utf-8", "replace").strip()
-        if not SHA256_RE.match(run_id) or self.manifest_bytes(run_id) is None:
-            return None
-        return run_id
-
-    def record_key(self, key: str, run_id: str) -> None:
-        self.write_small(f"keys/{key}", (run_id + "\n").encode())
-
-    # -- aliases -------------------------------------------------------------------------------
-
-    def write_alias(self, old: str, new: str) -> None:
-        """Let a run's format 1 id resolve to its id now (written by `triage migrate`)."""
-        self.write_small(f"aliases/{old}", (new + "\n").encode(), readonly=True)
-
-    def aliases(self, prefix: str = "") -> dict[str, str]:
-        """Old run id -> run id, for the old ids that begin with `prefix`."""
-        out = {}
-        for name in self.files.names("aliases"):
-            if not name.startswith(prefix):
-                continue
-            held = self.pointer(f"aliases/{name}") or ""
-            if SHA256_RE.match(name) and SHA256_RE.match(held):
-                out[name] = held
-        return out
-
-    # -- config: remotes ---------------------------------------------------------------------
-
-    def remotes(self) -> dict[str, str]:
-        """The remotes this store pushes to and pulls from: name -> store location
-        (`triage remote add`). Each is a file of its own, remotes/<name>, so that two writers
-        adding two names at once both keep theirs (no file holds them all, no conditional
-        write). Over them, the remotes.json of a store written before (read, never written):
-        a name's own file wins, an empty one hides it (removed)."""
-        found = self._legacy_remotes()
-        for name in self.files.names(REMOTES_DIR):
-            if not REMOTE_RE.match(name):  # a temp file (.tmp-*) or a stranger: no remote's
-                continue
-            url = self._remote_url(name)
-            if url:
-                found[name] = url
-            elif url is not None:
-                found.pop(name, None)
-        return found
-
-    def _remote_url(self, name: str) -> str | None:
-        """What remotes/<name> holds: a URL, "" for a removed remote, None when it is gone."""
-        key = f"{REMOTES_DIR}/{name}"
-        data = self.read_file(key)
-        try:
-            return None if data is None else data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise StoreError(f"{self.where}/{key} is not a remote's URL; delete it and add the "
-                             f"remote again with `triage remote add {name} URL`") from None
-
-    def _legacy_remotes(self) -> dict[str, str]:
-        """The remotes a store kept in one remotes.json before they had a file each."""
-        where = f"{self.where}/{REMOTES_FILE}"
-        try:
-            data = self.read_file(REMOTES_FILE)
-            doc = validate.load_json(data) if data is not None else {"remotes": {}}
-        except ValueError as exc:
-            raise StoreError(f"cannot read {where} ({exc}); fix or delete it and add the "
-                             "remotes again with `triage remote add`") from None
-        found = doc.get("remotes") if isinstance(doc, dict) else None
-        if not isinstance(found, dict) or not all(isinstance(v, str) for v in found.values()):
-            raise StoreError(f"{where} is not a remotes file; delete it and add the remotes "
-                             "again with `triage remote add`")
-        return found
-
-    def write_remote(self, name: str, url: str | None) -> None:
-        """Point remote `name` at `url`, or mark it removed (None): its own file, replaced
-        atomically, so that no other remote is rewritten."""
-        self.write_small(f"{REMOTES_DIR}/{name}", (url or "").encode("utf-8"))
-
-    # -- annotations ---------------------------------------------------------------------------
-
-    @staticmethod
-    def annotations_key(run_id: str) -> str:
-        return f"annotations/{run_id}.json"
-
-    def read_annotations(self, run_id: str) -> dict:
-        """A run's archive time and notes; {} when there are none, or when they are not what the
-        annotations schema says (`verify` names them): bad notes must not hide the run."""
-        try:
-            data = self.read_file(self.annotations_key(run_id))
-            if data is None:
-                return {}
-            doc = validate.load_json(data)
-            validate.check(doc, validate.ANNOTATIONS)
-        except (OSError, ValueError):
-            return {}
-        doc.pop(SEAL, None)
-        return doc
-
-    def annotate(self, run_id: str, archived: str, note: str | None,
-                 new_run: bool = False) -> dict:
-        """Keep the first archive time; append a note if it is new. Last writer wins. A run
-        whose manifest this writer has just written where there was none (`new_run`) has no
-        annotations yet (only a writer racing it could have written some): none are read."""
-        doc = {} if new_run else self.read_annotations(run_id)
-        doc.setdefault("archived", archived)
-        notes = doc.setdefault("notes", [])
-        if note and note not in [n["text"] for n in notes]:
-            notes.append({"time": archived, "text": note})
-        self._write_annotations(run_id, doc)
-        return doc
-
-    def merge_annotations(self, run_id: str, other: dict) -> bool:
-        """Add another store's annotations of a run to ours (push, pull): the earlier archive
-        time, and each of its notes we lack, with the time it was written. True when that
-        changed anything (nothing is written otherwise)."""
-        doc = self.read_annotations(run_id)
-        notes = list(doc.get("notes", []))
-        texts = {n["text"] for n in notes}
-        notes += [n for n in other.get("notes", []) if n["text"] not in texts]
-        times = [t for t in (doc.get("archived"), other.get("archived")) if t]
-        merged = {**doc, **({"archived": min(times)} if times else {}), "notes": notes}
-        if merged == {"notes": [], **doc}:
-            return False
-        self._write_annotations(run_id, merged)
-        return True
-
-    def _write_annotations(self, run_id: str, doc: dict) -> None:
-        sealed = {**doc, SEAL: seal_of(doc)}
-        self.write_small(self.annotations_key(run_id), canonical_json(sealed))
-
-    # -- labels --------------------------------------------------------------------------------
+    def open_file(self, key: str):
+        """A run's file (an object, a table) opened for reading (random access), streamed as it
+        is: not checked against its hash (`verify`, `export` hash what they read)."""
+        return self.files.open(key)
 
     def pointer(self, key: str) -> str | None:
         """What a label, key or alias file says, as text; None when there is none, "" when it
@@ -728,158 +286,3 @@ class Store:
         except OSError:
             return ""
         return data.decode("utf-8", "replace").strip()
-
-    def labels(self) -> dict[str, str]:
-        """All labels and the run each points at. A damaged label (bytes that are not text, a
-        file that cannot be read) points at no run, which `resolve` and `verify` name; a file
-        whose name no label can have is not one (`verify` names it): one bad file must not
-        hide the other labels."""
-        out: dict[str, str] = {}
-        for key in self.files.files("labels"):
-            name = key[len("labels/"):]
-            if LABEL_RE.match(name) and not key.rsplit("/", 1)[-1].startswith(atomic.TMP_PREFIX):
-                out[name] = self.pointer(key) or ""
-        return out
-
-    def label_history(self, name: str) -> list[LabelMove]:
-        """Every move of a label, oldest first; [] for a label moved before histories were
-        kept, or never. Newest wins: the last is where the label points."""
-        folder = f"label-history/{name}"
-        names = sorted(n for n in self.files.names(folder) if n.endswith(MOVE_SUFFIX))
-        moves = [self._move(f"{folder}/{n}") for n in names]
-        return sorted((m for m in moves if m is not None), key=lambda m: (m.time, m.writer))
-
-    def _move(self, key: str) -> LabelMove | None:
-        """One history entry; None for one that cannot be read (`verify` names the store's
-        damage; a bad entry must not hide the label's other moves)."""
-        try:
-            data = self.read_file(key)
-            if data is None:
-                return None
-            doc = json.loads(data)
-            run_id = doc["run"]
-            if run_id is not None and not SHA256_RE.match(run_id):
-                return None
-            return LabelMove(str(doc["time"]), str(doc["writer"]), run_id)
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-
-    def _record_move(self, name: str, run_id: str | None) -> str | None:
-        """Append a move to the label's history (a new file, never a rewrite: no conditional
-        write, so two nodes moving one label both keep their move) and bring labels/<name> to
-        the newest move; return where the label pointed before this move."""
-        before = self.pointer(f"labels/{name}")
-        self._write_move(name, LabelMove(utc_now(precise=True), writer_id(), run_id))
-        self._point_at_newest(name)
-        return before
-
-    def _write_move(self, name: str, move: LabelMove) -> None:
-        entry = {"label": name, "run": move.run_id, "time": move.time, "writer": move.writer}
-        stamp = move.time.replace(":", "").replace("-", "")
-        self.write_small(f"label-history/{name}/{stamp}_{move.writer}{MOVE_SUFFIX}",
-                         canonical_json(entry), readonly=True)
-
-    def add_label_moves(self, name: str, moves: list[LabelMove]) -> str | None:
-        """Add another store's moves of a label to its history here, each under its own time
-        and writer (push, pull), and point the label at the newest move of the two histories:
-        two pushers moving one label lose neither move. Moves already here are skipped, and
-        so is one whose time or writer could not be a file name. Returns what it held before."""
-        self._make_room(name)
-        known = set(self.label_history(name))
-        for move in moves:
-            if move not in known and MOVE_TIME_RE.match(move.time) \
-                    and WRITER_RE.match(move.writer):
-                self._write_move(name, move)
-        before = self.pointer(f"labels/{name}")
-        self._point_at_newest(name)
-        return before
-
-    def _point_at_newest(self, name: str) -> None:
-        """Bring labels/<name> to the newest move, and look again after writing it: a writer
-        whose move came in meanwhile writes after us, so the last pointer written is the newest
-        move's (newest wins on every node; readers read the pointer, one file)."""
-        key, written = f"labels/{name}", None
-        while True:
-            history = self.label_history(name)
-            newest = history[-1] if history else None
-            if newest is None or newest == written:
-                return
-            if newest.run_id is None:
-                self.files.delete(key)
-            else:
-                self.write_small(key, (newest.run_id + "\n").encode())
-            written = newest
-
-    def set_label(self, name: str, run_id: str) -> str | None:
-        """Point a label at a run (a move in its history, labels/<name> replaced atomically);
-        return what it held before (None: a new label), so that a move is never silent."""
-        self._make_room(name)
-        return self._record_move(name, run_id)
-
-    def _make_room(self, name: str) -> None:
-        """Refuse a name no label may have, or one that clashes with a label here."""
-        check_label(name)
-        # An empty folder where the label goes (made by hand, or left when its labels were
-        # removed) is in the way of nothing; one holding a label stays, and is named below.
-        self.files.delete_folder(f"labels/{name}")
-        other = self.label_clash(name)
-        if other == name:
-            raise UsageError(f"label {name!r} clashes with label {name!r} being written, or with "
-                             f"a folder labels/{name} that holds no label; remove the folder or "
-                             "choose another name")
-        if other is not None:
-            raise UsageError(f"label {name!r} clashes with label {other!r} (one would be a "
-                             "folder of the other); choose another name")
-
-    def remove_label(self, name: str) -> str:
-        """Delete a label; return what it held. A deletion is a move in the label's history
-        (to no run), then one unlink: a reader sees the whole label or none. Only a name
-        `labels()` lists is removed, so no name can reach outside labels/. Its folder, if
-        emptied, stays: `set_label` removes empty folders where a label goes."""
-        held = self.labels().get(name)
-        if held is None:
-            raise LabelNotFound(f"label {name!r} not found; `triage label` lists labels")
-        try:
-            self._record_move(name, None)
-        except OSError as exc:
-            raise self.error(exc, "write") from None
-        return held
-
-    def label_clash(self, name: str) -> str | None:
-        """The label that `name` cannot sit beside, one being a folder of the other (a label
-        being written there counts: its temp file is in that folder, but is not named)."""
-        parts = name.split("/")
-        for depth in range(1, len(parts)):
-            above = "/".join(parts[:depth])
-            if self.files.exists(f"labels/{above}"):
-                return above
-        if not self.files.is_dir(f"labels/{name}"):
-            return None
-        inner = (e.key for e in self.files.tree(f"labels/{name}")
-                 if e.is_file and not e.name.startswith(atomic.TMP_PREFIX))
-        return next(inner, f"labels/{name}")[len("labels/"):]
-
-
-def run_id_of(name: str) -> str | None:
-    """The run whose manifest a file in runs/ is, from its name; None for a temp file or any
-    other name."""
-    return name[:-5] if name.endswith(".json") and SHA256_RE.match(name[:-5]) else None
-
-
-def looks_like_run(word: str) -> bool:
-    """A RUN that no label can be: a run id, an id prefix (4+ hex digits) or `latest`."""
-    return word in RESERVED_LABELS or HEX_RE.match(word) is not None
-
-
-def is_label_name(name: str) -> bool:
-    """Labels name runs without looking like run ids or prefixes, and map to one file path."""
-    return LABEL_RE.match(name) is not None and not looks_like_run(name) \
-        and not any(p in ("", ".", "..") for p in name.split("/"))
-
-
-def check_label(name: str) -> None:
-    """Refuse a name no label may have, saying what a label may be."""
-    if not is_label_name(name):
-        raise UsageError(f"invalid label {name!r}: use at most 128 letters, digits, '.', '_', "
-                         "'-' and '/' between names, starting with a letter or digit; not "
-                         "'latest', and not 4+ hex digits (a run id prefix)")

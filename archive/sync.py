@@ -18,7 +18,7 @@ works between any two stores the Store can open. Per run, in this order:
 
 Then the dedup keys and catalog rows of the runs that arrived, then the labels: each label that
 points at a run sent carries its whole move history, merged into the destination's by
-Store.add_label_moves (newest move wins, so two pushers lose neither move).
+Labels.add_moves (newest move wins, so two pushers lose neither move).
 
 A kill at any point leaves the destination as readers want it: whole runs, plus objects and temp
 files no manifest names yet (gc spares them while the push's lease is live). Running the push
@@ -33,7 +33,8 @@ from typing import BinaryIO
 
 from triage.archive import catalog, lease
 from triage.archive.remotes import Remote, open_remote
-from triage.archive.store import Part, Store, run_parts
+from triage.archive.run_manifests import Part, run_parts
+from triage.archive.store import Store
 from triage.base.errors import CorruptObject, RunNotFound, StoreError, UsageError
 from triage.base.hashing import hash_stream
 from triage.base.progress import Progress, Step, no_progress
@@ -70,7 +71,7 @@ def select(store: Store, refs: list[str], label_glob: str | None,
 
     if refs and label_glob:
         raise UsageError("give RUNs or --label GLOB, not both")
-    pointers = store.labels()
+    pointers = store.labels.all()
     if label_glob:
         names = sorted(n for n in pointers if fnmatch.fnmatchcase(n, label_glob))
         if not names:
@@ -79,7 +80,7 @@ def select(store: Store, refs: list[str], label_glob: str | None,
         return Selection(list(dict.fromkeys(resolve(store, n) for n in names)), names)
     try:
         runs = (list(dict.fromkeys(resolve(store, ref) for ref in refs)) if refs
-                else store.run_ids())
+                else store.runs.ids())
     except RunNotFound as exc:
         raise RunNotFound(str(exc).replace("`triage ls`", where)) from None
     chosen = set(runs)
@@ -91,9 +92,9 @@ def transfer(source: Store, dest: Store, chosen: Selection, result: SyncResult,
     """Copy the chosen runs, their annotations and labels from `source` into `dest`."""
     from triage.archive.bundle import record_keys
 
-    manifests = {run_id: source.read_manifest(run_id) for run_id in chosen.runs}
+    manifests = {run_id: source.runs.read_manifest(run_id) for run_id in chosen.runs}
     for name in chosen.labels:  # before anything is sent: a clash would stop it half done
-        other = dest.label_clash(name)
+        other = dest.labels.clash(name)
         if other is not None:
             raise UsageError(f"label {name!r} clashes with label {other!r} in store {dest.where} "
                              "(one would be a folder of the other); rename one of them")
@@ -107,10 +108,10 @@ def transfer(source: Store, dest: Store, chosen: Selection, result: SyncResult,
                 indexed.append(run_id)
         record_keys(dest, {run_id: manifests[run_id] for run_id in result.runs_sent})
         catalog.add_rows(dest, [catalog.catalog_row(dest, r, manifests[r],
-                                                    dest.read_annotations(r)) for r in indexed])
+                                                    dest.annotations.read(r)) for r in indexed])
         for name in chosen.labels:
             _carry_label(source, dest, name)
-        pointers = dest.labels()
+        pointers = dest.labels.all()
         result.labels = {name: pointers.get(name) for name in chosen.labels}
     return result
 
@@ -120,10 +121,11 @@ def _send_run(source: Store, dest: Store, run_id: str, manifest: dict, result: S
     """One run, objects first and manifest last; True when the destination's catalog needs its
     row (it arrived, or its notes changed)."""
     parts = run_parts(run_id, manifest)
-    if dest.manifest_bytes(run_id) is not None and all(dest.files.exists(p.key) for p in parts):
+    if dest.runs.manifest_bytes(run_id) is not None \
+            and all(dest.files.exists(p.key) for p in parts):
         result.runs_present.append(run_id)
         result.objects_skipped += len(parts)
-        return dest.merge_annotations(run_id, source.read_annotations(run_id))
+        return dest.annotations.merge(run_id, source.annotations.read(run_id))
     for part in sorted(parts, key=lambda p: p.key):
         if dest.files.exists(part.key):
             _check_landed(dest, part, run_id)
@@ -131,8 +133,8 @@ def _send_run(source: Store, dest: Store, run_id: str, manifest: dict, result: S
         else:
             result.bytes_sent += _copy(source, dest, part, run_id, meter)
             result.objects_sent += 1
-    dest.merge_annotations(run_id, source.read_annotations(run_id))
-    if dest.write_manifest(manifest) != run_id:  # the same document: the same identity
+    dest.annotations.merge(run_id, source.annotations.read(run_id))
+    if dest.runs.write_manifest(manifest) != run_id:  # the same document: the same identity
         raise StoreError(f"run {run_id[:12]} changed id on the way; this is a bug")
     result.runs_sent.append(run_id)
     return True
@@ -144,7 +146,7 @@ def _copy(source: Store, dest: Store, part: Part, run_id: str, meter: _Meter) ->
     what, sha = part.what, part.sha256
     try:
         with source.open_file(part.key) as stream:
-            staged = dest.stage_stream(_Metered(stream, meter))
+            staged = dest.objects.stage_stream(_Metered(stream, meter))
     except FileNotFoundError:
         raise CorruptObject(f"the {what} of run {run_id[:12]} (object {sha[:12]}) is missing "
                             f"from store {source.where}, so it was not sent; `triage verify "
@@ -152,11 +154,11 @@ def _copy(source: Store, dest: Store, part: Part, run_id: str, meter: _Meter) ->
     except OSError as exc:
         raise source.error(exc, "read") from None
     if staged.sha256 != sha:
-        dest.discard(staged)
+        dest.objects.discard(staged)
         raise CorruptObject(f"the {what} of run {run_id[:12]} (object {sha[:12]}) in store "
                             f"{source.where} does not match its hash, so it was not sent; "
                             f"`triage verify --store {source.where}` lists what is damaged")
-    dest.publish(staged, part.key)
+    dest.objects.publish(staged, part.key)
     return staged.bytes
 
 
@@ -176,13 +178,13 @@ def _check_landed(dest: Store, part: Part, run_id: str) -> None:
 def _carry_label(source: Store, dest: Store, name: str) -> None:
     """A label's moves merged into the destination's history; a label moved before histories
     were kept (none here) is one move now, where the destination's pointer differs."""
-    history = source.label_history(name)
+    history = source.labels.history(name)
     if history:
-        dest.add_label_moves(name, history)
+        dest.labels.add_moves(name, history)
         return
-    target = source.labels().get(name)
-    if target and dest.labels().get(name) != target:
-        dest.set_label(name, target)
+    target = source.labels.all().get(name)
+    if target and dest.labels.all().get(name) != target:
+        dest.labels.point(name, target)
 
 
 class _Meter:

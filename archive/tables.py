@@ -16,7 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from triage.archive import lease
-from triage.archive.store import Staged, Store
+from triage.archive.objects import Staged
+from triage.archive.store import Store
 from triage.base.errors import StoreError
 from triage.schemas.tables import arrow_schema, check_columns
 
@@ -137,7 +138,7 @@ class TableSet:
 
     def writer(self, name: str) -> TableWriter:
         if name not in self.writers:
-            temp = self.store.new_temp(f"-{name}.parquet")
+            temp = self.store.objects.new_temp(f"-{name}.parquet")
             self._temps.append(temp)
             self.writers[name] = TableWriter(name, temp)
         return self.writers[name]
@@ -173,8 +174,8 @@ class TableSet:
         for name, staged in self._sealed.items():
             if not staged.temp.exists():
                 raise self._removed(name)
-        lease.side_by_side([partial(self.store.publish, staged,
-                                    self.store.table_key(run_id, name, staged.sha256), cache=True)
+        lease.side_by_side([partial(self.store.objects.publish, staged,
+                                    self.store.tables.key(run_id, name, staged.sha256), cache=True)
                             for name, staged in self._sealed.items()])
 
     def _written(self, name: str) -> Path:
@@ -187,7 +188,7 @@ class TableSet:
 
     def _staged(self, name: str) -> Staged:
         try:
-            return self.store.stage_temp(self._written(name))
+            return self.store.objects.stage_temp(self._written(name))
         except FileNotFoundError:  # removed between the check and the hashing
             raise self._removed(name) from None
 
@@ -222,4 +223,4 @@ def read_table(store: Store, run_id: str, name: str, sha256: str,
     """Read one stored table of a run."""
     # ParquetFile, not pq.read_table: that one imports pyarrow.dataset and pyarrow.compute
     # (about 60 ms on every command) to read a single file.
-    return pq.ParquetFile(store.local_table(run_id, name, sha256)).read(columns=columns)
+    return pq.ParquetFile(store.tables.local(run_id, name, sha256)).read(columns=columns)

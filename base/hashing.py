@@ -7,6 +7,7 @@ store.
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -14,6 +15,9 @@ if TYPE_CHECKING:
     import threading
 
 CHUNK = 1 << 20
+# A sha256 as `hash_file` writes it: the name of every file a store keeps by its hash, and of
+# every run.
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 def hash_file(path: Path) -> tuple[str, int]:

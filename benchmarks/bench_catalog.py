@@ -61,7 +61,7 @@ def build_store(root: Path, runs: int, kernels: int) -> None:
     store = Store.open(root)
     big, big_file = _big_kernels(store, seed.id, seed.manifest, kernels)
     template = catalog.catalog_row(store, seed.id, seed.manifest, {})
-    seeded = datetime.strptime(store.read_annotations(seed.id)["archived"],
+    seeded = datetime.strptime(store.annotations.read(seed.id)["archived"],
                                "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
     start = seeded + timedelta(seconds=1)  # the clones are newer: `latest` is the big one
     rows, sources = [], {}
@@ -77,7 +77,7 @@ def build_store(root: Path, runs: int, kernels: int) -> None:
                          tables=json.dumps({k: v["sha256"]
                                             for k, v in sorted(manifest["tables"].items())})))
     seed_row = catalog.catalog_row(store, seed.id, seed.manifest,
-                                   store.read_annotations(seed.id))
+                                   store.annotations.read(seed.id))
     _write_catalog(store, [seed_row, *rows])
 
 
@@ -87,9 +87,9 @@ def _link_tables(store, seed: str, run_id: str, manifest: dict, big_file: Path,
     A file system caps a file's links (ext4: 65,000), so at the cap the clone gets a copy,
     which the next clones link to (`sources`: the file each table's hash links to now)."""
     for name, ref in manifest["tables"].items():
-        target = store.root / store.table_key(run_id, name, ref["sha256"])
+        target = store.root / store.tables.key(run_id, name, ref["sha256"])
         target.parent.mkdir(parents=True, exist_ok=True)
-        seeded = store.root / store.table_key(seed, name, ref["sha256"])
+        seeded = store.root / store.tables.key(seed, name, ref["sha256"])
         source = sources.setdefault(ref["sha256"], seeded if seeded.exists() else big_file)
         try:
             os.link(source, target)
@@ -101,12 +101,13 @@ def _link_tables(store, seed: str, run_id: str, manifest: dict, big_file: Path,
 
 
 def _write_run(store, manifest: dict, annotations: dict) -> str:
-    from triage.archive.store import SEAL, canonical_json, manifest_file, seal_of
+    from triage.archive.canonical import SEAL, canonical_json, seal_of
+    from triage.archive.run_manifests import manifest_file
 
     run_id, data = manifest_file(manifest)
-    store.run_path(run_id).write_bytes(data)
+    store.runs.path(run_id).write_bytes(data)
     sealed = {**annotations, SEAL: seal_of(annotations)}
-    (store.annotations / f"{run_id}.json").write_bytes(canonical_json(sealed))
+    store.annotations.path(run_id).write_bytes(canonical_json(sealed))
     return run_id
 
 
@@ -118,7 +119,7 @@ def _write_catalog(store, rows: list[dict]) -> None:
     from triage.archive import catalog
     from triage.schemas.tables import arrow_schema
 
-    shutil.rmtree(store.index, ignore_errors=True)
+    shutil.rmtree(store.root / "index", ignore_errors=True)
     tail = catalog.MERGE_ABOVE - 3
     catalog._write_segment(store, pa.Table.from_pylist(rows[:-tail],
                                                        schema=arrow_schema("catalog")),
@@ -135,14 +136,15 @@ def _big_kernels(store, seed: str, manifest: dict, count: int) -> tuple[dict, Pa
 
     from triage.archive.tables import PARQUET_OPTIONS
 
-    table = pq.read_table(store.root / store.table_key(seed, "kernels",
+    table = pq.read_table(store.root / store.tables.key(seed, "kernels",
                                                         manifest["tables"]["kernels"]["sha256"]))
     repeats = -(-count // table.num_rows)
     big = pa.concat_tables([table] * repeats).slice(0, count)
     big = big.set_column(1, "kernel_index", pa.array(range(count), type=pa.int64()))
-    path = store.objects / ".tmp-bench-kernels.parquet"  # a temp file to verify, linked from
-    pq.write_table(big, path, **PARQUET_OPTIONS)         # the biggest run's key
-    sha, size = store.stage_temp(path).sha256, path.stat().st_size
+    # a temp file to verify, linked from the biggest run's key
+    path = store.root / "objects" / ".tmp-bench-kernels.parquet"
+    pq.write_table(big, path, **PARQUET_OPTIONS)
+    sha, size = store.objects.stage_temp(path).sha256, path.stat().st_size
     return {"sha256": sha, "rows": count, "bytes": size}, path
 
 

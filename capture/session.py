@@ -234,9 +234,10 @@ def _stop(process: subprocess.Popen, signum: int, tail: deque[str]) -> int:
 
 
 @dataclass(frozen=True)
-class NcuListing:
-    """One `--list-sections` / `--list-sets` of the ncu that runs: its text (kept as a blob),
-    the table parsed from it, and why it could not be read."""
+class CapturedNcuListing:
+    """One `--list-sections` / `--list-sets` of the ncu that runs, as captured: its text (kept
+    as a blob), the table parsed from it, and why it could not be read. Once archived, the run
+    records where it went (archive.model.StoredNcuListing)."""
 
     key: str  # "sections" | "sets"
     table_name: str
@@ -245,7 +246,7 @@ class NcuListing:
     error: str | None
 
 
-def _ncu_lists(parsed: ParsedCommand, executable: str) -> list[NcuListing]:
+def _ncu_lists(parsed: ParsedCommand, executable: str) -> list[CapturedNcuListing]:
     """`--list-sections` / `--list-sets` of the ncu that runs (none for nsys)."""
     if parsed.tool != "ncu":
         return []
@@ -254,7 +255,7 @@ def _ncu_lists(parsed: ParsedCommand, executable: str) -> list[NcuListing]:
             ("sections", "--list-sections", "ncu_section_list", profilers.section_table),
             ("sets", "--list-sets", "ncu_set_list", profilers.set_table)):
         listing = profilers.ncu_listing(executable, flag)
-        out.append(NcuListing(key, table, listing.text, to_table(listing), listing.error))
+        out.append(CapturedNcuListing(key, table, listing.text, to_table(listing), listing.error))
     return out
 
 
@@ -364,7 +365,7 @@ class Prepared:
     facts: dict
     version: str | None
     version_text: str
-    listings: list[NcuListing]
+    listings: list[CapturedNcuListing]
     warnings: list[str]
 
 

@@ -44,7 +44,7 @@ def side_refs(store: Store, side: str) -> list[str]:
     ids: list[str] = []
     for ref in side_parts(side):
         if GLOB.search(ref):
-            labels = store.labels()
+            labels = store.labels.all()
             names = sorted((n for n in labels if fnmatch.fnmatchcase(n, ref)), key=_natural)
             if not names:
                 raise RunNotFound(f"no label matches {ref!r}; `triage ls` lists runs and labels")

@@ -31,7 +31,8 @@ from pathlib import Path
 
 from triage.archive.model import RunRecord
 from triage.archive.runs import load_record, series_label
-from triage.archive.store import Store, check_label
+from triage.archive.labels import check_label
+from triage.archive.store import Store
 from triage.capture import replay
 from triage.capture.progress import ProgressEvent
 from triage.capture.session import CaptureRequest
@@ -231,8 +232,8 @@ def original_side(store: Store, original: RunRecord) -> tuple[str, ...]:
     if capture is None or not capture.group:
         return (original.id,)
     siblings = []
-    for run_id in store.run_ids():
-        record = RunRecord.from_manifest(run_id, store.read_manifest(run_id))
+    for run_id in store.runs.ids():
+        record = RunRecord.from_manifest(run_id, store.runs.read_manifest(run_id))
         other = record.capture
         if other is not None and not record.failed_capture and other.group == capture.group \
                 and other.rerun_of == capture.rerun_of and other.argv == capture.argv:

@@ -41,7 +41,7 @@ class RunData:
         if ref is None:
             return None
         try:
-            path = self.store.local_table(self.id, name, ref.sha256)
+            path = self.store.tables.local(self.id, name, ref.sha256)
             return pq.ParquetFile(path, read_dictionary=list(dictionary) or None)
         except (OSError, pa.ArrowInvalid) as exc:
             raise self._damaged(name, exc) from None

@@ -153,7 +153,7 @@ def gap_activity(gap: dict, api: list[dict], nvtx: list[dict], copies: Busy | No
             "cause": cause}
 
 
-def gpu_time(run: RunData, busy: dict[int, Busy], copies: dict[int, Busy],
+def gpu_busy_and_gaps(run: RunData, busy: dict[int, Busy], copies: dict[int, Busy],
              nvtx: list[dict]) -> dict:
     """Per device busy vs idle, and the largest gaps with what the host did meanwhile."""
     devices = []
@@ -392,7 +392,7 @@ def top_run(run: RunData, k: int = 3) -> dict:
                                       "thread_id", "depth"])
     launcher = Launcher(_rows(run, "api_calls", ["correlation_id", "start_ns", "thread_id"])
                         if nvtx else [], nvtx)
-    return out | {"ranking": ranked, "gpu": gpu_time(run, busy, copies, nvtx),
+    return out | {"ranking": ranked, "gpu": gpu_busy_and_gaps(run, busy, copies, nvtx),
                   "copies": serialised_copies(memops, busy), "nccl": nccl_overlap(kernels),
                   "nvtx": nvtx_gpu_time(nvtx, busy),
                   "next": list(filter(None, (ncu_suggestion(run, e, kernels, launcher)

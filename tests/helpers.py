@@ -76,8 +76,8 @@ def table_file(root: Path, run_id: str, name: str) -> Path:
     from triage.archive.store import Store
 
     store = Store.open(root)
-    sha = store.read_manifest(run_id)["tables"][name]["sha256"]
-    return root / store.table_key(run_id, name, sha)
+    sha = store.runs.read_manifest(run_id)["tables"][name]["sha256"]
+    return root / store.tables.key(run_id, name, sha)
 
 
 def derive_run(store, seed: str, manifest: dict) -> str:
@@ -86,16 +86,16 @@ def derive_run(store, seed: str, manifest: dict) -> str:
     out; its id."""
     import shutil
 
-    from triage.archive.store import manifest_file
+    from triage.archive.run_manifests import manifest_file
 
     run_id, _data = manifest_file(manifest)
     for name, ref in manifest["tables"].items():
-        target = store.root / store.table_key(run_id, name, ref["sha256"])
+        target = store.root / store.tables.key(run_id, name, ref["sha256"])
         if target.exists():  # written by the caller: a table of its own
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(store.root / store.table_key(seed, name, ref["sha256"]), target)
-    return store.write_manifest(manifest)
+        shutil.copy(store.root / store.tables.key(seed, name, ref["sha256"]), target)
+    return store.runs.write_manifest(manifest)
 
 
 # A real export with kernels and CUDA API calls (nsys 2023.3, 16 kernels on 4 streams).

@@ -13,7 +13,7 @@ import pytest
 
 from helpers import CORPUS
 from triage.archive import atomic
-from triage.archive.store import Store, manifest_file
+from triage.archive.run_manifests import Runs, manifest_file
 from triage.capture.ncu import PreparedNcu
 from triage.base.errors import StoreError
 
@@ -42,19 +42,19 @@ def test_a_run_failing_on_the_thread_leaves_nothing_of_the_runs_after_it(triage,
     """The second run's manifest cannot be written while the third run is built: one line,
     exit 1; the first run stays whole and listed, and nothing is left of the third's tables and
     report copy, temp files included."""
-    real = Store.write_manifest
+    real = Runs.write_manifest
     written: list[str] = []
     refused: list[str] = []
 
     def refuse_the_second(self, manifest, replace=False):
         if written:
             refused.append(manifest_file(manifest)[0])
-            raise StoreError(f"cannot write store {self.where}: server gone; run it again")
+            raise StoreError(f"cannot write store {self.store.where}: server gone; run it again")
         written.append(real(self, manifest, replace))
         return written[-1]
 
     with monkeypatch.context() as patched:
-        patched.setattr(Store, "write_manifest", refuse_the_second)
+        patched.setattr(Runs, "write_manifest", refuse_the_second)
         result = triage("archive", *REPORTS[:3], expect=1)
     assert result.output.strip().splitlines() == [
         f"triage: error: cannot write store {store_dir}: server gone; run it again"]
@@ -77,7 +77,7 @@ def test_an_interrupt_while_a_run_is_stored_on_the_thread_keeps_it_and_drops_the
     of the third is left, and no lease stays (every run written has its catalog row)."""
     from triage.archive import ingest
 
-    real_summaries, real_manifest = ingest.compute_summaries, Store.write_manifest
+    real_summaries, real_manifest = ingest.compute_summaries, Runs.write_manifest
     built: list[int] = []
 
     def interrupted_third(tables, names):
@@ -91,10 +91,10 @@ def test_an_interrupt_while_a_run_is_stored_on_the_thread_keeps_it_and_drops_the
         return real_manifest(self, manifest, replace)
 
     monkeypatch.setattr(ingest, "compute_summaries", interrupted_third)
-    monkeypatch.setattr(Store, "write_manifest", held_back)
+    monkeypatch.setattr(Runs, "write_manifest", held_back)
     with pytest.raises(KeyboardInterrupt):
         ingest.archive_files(store_dir, REPORTS[:3])
-    monkeypatch.setattr(Store, "write_manifest", real_manifest)
+    monkeypatch.setattr(Runs, "write_manifest", real_manifest)
     listed = triage.json("ls")
     assert len(listed) == 2 and triage("verify").exit_code == 0
     files = [p.relative_to(store_dir) for p in store_dir.rglob("*") if p.is_file()]

@@ -15,7 +15,9 @@ import pytest
 
 from helpers import corpus_file, table_file
 from triage.archive import bundle
-from triage.archive.store import canonical_json, manifest_file, manifest_id
+from triage.archive.canonical import canonical_json
+from triage.archive.objects import Objects
+from triage.archive.run_manifests import manifest_file, manifest_id
 
 SMALL = "LakshyaSingh354__CudaCode__report.ncu-rep"
 OTHER = "Lashi0812__CudaProgramming__simpleSOA.ncu-rep"
@@ -460,7 +462,7 @@ def test_runs_added_counts_only_what_this_import_added(triage, exported, tmp_pat
     """Another import of the same bundle finishes while this one publishes its objects: each
     run is added once, by the other one."""
     store = use_store(monkeypatch, tmp_path / "colleague")
-    publish, others = bundle.Store.publish, []
+    publish, others = Objects.publish, []
 
     def import_meanwhile(self, staged, key=None):
         if not others:
@@ -470,7 +472,7 @@ def test_runs_added_counts_only_what_this_import_added(triage, exported, tmp_pat
                 capture_output=True, text=True))
         return publish(self, staged, key)
 
-    monkeypatch.setattr(bundle.Store, "publish", import_meanwhile)
+    monkeypatch.setattr(Objects, "publish", import_meanwhile)
     result = triage.json("import", exported["path"])
     assert json.loads(others[0].stdout)["runs_added"] == exported["ids"]
     assert result["runs_added"] == [] and result["runs_present"] == exported["ids"]

@@ -21,7 +21,9 @@ import pytest
 
 from helpers import corpus_file
 from triage.archive import bundle, integrity, lease
-from triage.archive.store import Store, canonical_json
+from triage.archive.canonical import canonical_json
+from triage.archive.run_manifests import Runs
+from triage.archive.store import Store
 
 SMALL = "LakshyaSingh354__CudaCode__report.ncu-rep"
 OTHER = "Lashi0812__CudaProgramming__simpleSOA.ncu-rep"
@@ -47,23 +49,23 @@ def test_gc_grace_0_just_before_the_manifest_spares_every_object(triage, monkeyp
     """The issue's worst case, reached exactly: every object of an ncu run is published and
     none is referenced yet. gc --grace 0 removed all six; now it keeps them all."""
     triage("archive", corpus_file(OTHER))
-    real = Store.write_manifest
+    real = Runs.write_manifest
     passes = []
 
-    def gc_first(self: Store, manifest: dict, replace: bool = False) -> str:
-        passes.append(integrity.gc(self, grace_seconds=0))
+    def gc_first(self: Runs, manifest: dict, replace: bool = False) -> str:
+        passes.append(integrity.gc(self.store, grace_seconds=0))
         return real(self, manifest, replace)
 
-    monkeypatch.setattr(Store, "write_manifest", gc_first)
+    monkeypatch.setattr(Runs, "write_manifest", gc_first)
     out = triage("archive", corpus_file(SMALL)).stdout
-    monkeypatch.setattr(Store, "write_manifest", real)
+    monkeypatch.setattr(Runs, "write_manifest", real)
     run_id = triage.json("ls")[0]["id"]  # the newest
-    manifest = store_of().read_manifest(run_id)
+    manifest = store_of().runs.read_manifest(run_id)
     assert "(new)" in out and passes[0].removed == []
     assert passes[0].kept_live == len(manifest["reports"]) + len(manifest["tables"]) == 6
     report = triage.json("verify")
     assert report["ok"] and report["leftovers"] == [] and report["runs"] == 2
-    assert list(store_of().leases.iterdir()) == []  # the archive removed its lease
+    assert list((store_of().root / "leases").iterdir()) == []  # the archive removed its lease
 
 
 def test_gc_grace_0_while_an_import_publishes_spares_its_objects(triage, tmp_path, monkeypatch):
@@ -201,9 +203,9 @@ def test_a_killed_archives_lease_is_stale_and_gc_clears_up_after_it(triage, stor
     try:
         deadline = time.monotonic() + WAIT
         while proc.poll() is None and time.monotonic() < deadline and not any(
-                store_of().leases.iterdir()):
+                (store_of().root / "leases").iterdir()):
             time.sleep(0.002)
-        assert stop(proc) and any(store_of().leases.iterdir())
+        assert stop(proc) and any((store_of().root / "leases").iterdir())
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
@@ -225,7 +227,7 @@ def copied_lease(store: Store, **changes) -> Path:
     lease written elsewhere, or by a process whose pid was reused since, would read)."""
     with lease.held(store, "archive") as key:
         doc = json.loads((store.root / key).read_bytes())
-    copy = store.leases / "copied.json"
+    copy = store.root / "leases" / "copied.json"
     copy.write_bytes(canonical_json({**doc, **changes}))
     return copy
 
@@ -234,10 +236,10 @@ def test_a_lease_from_another_host_is_honoured_for_a_day(triage):
     triage("archive", corpus_file(SMALL))
     store = store_of()
     foreign = copied_lease(store, boot="another-host", pid=1)
-    sha, _size = store.put_bytes(b"a table an archive on another host is writing")
+    sha, _size = store.objects.put_bytes(b"a table an archive on another host is writing")
     result = triage.json("gc", "--grace", "0")
     assert result["removed"] == [] and result["kept_live"] == 1
-    assert store.files.exists(store.object_key(sha))
+    assert store.files.exists(store.objects.key(sha))
     assert "1 an archive in progress may need" in triage("gc", "--grace", "0").stdout
     old(foreign, lease.LEASE_TTL + 60)
     removed = sorted(item["path"] for item in triage.json("gc", "--grace", "0")["removed"])
@@ -250,7 +252,7 @@ def test_a_lease_whose_pid_was_reused_is_stale(triage):
     with lease.held(store, "archive") as key:
         start = json.loads((store.root / key).read_bytes())["start"]
     copied_lease(store, pid=os.getpid(), start=start + 1)
-    sha, _size = store.put_bytes(b"left by the process that had this pid before")
+    sha, _size = store.objects.put_bytes(b"left by the process that had this pid before")
     result = triage.json("gc", "--grace", "0")
     assert sorted(item["path"] for item in result["removed"]) == [
         "leases/copied.json", f"objects/{sha[:2]}/{sha[2:]}"]
@@ -261,7 +263,7 @@ def empty_lease_of(store: Store, pid: int) -> Path:
     `lease.held` names it."""
     with lease.held(store, "archive") as key:
         name = key.rsplit("/", 1)[-1].replace(f"{os.getpid()}-", f"{pid}-", 1)
-    empty = store.leases / name
+    empty = store.root / "leases" / name
     empty.write_bytes(b"")
     return empty
 
@@ -278,7 +280,7 @@ def test_an_empty_lease_of_a_dead_writer_is_stale_and_of_a_live_one_is_live(tria
     judged = {found.name: found.live for found in lease.leases(store)}
     assert judged == {dead.name: False, live.name: True}
     live.unlink()
-    sha, _size = store.put_bytes(b"left by the writer that died")
+    sha, _size = store.objects.put_bytes(b"left by the writer that died")
     result = triage.json("gc", "--grace", "0")
     assert sorted(item["path"] for item in result["removed"]) == [
         f"leases/{dead.name}", f"objects/{sha[:2]}/{sha[2:]}"]

@@ -28,6 +28,7 @@ import pytest
 from helpers import checked_schema, derive_run
 from test_report import MEASURE_LAYOUT, assert_self_contained, chromium
 from triage.archive import catalog
+from triage.archive.run_manifests import Runs
 from triage.archive.runs import resolve
 from triage.archive.store import Store
 from triage.base.errors import CaptureFailed
@@ -110,12 +111,12 @@ def fake(series: dict, tmp_path: Path, changes: dict) -> Path:
     store = Store.open(copy)
     for label, change in changes.items():
         old = resolve(store, label)
-        manifest = store.read_manifest(old)
+        manifest = store.runs.read_manifest(old)
         change(manifest)
         new = derive_run(store, old, manifest)
-        annotations = store.annotate(new, store.read_annotations(old)["archived"], None)
+        annotations = store.annotations.annotate(new, store.annotations.read(old)["archived"], None)
         catalog.add_rows(store, [catalog.catalog_row(store, new, manifest, annotations)])
-        store.set_label(label, new)
+        store.labels.point(label, new)
     return copy
 
 
@@ -372,8 +373,8 @@ def test_only_the_series_runs_and_tables_are_read(triage, corpus_store, monkeypa
 
     series = {resolve(Store.open(corpus_store), f"ns/{i}") for i in (1, 2)}
     manifests, tables = [], []
-    real_manifest, real_parquet = Store.read_manifest, RunData.parquet
-    monkeypatch.setattr(Store, "read_manifest",
+    real_manifest, real_parquet = Runs.read_manifest, RunData.parquet
+    monkeypatch.setattr(Runs, "read_manifest",
                         lambda self, run_id: manifests.append(run_id) or
                         real_manifest(self, run_id))
     monkeypatch.setattr(RunData, "parquet",

@@ -22,11 +22,11 @@ FLIPS_PER_FILE = 12
 def archived(triage, name: str = SMALL) -> tuple[Store, str, dict]:
     run = triage.json("archive", corpus_file(name))[0]
     store = Store.open(os.environ["TRIAGE_STORE"])
-    return store, run["id"], store.read_manifest(run["id"])
+    return store, run["id"], store.runs.read_manifest(run["id"])
 
 
 def has(store: Store, sha: str) -> bool:
-    return store.files.exists(store.object_key(sha))
+    return store.files.exists(store.objects.key(sha))
 
 
 def make_old(path, seconds: float = 7200) -> None:
@@ -35,8 +35,8 @@ def make_old(path, seconds: float = 7200) -> None:
 
 
 def orphan_object(store: Store, data: bytes = b"left by a crashed archive") -> str:
-    sha, _size = store.put_bytes(data)
-    make_old(store.object_path(sha))
+    sha, _size = store.objects.put_bytes(data)
+    make_old(store.objects.path(sha))
     return sha
 
 
@@ -62,8 +62,8 @@ def test_a_missing_table_is_an_error_with_exit_1(triage):
 def test_leftovers_are_reported_but_not_errors(triage):
     store, _run_id, _manifest = archived(triage)
     sha = orphan_object(store)
-    (store.objects / ".tmp-crashed-kernels.parquet").write_bytes(b"PAR1")
-    (store.annotations / ("0" * 64 + ".json")).write_text("{}")
+    (store.root / "objects" / ".tmp-crashed-kernels.parquet").write_bytes(b"PAR1")
+    store.annotations.path("0" * 64).write_text("{}")
     report = triage.json("verify")
     assert report["ok"] is True
     kinds = sorted((f["kind"], f["path"]) for f in report["leftovers"])
@@ -74,13 +74,13 @@ def test_leftovers_are_reported_but_not_errors(triage):
 
 def test_damaged_catalog_segment_and_dangling_pointers_are_errors(triage):
     store, run_id, _manifest = archived(triage)
-    segment = next(store.index.glob("catalog-*.parquet"))
+    segment = next((store.root / "index").glob("catalog-*.parquet"))
     data = bytearray(segment.read_bytes())
     data[len(data) // 2] ^= 0x01
     segment.write_bytes(bytes(data))
-    store.label_dir.mkdir()
-    (store.label_dir / "gone").write_text("f" * 64 + "\n")
-    (store.keys / ("e" * 64)).write_text("half-writ")
+    (store.root / "labels").mkdir()
+    (store.root / "labels" / "gone").write_text("f" * 64 + "\n")
+    (store.root / "keys" / ("e" * 64)).write_text("half-writ")
     report = json.loads(triage("verify", "--json", expect=1).stdout)
     assert sorted((f["kind"], f["path"].split("/")[0]) for f in report["errors"]) == [
         ("corrupt", "index"), ("dangling", "keys"), ("dangling", "labels")]
@@ -88,7 +88,7 @@ def test_damaged_catalog_segment_and_dangling_pointers_are_errors(triage):
 
 def test_a_manifest_that_does_not_hash_to_its_id_is_corrupt(triage):
     store, run_id, manifest = archived(triage)
-    path = store.run_path(run_id)
+    path = store.runs.path(run_id)
     os.chmod(path, 0o644)
     path.write_bytes(path.read_bytes().replace(b'"source":"archive"', b'"source":"ARCHIVE"'))
     report = json.loads(triage("verify", run_id, "--json", expect=1).stdout)
@@ -98,10 +98,10 @@ def test_a_manifest_that_does_not_hash_to_its_id_is_corrupt(triage):
 
 def stored_files(store: Store, run_id: str, manifest: dict) -> list:
     """Every object, table and the manifest of a run."""
-    paths = [store.object_path(r["sha256"]) for r in manifest["reports"]]
-    paths += [store.root / store.table_key(run_id, name, t["sha256"])
+    paths = [store.objects.path(r["sha256"]) for r in manifest["reports"]]
+    paths += [store.root / store.tables.key(run_id, name, t["sha256"])
               for name, t in manifest["tables"].items()]
-    return paths + [store.run_path(run_id)]
+    return paths + [store.runs.path(run_id)]
 
 
 def test_every_single_byte_flip_is_detected(triage):
@@ -137,10 +137,11 @@ def test_every_single_byte_flip_is_detected(triage):
 def test_gc_removes_only_old_unreferenced_files(triage):
     store, run_id, manifest = archived(triage)
     triage("label", run_id, "keep")
-    old, _size = store.put_bytes(b"old orphan")
-    make_old(store.object_path(old), 45 * 60)
-    fresh, _size = store.put_bytes(b"fresh orphan: an archive may be writing its manifest now")
-    temp = store.objects / ".tmp-stale"
+    old, _size = store.objects.put_bytes(b"old orphan")
+    make_old(store.objects.path(old), 45 * 60)
+    fresh, _size = store.objects.put_bytes(
+        b"fresh orphan: an archive may be writing its manifest now")
+    temp = store.root / "objects" / ".tmp-stale"
     temp.write_bytes(b"x" * 100)
     make_old(temp, 45 * 60)
     dry = triage.json("gc", "--dry-run")
@@ -171,12 +172,12 @@ def test_gc_text_output_says_what_and_how_many_bytes(triage):
 
 def test_gc_refuses_when_a_manifest_is_unreadable(triage):
     store, run_id, manifest = archived(triage)
-    path = store.run_path(run_id)
+    path = store.runs.path(run_id)
     os.chmod(path, 0o644)
     path.write_bytes(b"{not json")
     result = triage("gc", "--grace", "0", expect=1)
     assert "gc cannot tell what it references" in result.stderr
-    assert (store.root / store.table_key(run_id, "kernels",
+    assert (store.root / store.tables.key(run_id, "kernels",
                                          manifest["tables"]["kernels"]["sha256"])).is_file()
 
 
@@ -191,7 +192,7 @@ def test_gc_puts_back_an_object_an_archive_republished_meanwhile(triage, monkeyp
     def racing_move(files, src, dst):
         calls.append((src, dst))
         if len(calls) == 1:  # the concurrent archive publishes its copy just before gc's rename
-            store.put_bytes(b"a report whose first archive crashed")
+            store.objects.put_bytes(b"a report whose first archive crashed")
         return real_move(files, src, dst)
 
     monkeypatch.setattr(StoreFiles, "move", racing_move)
@@ -208,7 +209,7 @@ def test_gc_puts_back_an_object_a_new_manifest_references(triage, monkeypatch):
     def with_new_run(st, run_ids):
         calls.append(1)
         refs = real(st, run_ids)
-        landed = {store.object_key(sha)}  # the manifest landed after the scan
+        landed = {store.objects.key(sha)}  # the manifest landed after the scan
         return refs | landed if len(calls) == 2 else refs
 
     monkeypatch.setattr(integrity, "referenced_keys", with_new_run)
@@ -231,7 +232,7 @@ def test_every_flip_in_annotations_is_detected(triage):
     then one in every byte: verify must name the file every time (e554ee4 named 4 of 15)."""
     store, run_id, _manifest = archived(triage)
     triage("archive", corpus_file(SMALL), "--note", "baseline, before the fix")
-    path = store.annotations / f"{run_id}.json"
+    path = store.annotations.path(run_id)
     original = path.read_bytes()
     rng = random.Random(15)
     positions = rng.sample(range(len(original)), ANNOTATION_FLIPS) + list(range(len(original)))
@@ -253,7 +254,7 @@ def test_annotations_of_an_older_triage_verify_and_are_sealed_when_next_written(
     """Without a seal only the schema, the field names and the canonical form can be checked:
     a flip inside a value of such annotations cannot be told from an edit."""
     store, run_id, _manifest = archived(triage)
-    path = store.annotations / f"{run_id}.json"
+    path = store.annotations.path(run_id)
     doc = json.loads(path.read_bytes())
     unsealed = {k: v for k, v in doc.items() if k != "sha256"}
     path.write_bytes(json.dumps(unsealed, sort_keys=True, separators=(",", ":")).encode())
@@ -301,7 +302,7 @@ def test_archiving_again_rewrites_a_lost_table_and_repair_mends_a_flipped_bit(tr
     again = triage.json("archive", corpus_file(SMALL))[0]
     assert (again["id"], again["new"], again["repaired"]) == (run_id, False, True)
     assert triage.json("verify")["ok"] is True
-    blob = store.object_path(manifest["reports"][0]["sha256"])
+    blob = store.objects.path(manifest["reports"][0]["sha256"])
     data = bytearray(blob.read_bytes())
     data[len(data) // 2] ^= 0x10
     os.chmod(blob, 0o644)
@@ -311,18 +312,18 @@ def test_archiving_again_rewrites_a_lost_table_and_repair_mends_a_flipped_bit(tr
     line = triage("archive", "--repair", corpus_file(SMALL)).stdout
     assert line.rstrip().endswith("(repaired)") and line.startswith(run_id[:12])
     assert triage.json("verify")["ok"] is True
-    assert store.run_ids() == [run_id]
+    assert store.runs.ids() == [run_id]
 
 
 def test_archiving_an_sqlite_export_again_rewrites_its_missing_objects(triage):
     sqlite = corpus_file("mabdullahsoyturk__cardiac-simulation__report1.sqlite")
     first = triage.json("archive", sqlite)[0]
     store = Store.open(os.environ["TRIAGE_STORE"])
-    manifest = store.read_manifest(first["id"])
+    manifest = store.runs.read_manifest(first["id"])
     for name in manifest["tables"]:
         table_file(store.root, first["id"], name).unlink()
     for ref in manifest["reports"]:
-        store.object_path(ref["sha256"]).unlink()
+        store.objects.path(ref["sha256"]).unlink()
     again = triage.json("archive", sqlite)[0]
     assert (again["id"], again["repaired"]) == (first["id"], True)
     assert triage.json("verify")["ok"] is True

@@ -29,12 +29,12 @@ def test_two_writers_moving_one_label_lose_no_move(triage, store_dir):
                                  str(MOVES)]) for run_id in ids]
     assert [w.wait(timeout=300) for w in writers] == [0, 0]
     store = Store.open(store_dir)
-    moves = store.label_history("shared")
+    moves = store.labels.history("shared")
     assert len(moves) == 2 * MOVES  # no move lost
     assert sorted(m.run_id for m in moves) == sorted(ids * MOVES)
     assert len({m.writer for m in moves}) == 2 * MOVES  # each move its own file
     newest = max(moves, key=lambda m: (m.time, m.writer))
-    assert store.labels()["shared"] == newest.run_id  # the pointer ends on the newest move
+    assert store.labels.all()["shared"] == newest.run_id  # the pointer ends on the newest move
     assert triage.json("show", "shared")["id"] == newest.run_id
     listed = triage("label", "--history", "shared").stdout.splitlines()
     assert len(listed) == 2 * MOVES and listed[-1].endswith(newest.run_id[:12])

@@ -27,6 +27,7 @@ from click.testing import CliRunner
 from helpers import REPO, corpus_file
 from triage.views import text as textview
 from triage.archive import catalog, catalogview, ingest, lease, listing, query
+from triage.archive.annotations import Annotations
 from triage.archive.store import Store
 from triage.base.errors import StoreError
 from triage.cli import cli
@@ -264,8 +265,8 @@ def test_rows_of_runs_indexed_again_after_a_merge_are_listed_once(archive_store,
     if streamed:
         monkeypatch.setattr(query, streamed, 0)
     store = Store.open(copy)
-    stale = catalog.catalog_row(store, ids["soa"], store.read_manifest(ids["soa"]),
-                                {**store.read_annotations(ids["soa"]), "notes": [
+    stale = catalog.catalog_row(store, ids["soa"], store.runs.read_manifest(ids["soa"]),
+                                {**store.annotations.read(ids["soa"]), "notes": [
                                     {"time": "2000-01-01T00:00:00Z", "text": "stale"}]})
     catalog._write_segment(store, pa.Table.from_pylist(
         [dict(stale, indexed="2000-01-01T00:00:00.000000Z")], schema=arrow_schema("catalog")))
@@ -408,7 +409,7 @@ def test_a_writer_that_cannot_index_its_run_leaves_its_lease(archive_store, tmp_
 
     with monkeypatch.context() as patch:
         if step == "annotations":
-            patch.setattr(Store, "annotate", refused)
+            patch.setattr(Annotations, "annotate", refused)
         else:
             patch.setattr(catalog, "add_rows", refused)
         failed = run_cli("--store", copy, "archive", corpus_file(

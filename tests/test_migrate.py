@@ -18,7 +18,8 @@ import pytest
 from tests.helpers import corpus_file
 from triage.archive import catalog
 from triage.archive import migrate as migration
-from triage.archive.store import SEAL, STORE_MARKER, Store, canonical_json
+from triage.archive.canonical import SEAL, canonical_json
+from triage.archive.store import STORE_MARKER, Store
 
 REPORTS = ["LakshyaSingh354__CudaCode__report.ncu-rep",
            "Lashi0812__CudaProgramming__simpleSOA.ncu-rep",
@@ -46,21 +47,21 @@ def format_1_store(triage, root) -> dict[str, str]:
     ids = format_2_store(triage, root)
     store = Store.open(root, upgrade=True)
     old_of = {}
-    for run_id in store.run_ids():
-        doc = json.loads(store.run_path(run_id).read_bytes())
+    for run_id in store.runs.ids():
+        doc = json.loads(store.runs.path(run_id).read_bytes())
         doc.pop(SEAL)
         data = canonical_json({**doc, "schema_version": 1})
         old = hashlib.sha256(data).hexdigest()
         old_of[run_id] = old
-        store.run_path(old).write_bytes(data)
-        os.chmod(store.run_path(old), 0o444)
-        store.run_path(run_id).unlink()
-        (store.annotations / f"{run_id}.json").rename(store.annotations / f"{old}.json")
-    for folder in (store.keys, store.label_dir):
+        store.runs.path(old).write_bytes(data)
+        os.chmod(store.runs.path(old), 0o444)
+        store.runs.path(run_id).unlink()
+        store.annotations.path(run_id).rename(store.annotations.path(old))
+    for folder in (store.root / "keys", store.root / "labels"):
         for path in folder.iterdir():
             path.write_text(old_of[path.read_text().strip()] + "\n")
-    shutil.rmtree(store.index)
-    shutil.rmtree(store.history_dir)  # format 1 kept no label history
+    shutil.rmtree(store.root / "index")
+    shutil.rmtree(store.root / "label-history")  # format 1 kept no label history
     (root / STORE_MARKER).write_bytes(canonical_json({"format": "triage-store", "version": 1}))
     return {name: old_of[run_id] for name, run_id in ids.items()}
 

@@ -59,7 +59,7 @@ def test_show_renders_the_record(triage, ncu_run):
 
 def test_show_json_is_the_manifest_with_id_labels_and_notes(triage, store_dir, ncu_run):
     shown = triage.json("show", "naive")
-    stored = Store.open(store_dir).read_manifest(ncu_run.id)
+    stored = Store.open(store_dir).runs.read_manifest(ncu_run.id)
     assert shown == {"id": ncu_run.id, **stored, "archived": ncu_run.archived,
                      "labels": ["naive"], "notes": []}
 

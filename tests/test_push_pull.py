@@ -15,7 +15,9 @@ import pytest
 
 from tests.helpers import corpus_file
 from tests.test_progress import on_terminal
-from triage.archive.store import STORE_MARKER, Store, canonical_json, run_parts
+from triage.archive.canonical import canonical_json
+from triage.archive.run_manifests import run_parts
+from triage.archive.store import STORE_MARKER, Store
 
 SMALL = "LakshyaSingh354__CudaCode__report.ncu-rep"
 OTHER = "Lashi0812__CudaProgramming__simpleSOA.ncu-rep"
@@ -103,7 +105,7 @@ def test_a_second_push_sends_nothing(triage, local):
     first = triage.json("--store", root, "push")
     assert sorted(first["runs_sent"]) == sorted(local["ids"]) and first["runs_present"] == []
     refs = {part.key for run_id in local["ids"]
-            for part in run_parts(run_id, Store.open(root).read_manifest(run_id))}
+            for part in run_parts(run_id, Store.open(root).runs.read_manifest(run_id))}
     assert first["objects_sent"] == len(refs) and first["objects_skipped"] == 0
     assert first["bytes_sent"] == sum((root / key).stat().st_size for key in refs)
     assert first["labels"] == {"base": local["ids"][0]}
@@ -149,7 +151,7 @@ def test_a_push_killed_midway_is_finished_by_a_rerun(triage, local):
     named pipe that nobody writes, so the kill lands once every other object arrived (watched at
     the destination), whatever the machine's speed."""
     root, team, run_id = local["root"], local["team"], local["ids"][1]
-    refs = sorted(p.key for p in run_parts(run_id, Store.open(root).read_manifest(run_id)))
+    refs = sorted(p.key for p in run_parts(run_id, Store.open(root).runs.read_manifest(run_id)))
     last = root / refs[-1]  # files go in the order of their keys
     kept = last.read_bytes()
     last.unlink()
@@ -180,7 +182,7 @@ def test_a_damaged_object_at_the_destination_is_named_not_replaced(triage, local
     first: pushed after that object was damaged at the destination, it is refused there."""
     root, team, first = local["root"], local["team"], local["ids"][0]
     triage("--store", root, "push", "origin", first)
-    report = Store.open(root).read_manifest(first)["reports"][0]["sha256"]
+    report = Store.open(root).runs.read_manifest(first)["reports"][0]["sha256"]
     damaged = object_file(team, report)
     os.chmod(damaged, 0o644)
     data = bytearray(damaged.read_bytes())
@@ -188,7 +190,7 @@ def test_a_damaged_object_at_the_destination_is_named_not_replaced(triage, local
     damaged.write_bytes(bytes(data))
     twin = triage.json("--store", root, "archive", corpus_file(SMALL), "--redact", "NOTHING_")[0]
     assert twin["new"] and report in {r["sha256"] for r in
-                                      Store.open(root).read_manifest(twin["id"])["reports"]}
+                                      Store.open(root).runs.read_manifest(twin["id"])["reports"]}
     refused = triage("--store", root, "push", "origin", twin["id"], expect=1)
     assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
     assert f"object {report[:12]}" in refused.stderr and "does not match its hash" in \

@@ -27,7 +27,8 @@ import pytest
 
 from helpers import derive_run, table_file
 from triage.archive import catalog, query
-from triage.archive.store import Store, manifest_file
+from triage.archive.run_manifests import manifest_file
+from triage.archive.store import Store
 from triage.archive.tables import BATCH_ROWS, PARQUET_OPTIONS
 from triage.base.hashing import hash_file
 
@@ -110,8 +111,8 @@ def probe_sql(template: str, store_dir: Path, cwd: Path) -> str:
     found = catalog.scan_unordered(store).table
     tables = json.loads(found.column("tables")[0].as_py())
     run_id = found.column("id")[0].as_py()
-    return template.format(table=store.root / store.table_key(run_id, "kernels", tables["kernels"]),
-                           cwd=cwd, store=store_dir,
+    table = store.root / store.tables.key(run_id, "kernels", tables["kernels"])
+    return template.format(table=table, cwd=cwd, store=store_dir,
                            catalog=store.root / catalog.segments(store)[0])
 
 
@@ -176,19 +177,19 @@ def test_limit_reads_a_row_group_not_the_run(store_dir: Path, runs: list[str]) -
 
 def derived_run(store: Store, seed: str, kernels: int) -> tuple[str, Path]:
     """A run like `seed` whose kernels table repeats the real rows `kernels` times over."""
-    manifest = store.read_manifest(seed)
+    manifest = store.runs.read_manifest(seed)
     real = pq.read_table(table_file(store.root, seed, "kernels"))
     big = real.take(pa.array([i % real.num_rows for i in range(kernels)]))
     big = big.set_column(big.schema.get_field_index("kernel_index"), "kernel_index",
                          pa.array(range(kernels), pa.int64()))
-    temp = store.objects / "derived-kernels.parquet"
+    temp = store.root / "objects" / "derived-kernels.parquet"
     pq.write_table(big, temp, row_group_size=BATCH_ROWS, **PARQUET_OPTIONS)
     sha, size = hash_file(temp)
     manifest["tables"]["kernels"] = {"sha256": sha, "rows": kernels, "bytes": size}
     manifest["redact_patterns"] = [*manifest.get("redact_patterns", []), "DERIVED"]  # its own id
     run_id = manifest_file(manifest)[0]
-    store.publish(store.stage_temp(temp), store.table_key(run_id, "kernels", sha))
+    store.objects.publish(store.objects.stage_temp(temp), store.tables.key(run_id, "kernels", sha))
     derive_run(store, seed, manifest)
-    annotations = store.annotate(run_id, "2026-01-02T00:00:00Z", None)
+    annotations = store.annotations.annotate(run_id, "2026-01-02T00:00:00Z", None)
     catalog.add_rows(store, [catalog.catalog_row(store, run_id, manifest, annotations)])
     return run_id, table_file(store.root, run_id, "kernels")

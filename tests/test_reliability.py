@@ -38,7 +38,8 @@ from helpers import CORPUS, corpus_file
 from triage.archive import catalog, integrity
 from triage.archive.ingest import archive_files
 from triage.archive.listing import list_runs
-from triage.archive.store import SHA256_RE, Store
+from triage.archive.store import Store
+from triage.base.hashing import SHA256_RE
 
 BIG = ["spymaster2h__spyinfer__report.ncu-rep",
        "strrules105__PhysiCell__profile.nsight-cuprof-report"]
@@ -76,11 +77,11 @@ def assert_consistent(store: Store, allowed: set[str], base: str) -> list[str]:
     report = integrity.verify(store)
     assert report.ok, [f"{f.kind} {f.path} {f.detail}" for f in report.errors]
     listed = [row["id"] for row in list_runs(store).rows()]
-    assert len(listed) == len(set(listed)) and set(listed) == set(store.run_ids())
+    assert len(listed) == len(set(listed)) and set(listed) == set(store.runs.ids())
     assert set(listed) <= allowed and base in listed
     for run_id in listed:
         assert integrity.verify(store, [run_id]).ok
-    assert store.labels() == {"base": base}
+    assert store.labels.all() == {"base": base}
     return listed
 
 
@@ -180,7 +181,7 @@ def test_sigkill_at_random_moments_loses_nothing(crash_setup):
 
 
 def _outcome(store_dir: Path, template_files: dict, expected: str) -> str:
-    if Store.open(store_dir).has_run(expected):
+    if Store.open(store_dir).runs.has(expected):
         return "after the run was complete"
     return "before any write" if listing(store_dir) == template_files else "mid-write"
 
@@ -191,7 +192,7 @@ def test_a_crash_while_creating_the_store_leaves_a_usable_path(tmp_path):
     store_dir.mkdir()
     (store_dir / ".tmp-abc123").write_bytes(b'{"format":')
     result = archive_files(store_dir, [str(corpus_file(SEED_RUN))])
-    assert Store.open(store_dir).has_run(result[0].id)
+    assert Store.open(store_dir).runs.has(result[0].id)
 
 
 # -- concurrency -------------------------------------------------------------------------------
@@ -237,7 +238,7 @@ class Watcher(threading.Thread):
                 pass  # not set yet
             try:
                 for row in list_runs(store).rows():
-                    if not store.has_run(row["id"]):
+                    if not store.runs.has(row["id"]):
                         self.errors.append(f"listed {row['id']} without a manifest")
                 self.reads += 1
             except Exception as exc:  # noqa: BLE001 - any failure of a reader is the finding
@@ -247,7 +248,7 @@ class Watcher(threading.Thread):
 
 def seed_segments(store: Store, base: str, count: int) -> None:
     """Enough catalog segments that the workers' first rows trigger merges (MERGE_ABOVE)."""
-    manifest, annotations = store.read_manifest(base), store.read_annotations(base)
+    manifest, annotations = store.runs.read_manifest(base), store.annotations.read(base)
     for _ in range(count):
         catalog.add_rows(store, [catalog.catalog_row(store, base, manifest, annotations)])
 
@@ -279,10 +280,10 @@ def test_eight_processes_archive_into_one_store(tmp_path):
     distinct = {next(iter(ids)) for ids in ids_by_file.values()} | {base}
     assert len(distinct) == len(ids_by_file) + 1
     listed = [row["id"] for row in list_runs(store).rows()]
-    assert sorted(listed) == sorted(distinct) == store.run_ids()
+    assert sorted(listed) == sorted(distinct) == store.runs.ids()
     report = integrity.verify(store)
     assert report.ok and report.leftovers == [], report.findings
-    assert store.labels()["shared"] in label_runs
+    assert store.labels.all()["shared"] in label_runs
     assert watcher.errors == [] and watcher.reads > 0
     archives = sum(len(p["others"]) + 1 for p in plans)
     print(f"\nconcurrency: {WORKERS} workers, {archives} archives of {len(ids_by_file)} reports, "

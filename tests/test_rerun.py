@@ -96,7 +96,7 @@ class Setup:
         return json.loads(self.triage("rerun", *args, "--json", store=store, **env).stdout)
 
     def manifest(self, run_id: str) -> dict:
-        return Store.open(self.store).read_manifest(run_id)
+        return Store.open(self.store).runs.read_manifest(run_id)
 
     def assert_original_untouched(self):
         """No file of the original run was overwritten, and the rerun wrote none beside it
@@ -129,7 +129,7 @@ def _schema_checked(document: dict) -> dict:
 def test_rerun_here_reproduces_and_links_to_the_original(setup):
     out = _schema_checked(setup.rerun("base/1", "--here", "--repeat", RUNS, "--label", "again",
                                       "--threshold", "50"))
-    original = Store.open(setup.store).labels()["base/1"]
+    original = Store.open(setup.store).labels.all()["base/1"]
     assert out["rerun_of"] == original and len(out["new_runs"]) == RUNS
     assert len(out["original_runs"]) == RUNS  # base/1 with its --repeat siblings
     for run_id in out["new_runs"]:
@@ -159,7 +159,7 @@ def test_rerun_at_commit_applies_the_stored_patch(setup):
 
 
 def test_a_redacted_variable_not_set_here_refuses(setup):
-    recorded = setup.manifest(Store.open(setup.store).labels()["base/1"])
+    recorded = setup.manifest(Store.open(setup.store).labels.all()["base/1"])
     assert SECRET not in json.dumps(recorded)  # recorded redacted: no value to replay
     assert MARKER in recorded["capture"]["environment"]["MY_API_TOKEN"]
     setup.seen.write_text("before")
@@ -174,8 +174,8 @@ def _faked(setup: Setup, change, copy: Path) -> str:
     repeats); the store and every report stay as they are."""
     shutil.copytree(setup.store, copy)
     store = Store.open(copy)
-    seed = store.labels()["base/1"]
-    manifest = store.read_manifest(seed)
+    seed = store.labels.all()["base/1"]
+    manifest = store.runs.read_manifest(seed)
     manifest["capture"]["group"] = None
     change(manifest)
     return derive_run(store, seed, manifest)
@@ -204,13 +204,13 @@ def _other_gpu(manifest: dict) -> None:
 def test_strict_refuses_an_invalid_rerun_without_running(setup, tmp_path):
     copy = tmp_path / "store"
     faked = _faked(setup, _other_gpu, copy)
-    before = len(Store.open(copy).run_ids())
+    before = len(Store.open(copy).runs.ids())
     setup.seen.write_text("before")
     result = setup.triage("rerun", faked, "--strict", expect=1, store=copy,
                           MY_API_TOKEN=USERS)
     assert "--strict" in result.output and "gpu.name" in result.output
     assert len(result.output.strip().splitlines()) == 1
-    assert len(Store.open(copy).run_ids()) == before
+    assert len(Store.open(copy).runs.ids()) == before
     assert setup.seen.read_text() == "before"
 
 

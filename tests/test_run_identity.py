@@ -79,7 +79,7 @@ def test_verify_catches_a_table_swapped_in_the_manifest(triage, tmp_path):
     found = triage("--store", store, "verify", expect=1).stdout
     assert "do not match their seal" in found, found
     assert "does not match its id" in triage("--store", store, "show", run_id, expect=1).stderr
-    assert Store.open(store).manifest_bytes(run_id) is None
+    assert Store.open(store).runs.manifest_bytes(run_id) is None
 
 
 def table_files(store) -> set[str]:

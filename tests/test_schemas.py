@@ -23,23 +23,23 @@ def archived_store(archived, store_dir):
 
 def test_every_manifest_validates(archived_store):
     validator = jsonschema.Draft202012Validator(manifest_schema())
-    ids = archived_store.run_ids()
+    ids = archived_store.runs.ids()
     assert len(ids) == 3
     for run_id in ids:
-        validator.validate(json.loads(archived_store.run_path(run_id).read_bytes()))
+        validator.validate(json.loads(archived_store.runs.path(run_id).read_bytes()))
 
 
 def test_every_table_has_its_declared_schema(archived_store):
-    for run_id in archived_store.run_ids():
-        manifest = archived_store.read_manifest(run_id)
+    for run_id in archived_store.runs.ids():
+        manifest = archived_store.runs.read_manifest(run_id)
         for name, ref in manifest["tables"].items():
-            path = archived_store.root / archived_store.table_key(run_id, name, ref["sha256"])
+            path = archived_store.root / archived_store.tables.key(run_id, name, ref["sha256"])
             assert pq.read_schema(path).remove_metadata() == arrow_schema(name), name
             assert pq.read_metadata(path).num_rows == ref["rows"]
 
 
 def test_schema_rejects_a_broken_manifest(archived_store):
-    manifest = archived_store.read_manifest(archived_store.run_ids()[0])
+    manifest = archived_store.runs.read_manifest(archived_store.runs.ids()[0])
     manifest["reports"][0]["sha256"] = "not-a-hash"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(manifest, manifest_schema())

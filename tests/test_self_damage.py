@@ -42,7 +42,7 @@ def test_a_run_without_its_kernel_summary_is_listed_and_named(triage, damage):
     else:
         os.chmod(path, 0o644)
         path.write_bytes(b"PAR1" + bytes(200) + b"PAR1")
-    for segment in store.index.glob("catalog-*.parquet"):
+    for segment in (store.root / "index").glob("catalog-*.parquet"):
         segment.unlink()
     for _again in range(2):  # the partial row is not written: named on every read until repaired
         result = triage("ls")
@@ -65,12 +65,12 @@ def test_a_run_a_merge_could_not_index_whole_is_still_named_after_it(triage, dam
     it (or names its manifest); repaired, the run is indexed whole once and listed as any."""
     store, first, second = two_runs(triage)
     path = table_file(store.root, first, "kernel_summary") if damage == "kernel_summary" \
-        else store.run_path(first)
+        else store.runs.path(first)
     good = path.read_bytes()
     os.chmod(path, 0o644)
     path.write_bytes(good.replace(b'"source":"archive"', b'"source":"ARCHIVE"')
                      if damage == "manifest" else b"PAR1" + bytes(200) + b"PAR1")
-    for segment in store.index.glob("catalog-*.parquet"):
+    for segment in (store.root / "index").glob("catalog-*.parquet"):
         segment.unlink()
     catalog.merge(store)
     assert len(catalog.segments(store)) == 1
@@ -90,10 +90,10 @@ def test_a_run_a_merge_could_not_index_whole_is_still_named_after_it(triage, dam
 
 def test_a_run_with_a_damaged_manifest_is_named_by_ls(triage):
     store, first, second = two_runs(triage)
-    path = store.run_path(first)
+    path = store.runs.path(first)
     os.chmod(path, 0o644)
     path.write_bytes(path.read_bytes().replace(b'"source":"archive"', b'"source":"ARCHIVE"'))
-    for segment in store.index.glob("catalog-*.parquet"):
+    for segment in (store.root / "index").glob("catalog-*.parquet"):
         segment.unlink()
     result = triage("ls")
     assert second[:12] in result.stdout and first[:12] not in result.stdout
@@ -104,7 +104,7 @@ def test_a_run_with_a_damaged_manifest_is_named_by_ls(triage):
 def test_a_label_that_is_not_text_is_named_and_hides_nothing(triage):
     store, first, second = two_runs(triage)
     triage("label", second, "good")
-    (store.label_dir / "bad").write_bytes(b"\xff\xfe\x00not text\n")
+    (store.root / "labels" / "bad").write_bytes(b"\xff\xfe\x00not text\n")
     assert_readers_go_on(triage, first, second)
     assert triage.json("ls")[0]["labels"] == ["good"]
     result = triage("show", "bad", expect=1)
@@ -118,8 +118,8 @@ def test_a_label_that_is_not_text_is_named_and_hides_nothing(triage):
 
 def test_a_label_file_whose_name_is_not_text_is_no_label(triage):
     store, first, second = two_runs(triage)
-    store.label_dir.mkdir()
-    with open(os.path.join(os.fsencode(store.label_dir), b"\xffteam"), "wb") as stream:
+    (store.root / "labels").mkdir()
+    with open(os.path.join(os.fsencode(store.root / "labels"), b"\xffteam"), "wb") as stream:
         stream.write(f"{first}\n".encode())
     assert_readers_go_on(triage, first, second)
     assert [r["labels"] for r in triage.json("ls")] == [[], []]
@@ -129,7 +129,7 @@ def test_a_label_file_whose_name_is_not_text_is_no_label(triage):
 
 def test_annotations_that_are_not_text_hide_nothing(triage):
     store, first, second = two_runs(triage)
-    path = store.annotations / f"{first}.json"
+    path = store.annotations.path(first)
     path.write_bytes(b'{"archived":"\xff\xfe","notes":[]}')
     assert_readers_go_on(triage, first, second)
     report = json.loads(triage("verify", "--json", expect=1).stdout)
@@ -140,10 +140,10 @@ def test_annotations_that_are_not_text_hide_nothing(triage):
 def test_an_empty_folder_where_a_label_goes_is_no_clash(triage):
     """`mkdir labels/team`, then `triage label RUN team` (it raised StopIteration)."""
     store, first, _second = two_runs(triage)
-    (store.label_dir / "team").mkdir(parents=True)
+    (store.root / "labels" / "team").mkdir(parents=True)
     assert triage("label", first, "team").stdout == f"team -> {first[:12]}\n"
     assert triage.json("show", "team")["id"] == first
-    (store.label_dir / "squad" / "inner").mkdir(parents=True)
+    (store.root / "labels" / "squad" / "inner").mkdir(parents=True)
     result = triage("label", first, "squad", expect=2)
     assert result.stderr == ("triage: error: label 'squad' clashes with label 'squad' being "
                              "written, or with a folder labels/squad that holds no label; remove "
@@ -156,13 +156,13 @@ def test_a_damaged_run_archived_again_keeps_its_notes(triage):
     same id; the notes a user added stay (its annotations are read, not taken for a new run's)."""
     store, first, _second = two_runs(triage)
     triage("archive", corpus_file(SMALL), "--note", "baseline before the fix")
-    path = store.run_path(first)
+    path = store.runs.path(first)
     os.chmod(path, 0o644)
     path.write_bytes(path.read_bytes().replace(b'"source":"archive"', b'"source":"ARCHIVE"'))
     for key in (store.root / "keys").iterdir():
         key.unlink()
     again = triage.json("archive", corpus_file(SMALL))[0]
     assert again["id"] == first
-    notes = [n["text"] for n in store.read_annotations(first)["notes"]]
+    notes = [n["text"] for n in store.annotations.read(first)["notes"]]
     assert notes == ["baseline before the fix"]
 

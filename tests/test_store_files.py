@@ -14,6 +14,7 @@ import pytest
 from helpers import corpus_file
 from triage.archive import catalog
 from triage.archive.files import StoreFiles
+from triage.archive.run_manifests import Runs
 from triage.archive.store import STORE_MARKER, STORE_VERSION, Store
 
 SMALL = "LakshyaSingh354__CudaCode__report.ncu-rep"
@@ -41,7 +42,7 @@ def one_line_error(result) -> str:
 def test_a_damaged_catalog_segment_is_rebuilt_from_runs(triage, damage):
     first, second = archive(triage, SMALL), archive(triage, OTHER)
     store = open_store()
-    segments = sorted(store.index.glob("catalog-*.parquet"))
+    segments = sorted((store.root / "index").glob("catalog-*.parquet"))
     for segment in segments:
         segment.write_bytes(damage)
     assert [r["id"] for r in triage.json("ls")] == [second, first]
@@ -57,11 +58,11 @@ def test_a_damaged_segment_is_indexed_again_only_once(triage, monkeypatch):
     """`ls` stays a catalog read: after one repair no manifest is opened again."""
     archive(triage, SMALL)
     store = open_store()
-    next(store.index.glob("catalog-*.parquet")).write_bytes(b"garbage\n")
+    next((store.root / "index").glob("catalog-*.parquet")).write_bytes(b"garbage\n")
     triage("ls")
     opened = []
-    original = Store.read_manifest
-    monkeypatch.setattr(Store, "read_manifest",
+    original = Runs.read_manifest
+    monkeypatch.setattr(Runs, "read_manifest",
                         lambda self, run_id: opened.append(run_id) or original(self, run_id))
     assert len(triage.json("ls")) == 1 and opened == []
 
@@ -101,8 +102,8 @@ def test_archiving_an_imported_report_finds_the_imported_run(triage, tmp_path, m
 def test_an_imported_run_archived_with_redact_is_found_only_with_the_same_patterns(
         triage, tmp_path, monkeypatch):
     redacted = archive(triage, SMALL, "--redact", "HOME")
-    assert open_store().read_manifest(redacted)["redact_patterns"] == ["HOME"]
-    assert "redact_patterns" not in open_store().read_manifest(archive(triage, OTHER))
+    assert open_store().runs.read_manifest(redacted)["redact_patterns"] == ["HOME"]
+    assert "redact_patterns" not in open_store().runs.read_manifest(archive(triage, OTHER))
     bundle = tmp_path / "b.tar"
     triage("export", redacted, "-o", bundle)
     monkeypatch.setenv("TRIAGE_STORE", str(tmp_path / "colleague"))
@@ -115,7 +116,7 @@ def test_triage_redact_counts_like_redact(triage, monkeypatch):
     """$TRIAGE_REDACT redacts, so it is part of the run's key and manifest like --redact."""
     monkeypatch.setenv("TRIAGE_REDACT", "HOME,^PATH$")
     redacted = archive(triage, SMALL)
-    assert open_store().read_manifest(redacted)["redact_patterns"] == ["HOME", "^PATH$"]
+    assert open_store().runs.read_manifest(redacted)["redact_patterns"] == ["HOME", "^PATH$"]
     assert archive(triage, SMALL, "--redact", "HOME") == redacted  # the same patterns
     monkeypatch.delenv("TRIAGE_REDACT")
     assert triage.json("archive", corpus_file(SMALL))[0]["new"] is True
@@ -125,7 +126,7 @@ def test_triage_redact_counts_like_redact(triage, monkeypatch):
 
 
 def tamper(store: Store, run_id: str) -> Path:
-    path = store.run_path(run_id)
+    path = store.runs.path(run_id)
     os.chmod(path, 0o644)
     path.write_bytes(path.read_bytes().replace(b'"source":"archive"', b'"source":"EDITED"'))
     return path
@@ -155,7 +156,7 @@ def test_a_run_with_an_edited_manifest_is_not_indexed(triage):
     first, second = archive(triage, SMALL), archive(triage, OTHER)
     store = open_store()
     tamper(store, first)
-    for segment in store.index.glob("catalog-*.parquet"):
+    for segment in (store.root / "index").glob("catalog-*.parquet"):
         segment.unlink()
     assert [r["id"] for r in triage.json("ls")] == [second]
 
@@ -179,13 +180,14 @@ def test_mutable_files_follow_the_umask_immutable_ones_are_read_only(triage, uma
     umask(mask)
     run_id = archive(triage, SMALL, "--label", "baseline", "--note", "first try")
     store = open_store()
-    mutable = [store.label_dir / "baseline", store.annotations / f"{run_id}.json",
-               store.root / "triage-store.json", *store.keys.iterdir(),
-               *store.index.glob("catalog-*.parquet")]
+    mutable = [store.root / "labels" / "baseline", store.annotations.path(run_id),
+               store.root / "triage-store.json", *(store.root / "keys").iterdir(),
+               *(store.root / "index").glob("catalog-*.parquet")]
     assert len(mutable) == 5
     assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in mutable} == {
         p.name: 0o666 & ~mask for p in mutable}
-    immutable = [store.run_path(run_id), *(p for p in store.objects.rglob("*") if p.is_file())]
+    immutable = [store.runs.path(run_id),
+                 *(p for p in (store.root / "objects").rglob("*") if p.is_file())]
     assert {stat.S_IMODE(p.stat().st_mode) for p in immutable} == {0o444}
 
 
@@ -198,8 +200,8 @@ def test_imported_files_follow_the_umask(triage, umask, tmp_path, monkeypatch):
     monkeypatch.setenv("TRIAGE_STORE", str(colleague))
     triage("import", bundle)
     store = open_store()
-    mutable = [store.annotations / f"{run_id}.json", *store.keys.iterdir(),
-               *store.index.glob("catalog-*.parquet")]
+    mutable = [store.annotations.path(run_id), *(store.root / "keys").iterdir(),
+               *(store.root / "index").glob("catalog-*.parquet")]
     assert len(mutable) == 3
     assert {stat.S_IMODE(p.stat().st_mode) for p in mutable} == {0o644}
     assert stat.S_IMODE(bundle.stat().st_mode) == 0o644

@@ -54,7 +54,7 @@ def corpus_runs(tmp_path_factory):
 
 
 def stored(store: Store, run: dict, table: str) -> pa.Table:
-    return pq.ParquetFile(store.root / store.table_key(run["id"], table,
+    return pq.ParquetFile(store.root / store.tables.key(run["id"], table,
                                                        run["tables"][table]["sha256"])).read()
 
 

@@ -30,8 +30,8 @@ def manifests(tmp_path_factory) -> list[dict]:
                                     env={"TRIAGE_STORE": str(root)}, catch_exceptions=False)
         assert result.exit_code == 0, result.output
     store = Store.open(root)
-    return [(json.loads(store.run_path(r).read_bytes()), store.read_annotations(r))
-            for r in store.run_ids()]
+    return [(json.loads(store.runs.path(r).read_bytes()), store.annotations.read(r))
+            for r in store.runs.ids()]
 
 
 def leaves(node, path=()):

@@ -145,7 +145,7 @@ def label(store, name, run, delete, history):
     where RUN is a run id, an id prefix or `latest`, which no label can be; any other two
     words are read as NAME RUN."""
     from triage.archive import runs
-    from triage.archive.store import check_label
+    from triage.archive.labels import check_label
     from triage.views import runs as view
 
     if history:
@@ -158,7 +158,7 @@ def label(store, name, run, delete, history):
         gone = runs.delete_label(store.open(), name)
         click.echo(f"deleted label {name} (was {view.label_target(gone.was)})")
     elif name is None:
-        click.echo(view.label_list(store.open().labels()))
+        click.echo(view.label_list(store.open().labels.all()))
     else:
         name, run, old_order = runs.label_arguments(name, run)
         check_label(name)  # before a report named as RUN is archived for it

@@ -20,7 +20,9 @@ def value_of(point: HistoryPoint, value: float | None) -> str:
     return fmt_ns(value) if point.unit == "ns" else f"{fmt_value(value)} {point.unit or ''}".strip()
 
 
-def run_name(point: HistoryPoint) -> str:
+def point_name(point: HistoryPoint) -> str:
+    """How a history point is called in its rows and chart: the label the selector matched,
+    else the run's first label, else its short id (the report's legends: report.legend_name)."""
     return point.label or (point.run.labels[0] if point.run.labels else short_id(point.run.id))
 
 
@@ -59,7 +61,7 @@ def step_text(result: HistoryResult, step: HistoryStep) -> str:
     point = result.points[step.at]
     before = result.points[step.start:step.at]
     after = result.points[step.at:step.end]
-    line = (f"step at run {step.at + 1} ({printable(run_name(point))}): "
+    line = (f"step at run {step.at + 1} ({printable(point_name(point))}): "
             f"{fmt_pct(step.noise.change_pct)} {fmt_interval(step.noise.ci_pct)}"
             f"  ({len([p for p in before if p.spread])} runs before, "
             f"{len([p for p in after if p.spread])} from it on)")
@@ -76,7 +78,7 @@ def _captured(point: HistoryPoint) -> str:
 def rows(result: HistoryResult) -> list[list[str]]:
     out = []
     for p in result.points:
-        out.append([str(p.index + 1), short_id(p.run.id, 8), printable(run_name(p)), _captured(p),
+        out.append([str(p.index + 1), short_id(p.run.id, 8), printable(point_name(p)), _captured(p),
                     commit_text(p), value_of(p, p.spread.median if p.spread else None),
                     spread_text(p), fmt_noise(p.change) if p.change else "-",
                     boundary_text(p)])
@@ -100,7 +102,7 @@ def boundary_lines(result: HistoryResult) -> list[str]:
     lines = []
     for p in result.points:
         for item in p.boundary_items:
-            lines.append(f"run {p.index + 1} ({printable(run_name(p))}): "
+            lines.append(f"run {p.index + 1} ({printable(point_name(p))}): "
                          f"{'INVALID' if item.severity == 'invalidates' else 'caution'}: "
                          f"{printable(item_text(item))}")
     return lines or ["none: every run is comparable with the one before"]

@@ -10,7 +10,7 @@ from triage.base.version import __version__
 from triage.views import svgcharts
 from triage.compare.history import HistoryResult
 from triage.views.history import (HEADERS, METHOD_TEXT, boundary_lines, boundary_text, rows,
-                                run_name, step_lines, title, value_of)
+                                point_name, step_lines, title, value_of)
 from triage.views.report import template_environment
 from triage.views.text import fmt_pct
 
@@ -25,7 +25,7 @@ def trend(result: HistoryResult) -> Markup:
     unit = next((p for p in points if p.spread), points[0])
     return Markup(svgcharts.trend_chart(
         f"{result.measure.describe()}: median per run, bars from Q1 to Q3",
-        [run_name(p) for p in points], values, boundaries, steps,
+        [point_name(p) for p in points], values, boundaries, steps,
         lambda v: value_of(unit, v)))
 
 

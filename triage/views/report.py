@@ -45,9 +45,9 @@ MD_LEVELS = ({"kernels": None, "rows": None}, {"kernels": 20, "rows": 40},
 # -- reading the diff ------------------------------------------------------------------------
 
 
-def run_name(run: RunRecord, labels: tuple[str, ...] | None = None) -> str:
-    """How a run is called in legends and headers: its label (`labels`: in the order to
-    prefer, the one the user typed first), else report file, else id."""
+def legend_name(run: RunRecord, labels: tuple[str, ...] | None = None) -> str:
+    """How a run is called in the report's legends and headers: its label (`labels`: in the
+    order to prefer, the one the user typed first), else report file, else id."""
     labels = run.labels if labels is None else labels
     if labels:
         return labels[0]
@@ -324,8 +324,8 @@ def _context(diffs: list[DiffResult], show_unchanged: bool | None, charts: bool,
     if not diffs:
         raise UsageError("a report needs at least one comparison (two runs)")
     runs = series_runs(diffs)
-    names = [run_name(diffs[0].run_a, diffs[0].named_labels("a")),
-             *(run_name(d.run_b, d.named_labels("b")) for d in diffs)]
+    names = [legend_name(diffs[0].run_a, diffs[0].named_labels("a")),
+             *(legend_name(d.run_b, d.named_labels("b")) for d in diffs)]
     letters = [run_letter(i) for i in range(len(runs))]
     steps = []
     for i, diff in enumerate(diffs):

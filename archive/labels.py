@@ -1,0 +1,205 @@
+"""A store's labels: labels/<name> -> run id, the only thing a user moves on purpose, and each
+label's history under label-history/<name>/, one write-once file per move
+(<time>_<writer>.move). The newest move by (time, writer) is where the label points, so that
+two writers moving one label at once, on two nodes, lose neither move and agree on the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from triage.archive import atomic
+from triage.archive.canonical import canonical_json
+from triage.base.errors import LabelNotFound, UsageError
+from triage.base.hashing import SHA256_RE
+from triage.base.timeutil import utc_now
+
+if TYPE_CHECKING:
+    from triage.archive.store import Store
+
+HEX_RE = re.compile(r"^[0-9a-fA-F]{4,64}$")
+LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
+RESERVED_LABELS = {"latest"}
+MOVE_SUFFIX = ".move"
+MOVE_TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$")  # utc_now's
+WRITER_RE = re.compile(r"^[A-Za-z0-9.-]{1,128}$")
+
+
+@dataclass(frozen=True)
+class LabelMove:
+    """One move of a label, as its history keeps it: when, by which writer, to which run
+    (None: the label was deleted)."""
+
+    time: str
+    writer: str
+    run_id: str | None
+
+
+def writer_id() -> str:
+    """A name for this writer no other writer has (host, process, random), so that two moves
+    made in the same microsecond on two nodes are two files, ordered the same by everyone."""
+    import secrets
+    import socket
+
+    host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:64] or "host"
+    return f"{host}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def looks_like_run(word: str) -> bool:
+    """A RUN that no label can be: a run id, an id prefix (4+ hex digits) or `latest`."""
+    return word in RESERVED_LABELS or HEX_RE.match(word) is not None
+
+
+def is_label_name(name: str) -> bool:
+    """Labels name runs without looking like run ids or prefixes, and map to one file path."""
+    return LABEL_RE.match(name) is not None and not looks_like_run(name) \
+        and not any(p in ("", ".", "..") for p in name.split("/"))
+
+
+def check_label(name: str) -> None:
+    """Refuse a name no label may have, saying what a label may be."""
+    if not is_label_name(name):
+        raise UsageError(f"invalid label {name!r}: use at most 128 letters, digits, '.', '_', "
+                         "'-' and '/' between names, starting with a letter or digit; not "
+                         "'latest', and not 4+ hex digits (a run id prefix)")
+
+
+class Labels:
+    """A store's labels and their histories."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def all(self) -> dict[str, str]:
+        """All labels and the run each points at. A damaged label (bytes that are not text, a
+        file that cannot be read) points at no run, which `resolve` and `verify` name; a file
+        whose name no label can have is not one (`verify` names it): one bad file must not
+        hide the other labels."""
+        out: dict[str, str] = {}
+        for key in self.store.files.files("labels"):
+            name = key[len("labels/"):]
+            if LABEL_RE.match(name) and not key.rsplit("/", 1)[-1].startswith(atomic.TMP_PREFIX):
+                out[name] = self.store.pointer(key) or ""
+        return out
+
+    def history(self, name: str) -> list[LabelMove]:
+        """Every move of a label, oldest first; [] for a label moved before histories were
+        kept, or never. Newest wins: the last is where the label points."""
+        folder = f"label-history/{name}"
+        names = sorted(n for n in self.store.files.names(folder) if n.endswith(MOVE_SUFFIX))
+        moves = [self._move(f"{folder}/{n}") for n in names]
+        return sorted((m for m in moves if m is not None), key=lambda m: (m.time, m.writer))
+
+    def _move(self, key: str) -> LabelMove | None:
+        """One history entry; None for one that cannot be read (`verify` names the store's
+        damage; a bad entry must not hide the label's other moves)."""
+        try:
+            data = self.store.read_file(key)
+            if data is None:
+                return None
+            doc = json.loads(data)
+            run_id = doc["run"]
+            if run_id is not None and not SHA256_RE.match(run_id):
+                return None
+            return LabelMove(str(doc["time"]), str(doc["writer"]), run_id)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def point(self, name: str, run_id: str) -> str | None:
+        """Point a label at a run (a move in its history, labels/<name> replaced atomically);
+        return what it held before (None: a new label), so that a move is never silent."""
+        self._make_room(name)
+        return self._record_move(name, run_id)
+
+    def remove(self, name: str) -> str:
+        """Delete a label; return what it held. A deletion is a move in the label's history
+        (to no run), then one unlink: a reader sees the whole label or none. Only a name
+        `all()` lists is removed, so no name can reach outside labels/. Its folder, if
+        emptied, stays: `point` removes empty folders where a label goes."""
+        held = self.all().get(name)
+        if held is None:
+            raise LabelNotFound(f"label {name!r} not found; `triage label` lists labels")
+        try:
+            self._record_move(name, None)
+        except OSError as exc:
+            raise self.store.error(exc, "write") from None
+        return held
+
+    def add_moves(self, name: str, moves: list[LabelMove]) -> str | None:
+        """Add another store's moves of a label to its history here, each under its own time
+        and writer (push, pull), and point the label at the newest move of the two histories:
+        two pushers moving one label lose neither move. Moves already here are skipped, and
+        so is one whose time or writer could not be a file name. Returns what it held before."""
+        self._make_room(name)
+        known = set(self.history(name))
+        for move in moves:
+            if move not in known and MOVE_TIME_RE.match(move.time) \
+                    and WRITER_RE.match(move.writer):
+                self._write_move(name, move)
+        before = self.store.pointer(f"labels/{name}")
+        self._point_at_newest(name)
+        return before
+
+    def _record_move(self, name: str, run_id: str | None) -> str | None:
+        """Append a move to the label's history (a new file, never a rewrite: no conditional
+        write, so two nodes moving one label both keep their move) and bring labels/<name> to
+        the newest move; return where the label pointed before this move."""
+        before = self.store.pointer(f"labels/{name}")
+        self._write_move(name, LabelMove(utc_now(precise=True), writer_id(), run_id))
+        self._point_at_newest(name)
+        return before
+
+    def _write_move(self, name: str, move: LabelMove) -> None:
+        entry = {"label": name, "run": move.run_id, "time": move.time, "writer": move.writer}
+        stamp = move.time.replace(":", "").replace("-", "")
+        self.store.write_small(f"label-history/{name}/{stamp}_{move.writer}{MOVE_SUFFIX}",
+                               canonical_json(entry), readonly=True)
+
+    def _point_at_newest(self, name: str) -> None:
+        """Bring labels/<name> to the newest move, and look again after writing it: a writer
+        whose move came in meanwhile writes after us, so the last pointer written is the newest
+        move's (newest wins on every node; readers read the pointer, one file)."""
+        key, written = f"labels/{name}", None
+        while True:
+            history = self.history(name)
+            newest = history[-1] if history else None
+            if newest is None or newest == written:
+                return
+            if newest.run_id is None:
+                self.store.files.delete(key)
+            else:
+                self.store.write_small(key, (newest.run_id + "\n").encode())
+            written = newest
+
+    def _make_room(self, name: str) -> None:
+        """Refuse a name no label may have, or one that clashes with a label here."""
+        check_label(name)
+        # An empty folder where the label goes (made by hand, or left when its labels were
+        # removed) is in the way of nothing; one holding a label stays, and is named below.
+        self.store.files.delete_folder(f"labels/{name}")
+        other = self.clash(name)
+        if other == name:
+            raise UsageError(f"label {name!r} clashes with label {name!r} being written, or with "
+                             f"a folder labels/{name} that holds no label; remove the folder or "
+                             "choose another name")
+        if other is not None:
+            raise UsageError(f"label {name!r} clashes with label {other!r} (one would be a "
+                             "folder of the other); choose another name")
+
+    def clash(self, name: str) -> str | None:
+        """The label that `name` cannot sit beside, one being a folder of the other (a label
+        being written there counts: its temp file is in that folder, but is not named)."""
+        parts = name.split("/")
+        for depth in range(1, len(parts)):
+            above = "/".join(parts[:depth])
+            if self.store.files.exists(f"labels/{above}"):
+                return above
+        if not self.store.files.is_dir(f"labels/{name}"):
+            return None
+        inner = (e.key for e in self.store.files.tree(f"labels/{name}")
+                 if e.is_file and not e.name.startswith(atomic.TMP_PREFIX))
+        return next(inner, f"labels/{name}")[len("labels/"):]
