@@ -5,30 +5,18 @@ added to it later: the only part of a run that grows, so its file is sealed by a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from triage.archive import validate
 from triage.archive.canonical import SEAL, canonical_json, seal_of
-
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    from triage.archive.store import Store
+from triage.archive.part import StorePart
 
 
-class Annotations:
+class Annotations(StorePart):
     """The annotations of a store's runs: read, added to, merged from another store."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
 
     @staticmethod
     def key(run_id: str) -> str:
         return f"annotations/{run_id}.json"
 
-    def path(self, run_id: str) -> Path:
-        """A run's annotations file in a local store (tests that damage one on purpose)."""
-        return self.store.root / self.key(run_id)
 
     def read(self, run_id: str) -> dict:
         """A run's archive time and notes; {} when there are none, or when they are not what the

@@ -10,16 +10,13 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from triage.archive import atomic
 from triage.archive.canonical import canonical_json
+from triage.archive.part import StorePart
 from triage.base.errors import LabelNotFound, UsageError
 from triage.base.hashing import SHA256_RE
 from triage.base.timeutil import utc_now
-
-if TYPE_CHECKING:
-    from triage.archive.store import Store
 
 HEX_RE = re.compile(r"^[0-9a-fA-F]{4,64}$")
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
@@ -68,11 +65,8 @@ def check_label(name: str) -> None:
                          "'latest', and not 4+ hex digits (a run id prefix)")
 
 
-class Labels:
+class Labels(StorePart):
     """A store's labels and their histories."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
 
     def all(self) -> dict[str, str]:
         """All labels and the run each points at. A damaged label (bytes that are not text, a

@@ -13,14 +13,11 @@ import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from triage.archive import atomic
+from triage.archive.part import StorePart
 from triage.base.errors import CorruptObject
 from triage.base.hashing import copy_hashing, hash_file
-
-if TYPE_CHECKING:
-    from triage.archive.store import Store
 
 
 @dataclass(frozen=True)
@@ -32,19 +29,13 @@ class Staged:
     bytes: int
 
 
-class Objects:
+class Objects(StorePart):
     """The files of a store named by the hash of their bytes, objects/ first of them."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
 
     @staticmethod
     def key(sha256: str) -> str:
         return f"objects/{sha256[:2]}/{sha256[2:]}"
 
-    def path(self, sha256: str) -> Path:
-        """An object's file in a local store (tests and tools that damage one on purpose)."""
-        return self.store.root / self.key(sha256)
 
     def local_copy(self, key: str, sha256: str) -> Path:
         """A local file holding a file named by the hash of its bytes (an object, a table, a

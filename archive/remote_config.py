@@ -7,13 +7,10 @@ of a store written before, all in one, is read and never written. (Using them: r
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from triage.archive import validate
+from triage.archive.part import StorePart
 from triage.base.errors import StoreError
-
-if TYPE_CHECKING:
-    from triage.archive.store import Store
 
 # A remote's name is one file name: no '/', no leading '.' (not '.', '..' or a temp file)
 REMOTE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -21,11 +18,8 @@ REMOTES_DIR = "remotes"
 REMOTES_FILE = "remotes.json"  # where remotes were kept, all in one, before remotes/<name>
 
 
-class RemoteConfig:
+class RemoteConfig(StorePart):
     """The remotes a store pushes to and pulls from, as its own files record them."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
 
     def all(self) -> dict[str, str]:
         """Every remote: name -> store location. Over the remotes.json of an older store, a

@@ -11,18 +11,14 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from triage.archive import validate
 from triage.archive.canonical import SEAL, canonical_json, seal_of
 from triage.archive.objects import Objects
+from triage.archive.part import StorePart
 from triage.archive.table_files import TABLE_NAME_RE, Tables
 from triage.base.errors import CorruptObject, RunNotFound
 from triage.base.hashing import SHA256_RE
-
-if TYPE_CHECKING:
-    from triage.archive.store import Store
 
 # What a run's id leaves out: how its tables came out as bytes (Parquet writer, pyarrow) and
 # which library versions wrote them. Two people archiving one report get one run id.
@@ -108,19 +104,13 @@ def _sha(value: object) -> str:
     return value
 
 
-class Runs:
+class Runs(StorePart):
     """The runs a store holds: their manifests, and the keys and aliases that point at them."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
 
     @staticmethod
     def key(run_id: str) -> str:
         return f"runs/{run_id}.json"
 
-    def path(self, run_id: str) -> Path:
-        """A manifest's file in a local store (tests and tools that damage one on purpose)."""
-        return self.store.root / self.key(run_id)
 
     def has(self, run_id: str) -> bool:
         return self.store.files.exists(self.key(run_id))
