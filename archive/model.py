@@ -102,11 +102,18 @@ class Environment:
         return self.gpus[0] if self.gpus else None
 
 
+# Where a setting's value may come from and still be a record of what ran: the report said
+# it, its command line said it, or the data proves it. A tool's documented default is one only
+# where the command line was recorded (the option was not given, so the default applied).
+RECORDED_SOURCES = ("report", "command", "derived")
+
+
 @dataclass(frozen=True)
 class Setting:
     """One profiler setting in effect and where its value came from: `report` (the report
-    recorded it), `command` (parsed from the recorded command line) or `default` (the tool's
-    default for that version); source None when nothing said."""
+    recorded it), `command` (parsed from the recorded command line), `derived` (what the
+    report's data proves) or `default` (the tool's default for that version, which nothing
+    recorded); source None when nothing said."""
 
     value: Any
     source: str | None = None
@@ -386,9 +393,28 @@ class RunRecord:
         return self.source == "capture-failed"
 
     def setting(self, name: str) -> Any:
-        """A setting's value, None when not recorded."""
+        """A setting's value as it stands in the record, a tool's default included (None when
+        not even that is known): what `show` lists, never what a comparison grades."""
         found = self.settings.get(name)
         return found.value if found is not None else None
+
+    def is_recorded(self, name: str) -> bool:
+        """Whether the run records or proves a setting: the report or its command line gave it,
+        or the command line was recorded without it (the tool's default then applied)."""
+        found = self.settings.get(name)
+        return found is not None and (found.source in RECORDED_SOURCES or (
+            found.source == "default" and self.command is not None))
+
+    def recorded_setting(self, name: str) -> Any:
+        """A setting's value where the run records or proves it; None where only the tool's
+        documented default stands for it (no command line, no report field): an assumption is
+        no record of what ran, so two runs that both assume `--cache-control all` are not known
+        to have flushed alike."""
+        return self.setting(name) if self.is_recorded(name) else None
+
+    def assumed_setting(self, name: str) -> Any:
+        """The tool's documented default where that is all that stands for a setting."""
+        return None if self.is_recorded(name) else self.setting(name)
 
     def as_json(self) -> dict[str, Any]:
         """What `triage show --json` prints: the manifest plus id, archive time, labels, notes."""

@@ -99,11 +99,12 @@ def _major(version: Value) -> str | None:
 
 
 def clock_locked(record: RunRecord) -> bool | None:
-    """Whether the kernels ran with locked clocks, from the report's own evidence first."""
+    """Whether the kernels ran with locked clocks, from the report's own evidence first, then
+    from a recorded --clock-control (never from ncu's default: that is no record)."""
     clock = record.clock
     if clock.results_with_status:
         return clock.executed_locked == clock.results_with_status
-    setting = record.setting("clock_control")
+    setting = record.recorded_setting("clock_control")
     if record.tool != "ncu" or setting is None:
         return None
     return setting != "none"
@@ -111,7 +112,7 @@ def clock_locked(record: RunRecord) -> bool | None:
 
 def _sections(record: RunRecord) -> tuple[str, ...] | None:
     """The sections an ncu run collected, sorted: a set, which views show as + and -."""
-    sections = record.setting("sections")
+    sections = record.recorded_setting("sections")
     return tuple(sorted(map(str, sections))) if sections is not None and record.tool == "ncu" \
         else None
 
@@ -183,6 +184,17 @@ class DriftRule:
     listed_unrecorded: bool = True
     # A field the GPU model fixes: not listed as unrecorded when both runs name the same model.
     implied_by: str | None = None
+    # A profiler setting: its documented default where nothing recorded it (shown, never graded)
+    assumed: Callable[[RunRecord], object] | None = None
+    assumed_of: str | None = None
+
+
+def setting_rule(name: str, severity: str, why: str, tool: str,
+                 when: Callable[[RunRecord, RunRecord], bool]) -> DriftRule:
+    """A row for a profiler setting: graded on what the runs record or prove, with the tool's
+    default beside an unrecorded value for the reader."""
+    return DriftRule(f"settings.{name}", lambda r: r.recorded_setting(name), severity, why,
+                     when, assumed=lambda r: r.assumed_setting(name), assumed_of=tool)
 
 
 DRIFT_RULES: list[DriftRule] = [
@@ -197,14 +209,14 @@ DRIFT_RULES: list[DriftRule] = [
     DriftRule("clock.locked", clock_locked, INVALIDATES,
               "one run locked the GPU clocks and the other did not: durations are not comparable",
               when=_ncu),
-    DriftRule("settings.clock_control", lambda r: r.setting("clock_control"), INVALIDATES,
-              "different --clock-control: kernel durations depend on the clock", when=_ncu),
-    DriftRule("settings.cache_control", lambda r: r.setting("cache_control"), INVALIDATES,
-              "different --cache-control: flushed vs warm caches change memory metrics",
-              when=_ncu),
-    DriftRule("settings.replay_mode", lambda r: r.setting("replay_mode"), INVALIDATES,
-              "different --replay-mode: kernel vs application/range replay measure differently",
-              when=_ncu),
+    setting_rule("clock_control", INVALIDATES,
+                 "different --clock-control: kernel durations depend on the clock", "ncu", _ncu),
+    setting_rule("cache_control", INVALIDATES,
+                 "different --cache-control: flushed vs warm caches change memory metrics",
+                 "ncu", _ncu),
+    setting_rule("replay_mode", INVALIDATES,
+                 "different --replay-mode: kernel vs application/range replay measure "
+                 "differently", "ncu", _ncu),
     DriftRule("counters.permitted", counters_permitted, INVALIDATES,
               "GPU counters readable on one side only (RmProfilingAdminOnly, not root): ncu "
               "collects no metrics where they are not", when=_captured_ncu,
@@ -223,8 +235,8 @@ DRIFT_RULES: list[DriftRule] = [
     DriftRule("settings.sections", _sections, CAUTION,
               "different section set: only the sections both runs collected are compared",
               when=_ncu),
-    DriftRule("settings.trace", lambda r: r.setting("trace"), CAUTION,
-              "different nsys trace domains: tracing overhead differs", when=_nsys),
+    setting_rule("trace", CAUTION, "different nsys trace domains: tracing overhead differs",
+                 "nsys", _nsys),
     DriftRule("gpu.persistence_mode", persistence_mode, CAUTION,
               "persistence mode on one side only: without it the driver starts up for each "
               "process and the first launches and clocks differ", when=_captured,
@@ -279,11 +291,24 @@ def grade(record_a: RunRecord, record_b: RunRecord,
             continue
         item = compared(rule.field, rule.read(record_a), rule.read(record_b), rule.severity,
                         rule.why)
+        if rule.assumed is not None:
+            item = assumed_beside(item, rule, record_a, record_b)
         states[rule.field] = item.state
         implied = rule.implied_by is not None and states.get(rule.implied_by) == "same"
         if item.state != UNRECORDED or (rule.listed_unrecorded and not implied):
             items.append(item)
     return items
+
+
+def assumed_beside(item: DriftItem, rule: DriftRule, a: RunRecord, b: RunRecord) -> DriftItem:
+    """The item with each side's assumed default, where a side has only that."""
+    from dataclasses import replace
+
+    assert rule.assumed is not None
+    assumed = (rule.assumed(a), rule.assumed(b))
+    if assumed == (None, None):
+        return item
+    return replace(item, assumed=assumed, assumed_of=rule.assumed_of)
 
 
 def worst_verdict(verdicts: Iterable[str]) -> str:

@@ -96,6 +96,10 @@ class DriftItem:
     why: str
     kernels_a: tuple[str, ...] = ()
     kernels_b: tuple[str, ...] = ()
+    # A side's value where only the profiler's documented default stands for it (graded as
+    # unknown: an assumption is no record), and the profiler whose default it is.
+    assumed: tuple[Value, Value] = (None, None)
+    assumed_of: str | None = None
 
     def describe(self, shorten: Callable[[str], str] = str) -> str:
         """The why with the kernels it names: views clip names, `--json` keeps them whole."""
@@ -112,6 +116,9 @@ class DriftItem:
                "state": self.state, "severity": self.severity, "why": self.describe()}
         if self.kernels_a or self.kernels_b:
             out["kernels"] = {"a": list(self.kernels_a), "b": list(self.kernels_b)}
+        if self.assumed != (None, None):
+            out["assumed"] = {"a": self.assumed[0], "b": self.assumed[1],
+                              "default_of": self.assumed_of}
         return out
 
 

@@ -250,12 +250,19 @@ def test_drift_pair_shows_every_drift_item(triage, store, tmp_path):
     html = report(triage, store, tmp_path / "review.html", a, b)
     diff = json.loads(triage("diff", a, b, "--json", "--store", store).stdout)
     assert diff["verdict"] == "caution" and diff["drift"]
-    unrecorded = [i["field"] for i in diff["drift"] if i["state"] == "unrecorded"]
+    unrecorded: dict[str, list[str]] = {}
     for item in diff["drift"]:
         assert f'<tr class="sev-{item["severity"]}"><td class="sev">' in html
         if item["state"] != "unrecorded":
             assert f'<td class="mono">{item["field"]}</td>' in html
-    assert f'<td class="mono">{", ".join(unrecorded)}</td>' in html  # one row for them all
+        else:
+            assumed = item.get("assumed")
+            unrecorded.setdefault(item["severity"], []).append(item["field"] + (
+                f" ({assumed['default_of']}&#39;s default would be {assumed['a']})"
+                if assumed else ""))
+    assert set(unrecorded) == {"caution", "unknown"}  # cache control and replay never recorded
+    for fields in unrecorded.values():  # one row for each severity
+        assert f'<td class="mono">{", ".join(fields)}</td>' in html
     assert "<td class=\"val\">470</td>" in html and "<td class=\"val\">515</td>" in html
     assert "⚠ Comparable with care" in html
     assert "-83.1%" in html  # the nodeCalc kernel is much faster in B

@@ -7,11 +7,11 @@ import textwrap
 from collections.abc import Callable, Sequence
 
 from triage.compare.result import (NO_SIDE, DiffResult, DriftItem, KernelDiff, KernelSide,
-                                   MetricDiff, NsysDiff, SummaryChange, Value)
+                                   MetricDiff, NsysDiff, SummaryChange)
 from triage.compare.noise import Noise
 from triage.views.text import (drift_change, drift_entries, drift_why, fmt_ns, fmt_pct, fmt_value,
                              kernel_notes, metric_title, one_side_text, output_width, short_id,
-                             truncate, value_text)
+                             truncate, field_with_default, side_text)
 from triage.views.text import fmt_noise, fmt_spread, gate_lines, rule_failure, rule_heading
 
 WIDTH = 100  # the layout's columns; a wider or narrower terminal widens or narrows the names
@@ -66,7 +66,7 @@ def _wrapped(text: str, severity: str, width: int) -> list[str]:
 
 def _unrecorded_lines(items: list[DriftItem], width: int) -> list[str]:
     """`not recorded in either run: gpu.name, driver.major`, with why it caps the verdict."""
-    fields = ", ".join(i.field for i in items)
+    fields = ", ".join(field_with_default(i) for i in items)
     why = f" ({items[0].why.split(': ', 1)[-1]})" if items[0].severity != "unknown" else ""
     return _wrapped(f"{UNRECORDED_LABEL} {fields}{why}", items[0].severity, width)
 
@@ -77,12 +77,12 @@ def _values(item: DriftItem) -> str:
     change = drift_change(item)
     if change is not None:  # the differing tokens whole, the rest shortened
         return f"{change}  "
-    return f"{_v(item, item.a)} -> {_v(item, item.b)}  "
+    return f"{_v(item, 0)} -> {_v(item, 1)}  "
 
 
-def _v(item: DriftItem, value: Value) -> str:
+def _v(item: DriftItem, side: int) -> str:
     # a difference is shown whole; a value beside an unknown one is clipped
-    text = value_text(item, value)
+    text = side_text(item, side)
     return text if item.state == "different" else truncate(text, 28)
 
 

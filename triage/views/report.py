@@ -26,9 +26,9 @@ from triage.compare.result import (KERNEL_LAUNCHES, KERNEL_RENAMED, NO_SIDE, SEC
                                    SECTION_ONLY_B, DiffOptions, DiffResult, DriftItem,
                                    KernelDiff)
 from triage.base.errors import UsageError
-from triage.views.text import (clip_middle, distinct_names, drift_entries, drift_sides, drift_why,
-                             fmt_ns, fmt_pct, fmt_value, kernel_notes, metric_title,
-                             one_side_text, short_id)
+from triage.views.text import (clip_middle, default_phrase, distinct_names, drift_entries,
+                               drift_sides, drift_why, field_with_default, fmt_ns, fmt_pct,
+                               fmt_value, kernel_notes, metric_title, one_side_text, short_id)
 from triage.compare.noise import Noise
 from triage.views.text import cuda_text, fmt_noise, fmt_spread, gate_lines, printable, rule_failure
 from triage.base.units import fmt_bytes
@@ -131,6 +131,8 @@ def _setting(run: RunRecord, key: str) -> str | None:
     if found is None or found.value is None:
         return None
     value = found.value
+    if not run.is_recorded(key):
+        return f"{NOT_RECORDED} ({default_phrase(run.tool, value)})"
     if isinstance(value, list):
         value = f"{len(value)}: " + ", ".join(map(str, value))
     return f"{value} ({found.source})" if found.source else str(value)
@@ -379,7 +381,8 @@ def drift_rows(diff: DiffResult) -> list[dict]:
     rows = []
     for entry in drift_entries(diff.drift):
         if isinstance(entry, list):
-            rows.append({"severity": entry[0].severity, "field": ", ".join(i.field for i in entry),
+            rows.append({"severity": entry[0].severity,
+                         "field": ", ".join(field_with_default(i) for i in entry),
                          "a": NOT_RECORDED, "b": NOT_RECORDED, "why": entry[0].why})
             continue
         found = entry.a is None and entry.b is None and entry.state == "different"

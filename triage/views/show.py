@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from triage.archive.model import CaptureInfo, ClockEvidence, GitState, Gpu, RunRecord, Setting
-from triage.views.text import cuda_text
+from triage.views.text import cuda_text, default_phrase
 from triage.base.units import fmt_bytes
 
 
@@ -21,8 +21,12 @@ def _gpu_text(gpu: Gpu) -> str:
     return f"{gpu.name or 'unknown'}" + (f" ({extra})" if extra else "")
 
 
-def _setting_line(name: str, setting: Setting) -> str:
+def _setting_line(name: str, setting: Setting, record: RunRecord) -> str:
+    """A setting and where it came from; one only the tool's default stands for says so, since
+    a comparison treats it as unknown."""
     value = setting.value
+    if not record.is_recorded(name) and value is not None:
+        return _line(name, f"not recorded ({default_phrase(record.tool, value)})")
     if isinstance(value, list):
         value = ", ".join(map(str, value)) if value else "(none)"
     return _line(name, f"{value if value is not None else '-'}"
@@ -62,7 +66,8 @@ def render_show(record: RunRecord) -> str:
     lines += [_line("GPU", _gpu_text(g)) for g in record.environment.gpus] or [_line("GPU", None)]
     lines.append(_line("kernels", record.kernels))
     lines.append("settings")
-    lines += [_setting_line(name, setting) for name, setting in record.settings.items()]
+    lines += [_setting_line(name, setting, record) for name, setting in
+              record.settings.items()]
     clock = _clock_line(record.clock)
     if clock:
         lines.append(clock)

@@ -346,6 +346,29 @@ def value_text(item: DriftItem, value: object) -> str:
     return str(value)
 
 
+def default_phrase(tool: str | None, value: object) -> str:
+    """`ncu's default would be all`: what stands for a setting nothing recorded."""
+    shown = (" ".join(map(str, value)) or "(none)") if isinstance(value, (list, tuple)) \
+        else str(value)
+    return f"{tool or 'the profiler'}'s default would be {shown}"
+
+
+def field_with_default(item: DriftItem) -> str:
+    """A field neither run recorded, with the default that stands for it on both sides alike:
+    `settings.cache_control (ncu's default would be all)`."""
+    a, b = item.assumed
+    return item.field + (f" ({default_phrase(item.assumed_of, a)})" if a is not None and a == b
+                         else "")
+
+
+def side_text(item: DriftItem, side: int) -> str:
+    """One side's value of a drift item as words, its assumed default where that is all."""
+    value, assumed = (item.a, item.b)[side], item.assumed[side]
+    if value is None and assumed is not None:
+        return f"not recorded ({default_phrase(item.assumed_of, assumed)})"
+    return value_text(item, value)
+
+
 def _shown_by_parts(item: DriftItem) -> bool:
     """Both values known and different, of a field shown by its parts (tokens or members)."""
     return item.state == "different" and item.a is not None and item.b is not None and \
@@ -368,8 +391,8 @@ def drift_sides(item: DriftItem) -> tuple[str | None, str | None]:
         if item.code in SET_VALUED:
             return set_sides(_tokens(item.a), _tokens(item.b))
         return changed_sides(item.a, item.b)
-    return (None if item.a is None else value_text(item, item.a),
-            None if item.b is None else value_text(item, item.b))
+    return tuple(None if (v is None and d is None) else side_text(item, i)  # type: ignore
+                 for i, (v, d) in enumerate(zip((item.a, item.b), item.assumed, strict=True)))
 
 
 def drift_entries(items: Sequence[DriftItem]) -> list[DriftItem | list[DriftItem]]:

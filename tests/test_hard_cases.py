@@ -1,0 +1,56 @@
+"""The verdict in the hard cases (issue: right in every hard case), on real corpus reports.
+
+A default is not a record: where a report records neither a setting nor the command line that
+would have set it, the profiler's documented default is shown to the reader but graded as
+unknown, so two such runs are never "known the same" on an invalidating field."""
+
+from __future__ import annotations
+
+import pytest
+
+
+# Two ncu reports of one program that record no command line and no --cache-control or
+# --replay-mode (ncu 2021.2 kept neither in these reports).
+NO_COMMAND = ("bwd29__self-join-MiSTIC__nodeCalc_profile.out.ncu-rep",
+              "bwd29__self-join-MiSTIC__nodeCalc_profile10.out.ncu-rep")
+# An ncu report whose command line is recorded without those options: ncu's defaults applied.
+WITH_COMMAND = ("LakshyaSingh354__CudaCode__gemm_naive.ncu-rep",
+                "LakshyaSingh354__CudaCode__gemm_global_mem_coalesce.ncu-rep")
+
+
+@pytest.fixture
+def no_command(archived):
+    return archived(*((name,) for name in NO_COMMAND))
+
+
+def drift_of(triage, a: str, b: str) -> dict:
+    return {item["field"]: item for item in triage.json("diff", a, b)["drift"]}
+
+
+def test_a_default_nothing_recorded_is_unknown_and_caps_the_verdict(triage, no_command):
+    drift = drift_of(triage, *no_command)
+    for field, default in (("settings.cache_control", "all"), ("settings.replay_mode", "kernel")):
+        item = drift[field]
+        assert (item["a"], item["b"], item["state"], item["severity"]) == (
+            None, None, "unrecorded", "caution")
+        assert item["assumed"] == {"a": default, "b": default, "default_of": "ncu"}
+    assert triage.json("diff", *no_command)["verdict"] != "comparable"
+
+
+def test_every_format_says_what_the_default_would_be(triage, no_command):
+    text = triage("diff", *no_command).stdout
+    assert "settings.cache_control (ncu's default would be all)" in " ".join(text.split())
+    markdown = triage("diff", *no_command, "--format", "md").stdout
+    assert "ncu's default would be all" in " ".join(markdown.split())
+    shown = triage("show", no_command[0]).stdout.splitlines()
+    assert "  cache_control    not recorded (ncu's default would be all)" in shown
+    assert "  clock_control    base   [report]" in shown
+
+
+def test_a_recorded_command_line_makes_the_default_a_record(triage, archived):
+    a, b = archived(*((name,) for name in WITH_COMMAND))
+    drift = drift_of(triage, a, b)
+    assert not any("assumed" in item for item in drift.values())
+    assert "settings.cache_control" not in drift  # the same on both sides: not listed
+    shown = triage("show", a).stdout
+    assert "cache_control    all   [default]" in shown
