@@ -71,6 +71,16 @@ def checked_schema(name: str) -> dict:
     return schema
 
 
+def assert_valid(name: str, document: object) -> None:
+    """`document` (a command's --json output) obeys schemas/`name`; every error is listed when
+    it does not."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(checked_schema(name))
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(document)]
+    assert not errors, errors
+
+
 def table_file(root: Path, run_id: str, name: str) -> Path:
     """A run's stored table in a local store (tables/<name>/run_id=<id>/<sha>.parquet)."""
     from triage.archive.store import Store
