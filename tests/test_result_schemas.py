@@ -4,6 +4,9 @@ added to or dropped from an output without its schema fails here."""
 
 from __future__ import annotations
 
+import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -55,3 +58,32 @@ def test_import(triage, shared, tmp_path):
     again = triage.json("--store", tmp_path / "other", "import", shared["bundle"], "--labels")
     assert_valid("import.schema.json", again)
     assert again["runs_added"] == [] and list(again["labels_set"]) == ["base"]
+
+
+# -- filing runs and keeping the store: archive, capture, verify, gc ---------------------------
+
+
+def test_verify_and_gc(triage, store_dir):
+    run = triage.json("archive", corpus_file(NCU))[0]
+    assert_valid("verify.schema.json", triage.json("verify"))
+    assert_valid("verify.schema.json", triage.json("verify", run["id"]))
+    orphan, temp = store_dir / "objects" / "ab" / ("c" * 62), store_dir / "objects" / ".tmp-x"
+    orphan.parent.mkdir(exist_ok=True)
+    orphan.write_bytes(b"no run references it")
+    temp.write_bytes(b"")
+    old = time.time() - 7200
+    for path in (orphan, temp):
+        os.utime(path, (old, old))
+    manifest = store_dir / "runs" / f"{run['id']}.json"
+    manifest.chmod(0o644)
+    manifest.write_bytes(manifest.read_bytes().replace(b'"ncu"', b'"nsys"', 1))
+    damaged = triage("verify", "--json", expect=1)
+    found = json.loads(damaged.stdout)
+    assert_valid("verify.schema.json", found)
+    assert not found["ok"] and found["errors"] and len(found["leftovers"]) == 2
+    dry = triage.json("gc", "--dry-run")
+    assert_valid("gc.schema.json", dry)
+    assert (dry["files"], dry["kept_recent"]) == (2, 0)
+    done = triage.json("gc", "--grace", "0")
+    assert_valid("gc.schema.json", done)
+    assert not done["dry_run"] and done["removed"] == dry["removed"]
