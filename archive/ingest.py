@@ -29,6 +29,7 @@ from triage.archive import catalog, lease, space
 from triage.base.progress import Progress, Step, no_progress
 from triage.base.hashing import hash_file
 from triage.archive.manifest import MANIFEST_KIND, MANIFEST_VERSION
+from triage.archive.model import ArchiveResult, RunRecord
 from triage.archive.store import (STORE_MARKER, Staged, Store, canonical_json, check_label,
                                   manifest_file, run_parts, store_files)
 from triage.archive.summaries import SUMMARIES, compute_summaries
@@ -68,16 +69,6 @@ class RunRequest:
     repair: bool = False
     # Tables that come with the request rather than from a report (a capture's ncu listings).
     extra_tables: dict[str, pa.Table] = field(default_factory=dict)
-
-
-@dataclass
-class ArchiveResult:
-    """The outcome of archiving one run."""
-
-    id: str
-    new: bool
-    manifest: dict
-    repaired: bool = False  # found, but objects were missing or damaged: rewritten from reports
 
 
 def archive_files(store_path, paths: list[str], label: str | None = None,
@@ -488,7 +479,7 @@ def _settle(store: Store, run_id: str, manifest: dict, request: RunRequest, key:
         manifest, new = won, False
     if request.label:
         store.set_label(request.label, run_id)
-    return ArchiveResult(run_id, new, manifest, repaired)
+    return ArchiveResult(RunRecord.from_manifest(run_id, manifest), new, repaired)
 
 
 def _drop_tables(store: Store, run_id: str, mine: dict, kept: dict) -> None:
@@ -534,7 +525,7 @@ def _finish(store: Store, run_id: str, manifest: dict, request: RunRequest,
     _index(store, run_id, manifest, request, new, rows)
     if request.label:
         store.set_label(request.label, run_id)
-    return ArchiveResult(run_id, new, manifest, repaired)
+    return ArchiveResult(RunRecord.from_manifest(run_id, manifest), new, repaired)
 
 
 def _index(store: Store, run_id: str, manifest: dict, request: RunRequest, new: bool,

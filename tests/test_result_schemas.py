@@ -15,6 +15,7 @@ from helpers import assert_valid, corpus_file
 
 NCU = "LakshyaSingh354__CudaCode__report.ncu-rep"
 OTHER_NCU = "Lashi0812__CudaProgramming__simpleSOA.ncu-rep"
+NSYS = "Lashi0812__CudaProgramming__streamSimple.sqlite"
 
 
 # -- sharing: remotes, push, pull, import ------------------------------------------------------
@@ -61,6 +62,24 @@ def test_import(triage, shared, tmp_path):
 
 
 # -- filing runs and keeping the store: archive, capture, verify, gc ---------------------------
+
+
+def test_archive(triage):
+    runs = triage.json("archive", corpus_file(NCU), corpus_file(NSYS))
+    assert_valid("archive.schema.json", runs)
+    assert [(r["tool"], r["new"]) for r in runs] == [("ncu", True), ("nsys", True)]
+    again = triage.json("archive", corpus_file(NCU))
+    assert_valid("archive.schema.json", again)
+    assert again[0]["new"] is False and again[0]["id"] == runs[0]["id"]
+
+
+def test_capture(triage, nsys_exe, nvtx_program, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run = json.loads(triage("capture", "--json", "--", "nsys", "profile", "--trace=nvtx",
+                            "--sample=none", "--cpuctxsw=none", "-o", "step", nvtx_program, "2",
+                            "10").stdout)
+    assert_valid("archive.schema.json", run)
+    assert run["tool"] == "nsys" and run["reports"] == ["step.nsys-rep"]
 
 
 def test_verify_and_gc(triage, store_dir):

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from triage.archive.ingest import ArchiveResult, archive_files
+from triage.archive.ingest import archive_files
+from triage.archive.model import ArchiveResult
 from triage.archive.runs import series_label
 from triage.archive.store import Store
 from triage.compare.diff import diff_runs
