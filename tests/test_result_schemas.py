@@ -106,3 +106,24 @@ def test_verify_and_gc(triage, store_dir):
     done = triage.json("gc", "--grace", "0")
     assert_valid("gc.schema.json", done)
     assert not done["dry_run"] and done["removed"] == dry["removed"]
+
+
+# -- this machine: env -------------------------------------------------------------------------
+
+
+def test_env(triage, tmp_path, monkeypatch):
+    """As this machine is (no GPU), then with an nvidia-smi on PATH that plays back a real
+    one's output (tests/data/nvidia-smi): the GPU cannot exist here, its report can."""
+    assert_valid("env.schema.json", triage.json("env"))
+    data = Path(__file__).parent / "data" / "nvidia-smi" / "a100-sxm4-80gb-535.54.03-mig.xml"
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(f"#!/bin/sh\ncat '{data}'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
+    report = triage.json("env")
+    assert_valid("env.schema.json", report)
+    assert report["checklist"][0] == {"check": "GPU visible", "ok": True,
+                                      "detail": "NVIDIA A100-SXM4-80GB"}
+    assert "NVIDIA A100-SXM4-80GB: SM 1275/1410 MHz, persistence False, MIG True" in \
+        triage("env").stdout

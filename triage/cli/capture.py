@@ -99,7 +99,7 @@ def rerun(store, run, label, repeat, mode, build, strict, threshold, out):
 @output_options("text", "json")
 def env_command(nsys, out):
     """Check this machine before a capture: GPUs, clocks, counter permissions, DCGM, tools."""
-    from triage.capture.session import environment_check
+    from triage.capture.environment import environment_check
     from triage.views.env import render_env
 
     out.show(environment_check(nsys=nsys), render_env)
