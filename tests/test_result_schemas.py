@@ -1,6 +1,7 @@
 """Each command's --json document obeys its schema in schemas/, on real corpus reports run
 through the CLI. The schemas close every shape they can (additionalProperties: false), so a key
-added to or dropped from an output without its schema fails here."""
+added to or dropped from an output without its schema fails here. (`top` and `explain` are
+checked on every corpus report they read, in test_top and test_explain.)"""
 
 from __future__ import annotations
 
