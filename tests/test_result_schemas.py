@@ -128,3 +128,15 @@ def test_env(triage, tmp_path, monkeypatch):
                                       "detail": "NVIDIA A100-SXM4-80GB"}
     assert "NVIDIA A100-SXM4-80GB: SM 1275/1410 MHz, persistence False, MIG True" in \
         triage("env").stdout
+
+
+# -- the demo ----------------------------------------------------------------------------------
+
+
+def test_demo(triage, tmp_path):
+    """The bundled captures: `valid` is a diff document itself; `gate` and `caution` are diff
+    documents with their exit codes added."""
+    doc = triage.json("demo", "-o", tmp_path / "review.html")
+    assert_valid("demo.schema.json", doc)
+    for side, code in (("gate", "exit_code"), ("caution", "strict_caution_exit_code")):
+        assert_valid("diff.schema.json", {k: v for k, v in doc[side].items() if k != code})
