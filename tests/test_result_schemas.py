@@ -140,3 +140,20 @@ def test_demo(triage, tmp_path):
     assert_valid("demo.schema.json", doc)
     for side, code in (("gate", "exit_code"), ("caution", "strict_caution_exit_code")):
         assert_valid("diff.schema.json", {k: v for k, v in doc[side].items() if k != code})
+
+
+# -- listing and querying runs -----------------------------------------------------------------
+
+
+def test_ls_and_query(triage):
+    """ls --json streams: its schema says what each row is (LIST_COLUMNS, then labels)."""
+    from triage.archive.listing import LIST_COLUMNS
+
+    triage("archive", corpus_file(NCU), "--label", "base", "--note", "first")
+    triage("archive", corpus_file(NSYS))
+    listed = triage.json("ls")
+    assert_valid("ls.schema.json", listed)
+    assert [list(row) for row in listed] == [[*LIST_COLUMNS, "labels"]] * 2
+    rows = triage.json("query", "select id, tool, kernels, gpu_count from runs order by id")
+    assert_valid("query.schema.json", rows)
+    assert [list(row) for row in rows] == [["id", "tool", "kernels", "gpu_count"]] * 2
