@@ -92,19 +92,17 @@ class Output:
         write_user_file(Path(self.path), (text + end).encode("utf-8"))
         click.echo(f"wrote {self.path}", err=True)
 
-    def show(self, result: JsonResult | Sequence[JsonResult] | Any,
+    def show(self, result: JsonResult | Sequence[JsonResult],
              render: Callable[[Any], str]) -> None:
         """JSON prints the result's own document (a list of results: a list of theirs); text
         has `render` word the same typed result for people, so the two never disagree on what
-        a command found. (Plain data is printed as it is, until every command has a typed
-        result.)"""
+        a command found."""
         if not self.json:
             self.write(render(result))
-        elif isinstance(result, list):
-            self.write(textview.to_json([getattr(item, "to_json", lambda i=item: i)()
-                                         for item in result]))
+        elif isinstance(result, Sequence):
+            self.write(textview.to_json([item.to_json() for item in result]))
         else:
-            self.write(textview.to_json(getattr(result, "to_json", lambda: result)()))
+            self.write(textview.to_json(result.to_json()))
 
     def stream(self) -> Any:
         """The text stream for progress and a profiler's own output: stderr when stdout carries
