@@ -34,9 +34,11 @@ import re
 import stat
 import tarfile
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, BinaryIO, cast
+from types import ModuleType
+from typing import IO, Any, BinaryIO, cast
 
 from triage.archive import atomic, catalog, lease, validate
 from triage.archive.canonical import canonical_json
@@ -68,14 +70,22 @@ class ExportResult:
     bytes: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class ImportResult:
-    runs_added: list[str] = field(default_factory=list)
-    runs_present: list[str] = field(default_factory=list)
-    objects_added: int = 0
-    bytes_added: int = 0
-    labels_set: dict[str, str] = field(default_factory=dict)
-    labels_skipped: dict[str, str] = field(default_factory=dict)
+    """What an import added and what it found there already: `triage import --json`
+    (schemas/import.schema.json). Labels go by name to the run they point at."""
+
+    runs_added: tuple[str, ...]
+    runs_present: tuple[str, ...]
+    objects_added: int
+    bytes_added: int
+    labels_set: Mapping[str, str]
+    labels_skipped: Mapping[str, str]  # the bundle's labels, not set without --labels
+
+    def to_json(self) -> dict[str, Any]:
+        return {"runs_added": list(self.runs_added), "runs_present": list(self.runs_present),
+                "objects_added": self.objects_added, "bytes_added": self.bytes_added,
+                "labels_set": dict(self.labels_set), "labels_skipped": dict(self.labels_skipped)}
 
 
 def _tar_info(name: str, size: int, mode: int = 0o444) -> tarfile.TarInfo:
@@ -99,7 +109,7 @@ def compression_for(output: Path) -> str:
     raise UsageError(f"{output}: name the bundle .tar, .tar.gz or .tar.zst")
 
 
-def _zstandard():
+def _zstandard() -> ModuleType:
     try:
         import zstandard
     except ImportError:
@@ -136,7 +146,7 @@ def export_runs(store: Store, refs: list[str], output: str, labels: bool = False
     return ExportResult(str(out), run_ids, len(objects), total)
 
 
-def _stored_manifest(store: Store, run_id: str) -> tuple[bytes, dict]:
+def _stored_manifest(store: Store, run_id: str) -> tuple[bytes, dict[str, Any]]:
     data = store.runs.manifest_bytes(run_id)
     if data is None:
         raise CorruptObject(f"manifest of run {run_id[:12]} does not match its id; "
@@ -144,9 +154,11 @@ def _stored_manifest(store: Store, run_id: str) -> tuple[bytes, dict]:
     return data, json.loads(data)
 
 
-def _write_bundle(stream, kind: str, store: Store, doc: dict, objects: dict[str, str],
-                  manifests: dict) -> int:
-    sink, closer = stream, None
+def _write_bundle(stream: BinaryIO, kind: str, store: Store, doc: dict[str, Any],
+                  objects: dict[str, str], manifests: dict[str, tuple[bytes, dict[str, Any]]]
+                  ) -> int:
+    sink: Any = stream
+    closer = None
     if kind == "zst":
         sink = closer = _zstandard().ZstdCompressor(level=10).stream_writer(stream, closefd=False)
     total = 0
@@ -175,7 +187,7 @@ def _add_object(tar: tarfile.TarFile, store: Store, sha: str, key: str) -> int:
     re-hashing it on the way: a damaged object is not sent."""
     try:
         with store.open_file(key) as stream:
-            size = stream.size()
+            size: int = stream.size()
             reader = HashingReader(stream)
             tar.addfile(_tar_info(f"objects/{sha[:2]}/{sha[2:]}", size), reader)
     except FileNotFoundError:
@@ -196,10 +208,10 @@ class _Unpacked:
     yet), its parsed manifests and annotations, and how many bytes it has expanded to."""
 
     limit: int
-    doc: dict | None = None
+    doc: dict[str, Any] | None = None
     objects: dict[str, Path] = field(default_factory=dict)
-    manifests: dict[str, tuple[bytes, dict]] = field(default_factory=dict)
-    annotations: dict[str, dict] = field(default_factory=dict)
+    manifests: dict[str, tuple[bytes, dict[str, Any]]] = field(default_factory=dict)
+    annotations: dict[str, dict[str, Any]] = field(default_factory=dict)
     names: set[str] = field(default_factory=set)
     expanded: int = 0
 
@@ -216,7 +228,7 @@ class _Unpacked:
             temp.unlink(missing_ok=True)
 
 
-def import_bundle(store_path: str | os.PathLike | None, bundle: str,
+def import_bundle(store_path: str | os.PathLike[str] | None, bundle: str,
                   labels: bool = False, progress: Progress = no_progress) -> ImportResult:
     """Check a whole bundle, then add its runs that the store does not have yet.
 
@@ -246,7 +258,7 @@ def import_bundle(store_path: str | os.PathLike | None, bundle: str,
             unpacked.discard()
 
 
-def _open_bundle(path: Path):
+def _open_bundle(path: Path) -> BinaryIO:
     """The bundle file, opened for reading; never blocks on a FIFO or reads a device."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -263,7 +275,7 @@ def _open_bundle(path: Path):
     return os.fdopen(fd, "rb")
 
 
-def _open_reader(stream):
+def _open_reader(stream: BinaryIO) -> tarfile.TarFile:
     """A tar reader over the (possibly compressed) bundle stream."""
     head = stream.read(4)
     stream.seek(0)
@@ -354,17 +366,17 @@ class _Capped:
         return data
 
 
-def _stage_object(store: Store, path: Path, source, sha: str) -> Path:
+def _stage_object(store: Store, path: Path, source: _Capped, sha: str) -> Path:
     """Copy one object to a temp file under objects/, hashing it; refuse it if it is damaged."""
     with atomic.temp_file_in(store.files.temp_folder("objects"), "-import",
                              keep=True) as (sink, temp):
-        if copy_hashing(source, sink)[0] != sha:
+        if copy_hashing(cast(BinaryIO, source), sink)[0] != sha:  # it only reads it
             raise CorruptObject(f"{path}: object {sha[:12]} does not match its hash; the bundle "
                                 "is damaged, export it again")
     return temp
 
 
-def _json_object(path: Path, name: str, data: bytes) -> dict:
+def _json_object(path: Path, name: str, data: bytes) -> dict[str, Any]:
     try:
         doc = validate.load_json(data)
     except ValueError as exc:
@@ -374,7 +386,7 @@ def _json_object(path: Path, name: str, data: bytes) -> dict:
     return doc
 
 
-def _check_doc(path: Path, data: bytes) -> dict:
+def _check_doc(path: Path, data: bytes) -> dict[str, Any]:
     doc = _json_object(path, BUNDLE_DOC, data)
     if doc.get("format") != BUNDLE_FORMAT:
         raise TriageError(f"{path}: not a triage bundle ({BUNDLE_DOC} has no triage format)")
@@ -399,7 +411,7 @@ def _check_doc(path: Path, data: bytes) -> dict:
     return doc
 
 
-def _check_manifest(path: Path, run_id: str, data: bytes) -> dict:
+def _check_manifest(path: Path, run_id: str, data: bytes) -> dict[str, Any]:
     """A manifest that hashes to its id, is not from a newer triage and matches the manifest
     schema: every reader of the store trusts what is in runs/, so nothing else may get there."""
     if manifest_id(data) != run_id:
@@ -413,7 +425,7 @@ def _check_manifest(path: Path, run_id: str, data: bytes) -> dict:
     return manifest
 
 
-def _check_annotations(path: Path, name: str, data: bytes) -> dict:
+def _check_annotations(path: Path, name: str, data: bytes) -> dict[str, Any]:
     doc = _json_object(path, name, data)
     try:
         validate.check(doc, validate.ANNOTATIONS)
@@ -503,38 +515,40 @@ def _check_label_clashes(store: Store, path: Path, names: list[str]) -> None:
 
 def _publish(store: Store, unpacked: _Unpacked, labels: bool) -> ImportResult:
     """Objects first, then each run's annotations and manifest, then keys, catalog rows, labels."""
-    result = ImportResult()
     pending = [r for r in unpacked.runs if not store.runs.has(r)]
     keys: dict[str, list[str]] = {}  # an object's hash -> the keys it goes to in the store
     for run_id in pending:
         for part in run_parts(run_id, unpacked.manifests[run_id][1]):
             keys.setdefault(part.sha256, []).append(part.key)
+    sizes = []  # of the objects this import added (each key that was not there)
     for sha in sorted(keys.keys() & unpacked.objects.keys()):
         targets = sorted(set(keys[sha]))
         for key in targets:
-            _put(store, unpacked, sha, key, key == targets[-1], result)
+            size = _put(store, unpacked, sha, key, key == targets[-1])
+            sizes += [] if size is None else [size]
+    added: list[str] = []
+    present: list[str] = []
     for run_id in unpacked.runs:
-        added = run_id in pending and _add_run(store, run_id, unpacked)
-        (result.runs_added if added else result.runs_present).append(run_id)
-    record_keys(store, {run_id: unpacked.manifests[run_id][1] for run_id in result.runs_added})
+        new = run_id in pending and _add_run(store, run_id, unpacked)
+        (added if new else present).append(run_id)
+    record_keys(store, {run_id: unpacked.manifests[run_id][1] for run_id in added})
     rows = [catalog.catalog_row(store, r, unpacked.manifests[r][1], store.annotations.read(r))
-            for r in result.runs_added]
+            for r in added]
     catalog.add_rows(store, rows)
-    _apply_labels(store, unpacked.labels, labels, result)
-    return result
+    labels_set, labels_skipped = _apply_labels(store, unpacked.labels, labels)
+    return ImportResult(tuple(added), tuple(present), len(sizes), sum(sizes), labels_set,
+                        labels_skipped)
 
 
-def _put(store: Store, unpacked: _Unpacked, sha: str, key: str, last: bool,
-         result: ImportResult) -> None:
+def _put(store: Store, unpacked: _Unpacked, sha: str, key: str, last: bool) -> int | None:
     """Publish a staged object at one of its keys: the staged file itself at the last (it
-    is renamed away), a copy of it at the others (equal tables of two runs)."""
+    is renamed away), a copy of it at the others (equal tables of two runs). Its size when
+    the key was not there before, else None."""
     existed = store.files.exists(key)
     staged = store.objects.stage_temp(unpacked.objects.pop(sha)) if last else \
         store.objects.stage_file(unpacked.objects[sha])
     _sha, size = store.objects.publish(staged, key)
-    if not existed:
-        result.objects_added += 1
-        result.bytes_added += size
+    return None if existed else size
 
 
 def _add_run(store: Store, run_id: str, unpacked: _Unpacked) -> bool:
@@ -550,7 +564,7 @@ def _add_run(store: Store, run_id: str, unpacked: _Unpacked) -> bool:
     return True
 
 
-def record_keys(store: Store, manifests: dict[str, dict]) -> None:
+def record_keys(store: Store, manifests: dict[str, dict[str, Any]]) -> None:
     """File imported runs under the dedup key `triage archive` would look for, so the same report
     archived here finds them. Keys are derived from the manifests, never taken from the bundle:
     a bundle must not be able to redirect a report to a run of other reports. A key that already
@@ -563,10 +577,13 @@ def record_keys(store: Store, manifests: dict[str, dict]) -> None:
             store.runs.record_key(key, run_id)
 
 
-def _apply_labels(store: Store, bundle_labels: dict, apply: bool, result: ImportResult) -> None:
-    for name, run_id in sorted(bundle_labels.items()):
-        if apply:
-            store.labels.point(name, run_id)
-            result.labels_set[name] = run_id
-        else:
-            result.labels_skipped[name] = run_id
+def _apply_labels(store: Store, bundle_labels: dict[str, str],
+                  apply: bool) -> tuple[dict[str, str], dict[str, str]]:
+    """The bundle's labels by name, (set here, skipped): all set with `apply`, else all
+    skipped."""
+    chosen = dict(sorted(bundle_labels.items()))
+    if not apply:
+        return {}, chosen
+    for name, run_id in chosen.items():
+        store.labels.point(name, run_id)
+    return chosen, {}

@@ -21,10 +21,9 @@ from dataclasses import replace
 from typing import Protocol
 
 from triage.archive import lease
-from triage.archive.ingest import ArchiveResult, ReportInput, RunRequest, archive_run, \
-    record_attempt
-from triage.archive.model import RunRecord
+from triage.archive.ingest import ReportInput, RunRequest, archive_run, record_attempt
 from triage.archive.labels import check_label
+from triage.archive.model import ArchiveResult, RunRecord
 from triage.archive.runs import series_label
 from triage.archive.store import Store
 from triage.capture import redact, session
@@ -88,8 +87,7 @@ def capture(request: CaptureRequest, on_output: Callable[[ProgressEvent], None],
     ncu_lists = _stored_listings(store, ready.listings)
     captured = session.run(request, ready, on_output, tick_after)
     result = _archive(store, request, captured, ncu_lists, from_run)
-    for warning in after_run_warnings(captured, RunRecord.from_manifest(result.id,
-                                                                        result.manifest)):
+    for warning in after_run_warnings(captured, result.record):
         on_warning(warning)
         store.annotations.annotate(result.id, utc_now(precise=True), f"warning: {warning}")
     code = captured.outcome.exit_code

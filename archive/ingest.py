@@ -31,6 +31,7 @@ from triage.base.hashing import hash_file
 from triage.archive.manifest import MANIFEST_KIND, MANIFEST_VERSION
 from triage.archive.canonical import canonical_json
 from triage.archive.labels import check_label
+from triage.archive.model import ArchiveResult, RunRecord
 from triage.archive.objects import Staged
 from triage.archive.run_manifests import manifest_file, run_parts
 from triage.archive.store import STORE_MARKER, Store, store_files
@@ -71,16 +72,6 @@ class RunRequest:
     repair: bool = False
     # Tables that come with the request rather than from a report (a capture's ncu listings).
     extra_tables: dict[str, pa.Table] = field(default_factory=dict)
-
-
-@dataclass
-class ArchiveResult:
-    """The outcome of archiving one run."""
-
-    id: str
-    new: bool
-    manifest: dict
-    repaired: bool = False  # found, but objects were missing or damaged: rewritten from reports
 
 
 def archive_files(store_path, paths: list[str], label: str | None = None,
@@ -495,7 +486,7 @@ def _index_and_label_winner(store: Store, run_id: str, manifest: dict, request: 
         manifest, new = won, False
     if request.label:
         store.labels.point(request.label, run_id)
-    return ArchiveResult(run_id, new, manifest, repaired)
+    return ArchiveResult(RunRecord.from_manifest(run_id, manifest), new, repaired)
 
 
 def _drop_tables(store: Store, run_id: str, mine: dict, kept: dict) -> None:
@@ -544,7 +535,7 @@ def _index_and_label(store: Store, run_id: str, manifest: dict, request: RunRequ
     _index(store, run_id, manifest, request, new, rows)
     if request.label:
         store.labels.point(request.label, run_id)
-    return ArchiveResult(run_id, new, manifest, repaired)
+    return ArchiveResult(RunRecord.from_manifest(run_id, manifest), new, repaired)
 
 
 def _index(store: Store, run_id: str, manifest: dict, request: RunRequest, new: bool,

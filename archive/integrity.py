@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 from triage.archive import atomic, catalog, lease, validate
 from triage.archive.files import Entry
@@ -40,7 +41,7 @@ DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Finding:
     """One thing verify found: its kind, the file (relative to the store root) and why."""
 
@@ -53,16 +54,27 @@ class Finding:
     def is_error(self) -> bool:
         return self.kind in ERROR_KINDS
 
+    @property
+    def shown_path(self) -> str:
+        """The file name as printable text: one that is not UTF-8 (made by hand) keeps its
+        readable part, the rest U+FFFD (`path` keeps the real name, for gc)."""
+        return self.path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
-@dataclass
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": self.shown_path, "detail": self.detail,
+                "run": self.run}
+
+
+@dataclass(frozen=True)
 class VerifyReport:
-    """What verify checked and found; `ok` when nothing is wrong (leftovers are not wrong)."""
+    """What verify checked and found: `triage verify --json` (schemas/verify.schema.json);
+    `ok` when nothing is wrong (leftovers are not wrong)."""
 
-    scope: str
-    runs: int = 0
-    objects: int = 0
-    bytes: int = 0
-    findings: list[Finding] = field(default_factory=list)
+    scope: str  # "runs" (the runs named) or "store" (every run, and what no run owns)
+    runs: int
+    objects: int
+    bytes: int
+    findings: tuple[Finding, ...]
 
     @property
     def errors(self) -> list[Finding]:
@@ -76,23 +88,16 @@ class VerifyReport:
     def ok(self) -> bool:
         return not self.errors
 
-    def to_dict(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "scope": self.scope, "runs": self.runs, "objects": self.objects,
-                "bytes": self.bytes, "errors": [_shown(f) for f in self.errors],
-                "leftovers": [_shown(f) for f in self.leftovers]}
-
-
-def _shown(finding: Finding) -> dict:
-    """A finding as printable data: a file name that is not UTF-8 (made by hand) keeps its
-    readable part, the rest U+FFFD (the finding itself keeps the real name, for gc)."""
-    path = finding.path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    return {**asdict(finding), "path": path}
+                "bytes": self.bytes, "errors": [f.to_json() for f in self.errors],
+                "leftovers": [f.to_json() for f in self.leftovers]}
 
 
 # -- references ----------------------------------------------------------------------------------
 
 
-def _read_manifest(store: Store, run_id: str) -> tuple[bytes, dict]:
+def _read_manifest(store: Store, run_id: str) -> tuple[bytes, dict[str, Any]]:
     """The bytes and parsed document of a manifest; ValueError when it is not one."""
     data = store.files.read(store.runs.key(run_id))
     manifest = validate.load_json(data)
@@ -101,7 +106,7 @@ def _read_manifest(store: Store, run_id: str) -> tuple[bytes, dict]:
     return data, manifest
 
 
-def _load_manifest(store: Store, run_id: str) -> tuple[bytes, dict]:
+def _load_manifest(store: Store, run_id: str) -> tuple[bytes, dict[str, Any]]:
     """`_read_manifest`, also refusing a malformed reference list (ValueError/KeyError...)."""
     data, manifest = _read_manifest(store, run_id)
     run_parts(run_id, manifest)
@@ -132,30 +137,29 @@ def verify(store: Store, refs: list[str] | None = None,
     orphans, leftovers, bad catalog segments and keys/labels that point at no run."""
     from triage.archive.runs import resolve
 
-    if refs:
-        run_ids = list(dict.fromkeys(resolve(store, ref) for ref in refs))
-        report = VerifyReport(scope="runs")
-    else:
-        run_ids = store.runs.ids()
-        report = VerifyReport(scope="store")
-    hashed: dict[str, bool] = {}
+    run_ids = list(dict.fromkeys(resolve(store, ref) for ref in refs)) if refs \
+        else store.runs.ids()
+    findings: list[Finding] = []
+    hashed: dict[str, int | None] = {}  # key -> the bytes read, None when it could not be
     for number, run_id in enumerate(run_ids):
         progress(Step("re-hashing runs", number, len(run_ids)))
-        _check_run(store, run_id, report, hashed)
+        _check_run(store, run_id, findings, hashed)
     if not refs:
         progress(Step("scanning the store for leftovers"))
-        _check_marker(store, report)
-        _scan_objects(store, set(hashed), report)
-        _scan_tables(store, set(hashed), report)
-        _scan_temps(store, report)
-        _scan_leases(store, report)
-        _check_segments(store, report)
-        _check_pointers(store, report)
-        _check_annotations(store, set(run_ids), report)
-    return report
+        _check_marker(store, findings)
+        _scan_objects(store, set(hashed), findings)
+        _scan_tables(store, set(hashed), findings)
+        _scan_temps(store, findings)
+        _scan_leases(store, findings)
+        _check_segments(store, findings)
+        _check_pointers(store, findings)
+        _check_annotations(store, set(run_ids), findings)
+    read = [size for size in hashed.values() if size is not None]
+    return VerifyReport("runs" if refs else "store", len(run_ids), len(read), sum(read),
+                        tuple(findings))
 
 
-def _check_marker(store: Store, report: VerifyReport) -> None:
+def _check_marker(store: Store, findings: list[Finding]) -> None:
     """The marker is one fixed document: a flip that `Store.open` still accepts (a key name, so
     that the version reads as 0) is damage all the same."""
     expected = marker_bytes()
@@ -164,74 +168,73 @@ def _check_marker(store: Store, report: VerifyReport) -> None:
     except OSError:
         intact = False
     if not intact:
-        report.findings.append(Finding("corrupt", STORE_MARKER, "store marker is not what triage "
-                                       f"writes; write {expected.decode()} into it"))
+        findings.append(Finding("corrupt", STORE_MARKER, "store marker is not what triage "
+                                f"writes; write {expected.decode()} into it"))
 
 
-def _check_run(store: Store, run_id: str, report: VerifyReport, hashed: dict) -> None:
+def _check_run(store: Store, run_id: str, findings: list[Finding],
+               hashed: dict[str, int | None]) -> None:
     """The manifest's bytes against its id, then every object it references."""
-    report.runs += 1
     where = f"runs/{run_id}.json"
     try:
         data, manifest = _read_manifest(store, run_id)
     except FileNotFoundError:
-        report.findings.append(Finding("missing", where, "manifest vanished", run_id))
+        findings.append(Finding("missing", where, "manifest vanished", run_id))
         return
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        report.findings.append(Finding("corrupt", where, f"unreadable manifest ({exc})", run_id))
+        findings.append(Finding("corrupt", where, f"unreadable manifest ({exc})", run_id))
         return
     digest = manifest_id(data)
     if digest is None:
-        report.findings.append(Finding("corrupt", where, "bytes do not match their seal",
-                                       run_id))
+        findings.append(Finding("corrupt", where, "bytes do not match their seal",
+                                run_id))
     elif digest != run_id:
-        report.findings.append(Finding("corrupt", where, f"content hashes to {digest[:12]}, "
-                                       "not to the run id", run_id))
+        findings.append(Finding("corrupt", where, f"content hashes to {digest[:12]}, "
+                                "not to the run id", run_id))
     else:
-        _check_schema(manifest, where, run_id, report)
+        _check_schema(manifest, where, run_id, findings)
     try:
         parts = run_parts(run_id, manifest)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        if not any(f.path == where for f in report.findings):  # else said already
-            report.findings.append(Finding("corrupt", where, f"unreadable manifest ({exc})",
-                                           run_id))
+        if not any(f.path == where for f in findings):  # else said already
+            findings.append(Finding("corrupt", where, f"unreadable manifest ({exc})",
+                                    run_id))
         return
     for part in parts:
         if part.key not in hashed:
-            hashed[part.key] = _check_part(store, part, run_id, report)
+            hashed[part.key] = _check_part(store, part, run_id, findings)
 
 
-def _check_schema(manifest: dict, where: str, run_id: str, report: VerifyReport) -> None:
+def _check_schema(manifest: dict[str, Any], where: str, run_id: str,
+                  findings: list[Finding]) -> None:
     """A manifest can hash to its id and still not be one (an older import let such in)."""
     try:
         validate.check(manifest, validate.MANIFEST)
     except validate.SchemaMismatch as exc:
-        report.findings.append(Finding("corrupt", where, f"not what the manifest schema says "
-                                       f"({exc}); readers skip this run", run_id))
+        findings.append(Finding("corrupt", where, f"not what the manifest schema says "
+                                f"({exc}); readers skip this run", run_id))
 
 
-def _check_part(store: Store, part: Part, run_id: str, report: VerifyReport) -> bool:
+def _check_part(store: Store, part: Part, run_id: str, findings: list[Finding]) -> int | None:
+    """The bytes of one object or table hashed against its name: how many were read (damaged
+    or not), None when it could not be read."""
     where, what, sha, size = part.key, part.what, part.sha256, part.size
     try:
         with store.open_file(where) as stream:
             digest, actual = hash_stream(stream)
     except FileNotFoundError:
-        report.findings.append(Finding("missing", where, f"{what} of run {run_id[:12]}", run_id))
-        return False
+        findings.append(Finding("missing", where, f"{what} of run {run_id[:12]}", run_id))
+        return None
     except OSError as exc:
-        report.findings.append(Finding("corrupt", where, f"unreadable {what} ({exc.strerror})",
-                                       run_id))
-        return False
-    report.objects += 1
-    report.bytes += actual
+        findings.append(Finding("corrupt", where, f"unreadable {what} ({exc.strerror})", run_id))
+        return None
     if digest != sha or (size is not None and size != actual):
-        report.findings.append(Finding("corrupt", where, f"{what} of run {run_id[:12]}: bytes "
-                                       f"hash to {digest[:12]} ({actual} bytes)", run_id))
-        return False
-    return True
+        findings.append(Finding("corrupt", where, f"{what} of run {run_id[:12]}: bytes "
+                                f"hash to {digest[:12]} ({actual} bytes)", run_id))
+    return actual
 
 
-def _scan_objects(store: Store, referenced: set[str], report: VerifyReport) -> None:
+def _scan_objects(store: Store, referenced: set[str], findings: list[Finding]) -> None:
     """Files under objects/ that no run references, temp files, and strangers (one listing
     of the whole tree: on S3, a request per thousand objects)."""
     inner: dict[str, list[Entry]] = {}
@@ -244,35 +247,35 @@ def _scan_objects(store: Store, referenced: set[str], report: VerifyReport) -> N
             inner.setdefault(parts[1], []).append(entry)
     for entry in top:
         if entry.name.startswith(atomic.TMP_PREFIX):
-            report.findings.append(Finding("temp", entry.key, "unfinished write"))
+            findings.append(Finding("temp", entry.key, "unfinished write"))
         elif entry.is_dir and re.fullmatch(r"[0-9a-f]{2}", entry.name):
             for found in inner.get(entry.name, []):
                 _classify(found, SHA256_RE.match(entry.name + found.name) is not None,
-                          referenced, report)
+                          referenced, findings)
         else:
-            report.findings.append(Finding("unexpected", entry.key,
-                                           "not part of the store layout"))
+            findings.append(Finding("unexpected", entry.key,
+                                    "not part of the store layout"))
 
 
-def _scan_tables(store: Store, referenced: set[str], report: VerifyReport) -> None:
+def _scan_tables(store: Store, referenced: set[str], findings: list[Finding]) -> None:
     """Files under tables/ (tables/<name>/run_id=<id>/<sha256>.parquet) that no run
     references, temp files, and strangers; folders are only what holds them (one listing)."""
     for entry in store.files.tree(TABLES_DIR):
         if entry.is_dir:
             continue
-        _classify(entry, TABLE_KEY_RE.match(entry.key) is not None, referenced, report)
+        _classify(entry, TABLE_KEY_RE.match(entry.key) is not None, referenced, findings)
 
 
-def _classify(entry: Entry, fits: bool, referenced: set[str], report: VerifyReport) -> None:
+def _classify(entry: Entry, fits: bool, referenced: set[str], findings: list[Finding]) -> None:
     """An object's or table's file: a temp file, a stranger (`fits`: its key has a place in
     the layout), an orphan, or one a run references (no finding)."""
     if entry.name.startswith(atomic.TMP_PREFIX):
-        report.findings.append(Finding("temp", entry.key, "unfinished write or gc"))
+        findings.append(Finding("temp", entry.key, "unfinished write or gc"))
     elif not fits or not entry.is_file:
-        report.findings.append(Finding("unexpected", entry.key, "not part of the store layout"))
+        findings.append(Finding("unexpected", entry.key, "not part of the store layout"))
     elif entry.key not in referenced:
-        report.findings.append(Finding("orphan", entry.key, f"no run references it "
-                                       f"({entry.size} bytes); `triage gc` removes it"))
+        findings.append(Finding("orphan", entry.key, f"no run references it "
+                                f"({entry.size} bytes); `triage gc` removes it"))
 
 
 FOLDERS = ("runs", "keys", "labels", "annotations", "index", "leases", "aliases",
@@ -283,29 +286,29 @@ def _base_name(key: str) -> str:
     return key.rsplit("/", 1)[-1]
 
 
-def _scan_temps(store: Store, report: VerifyReport) -> None:
+def _scan_temps(store: Store, findings: list[Finding]) -> None:
     for folder in FOLDERS:
         for key in store.files.files(folder):
             if _base_name(key).startswith(atomic.TMP_PREFIX):
-                report.findings.append(Finding("temp", key, "unfinished write"))
+                findings.append(Finding("temp", key, "unfinished write"))
     for key in store.files.files("runs"):
         name = _base_name(key)
         if not name.startswith(atomic.TMP_PREFIX) and (
                 not name.endswith(".json") or not SHA256_RE.match(name[:-5])):
-            report.findings.append(Finding("unexpected", key, "not a run manifest name"))
+            findings.append(Finding("unexpected", key, "not a run manifest name"))
 
 
-def _scan_leases(store: Store, report: VerifyReport) -> None:
+def _scan_leases(store: Store, findings: list[Finding]) -> None:
     """Leases of writers that are gone (killed, or on another host for over a day); a live
     writer's lease is no finding."""
     for found in lease.leases(store):
         if not found.live:
-            report.findings.append(Finding("temp", found.key, "lease of a writer "
-                                           f"that is gone ({found.holder}); `triage gc` "
-                                           "removes it"))
+            findings.append(Finding("temp", found.key, "lease of a writer "
+                                    f"that is gone ({found.holder}); `triage gc` "
+                                    "removes it"))
 
 
-def _check_segments(store: Store, report: VerifyReport) -> None:
+def _check_segments(store: Store, findings: list[Finding]) -> None:
     """A segment's name carries the hash of its bytes."""
     for key in catalog.segments(store):
         expected = catalog.segment_sha(key)
@@ -314,35 +317,35 @@ def _check_segments(store: Store, report: VerifyReport) -> None:
         except FileNotFoundError:
             continue  # merged away while we looked
         if digest != expected:
-            report.findings.append(Finding("corrupt", key, "catalog segment bytes "
-                                           f"hash to {digest[:12]}; delete it, the catalog is "
-                                           "rebuilt from runs/"))
+            findings.append(Finding("corrupt", key, "catalog segment bytes "
+                                    f"hash to {digest[:12]}; delete it, the catalog is "
+                                    "rebuilt from runs/"))
 
 
-def _check_pointers(store: Store, report: VerifyReport) -> None:
+def _check_pointers(store: Store, findings: list[Finding]) -> None:
     """keys/, labels/ and aliases/ must point at runs that exist."""
     for kind, folder in (("key", "keys"), ("label", "labels"), ("alias", "aliases")):
         for key in store.files.files(folder):
             if _base_name(key).startswith(atomic.TMP_PREFIX):
                 continue
             if kind == "label" and not LABEL_RE.match(key[len("labels/"):]):
-                report.findings.append(Finding("unexpected", key, "not a label "
-                                               "name (`triage label` never writes it)"))
+                findings.append(Finding("unexpected", key, "not a label "
+                                        "name (`triage label` never writes it)"))
                 continue
             try:
                 target = store.files.read(key).decode().strip()
             except FileNotFoundError:
                 continue  # moved or removed since the listing
             except (OSError, UnicodeDecodeError) as exc:
-                report.findings.append(Finding("corrupt", key, f"unreadable {kind} "
-                                               f"({exc})"))
+                findings.append(Finding("corrupt", key, f"unreadable {kind} "
+                                        f"({exc})"))
                 continue
             if not SHA256_RE.match(target) or not store.runs.has(target):
-                report.findings.append(Finding("dangling", key, f"{kind} points at "
-                                               f"{target[:12]!r}, which is not a run"))
+                findings.append(Finding("dangling", key, f"{kind} points at "
+                                        f"{target[:12]!r}, which is not a run"))
 
 
-def _check_annotations(store: Store, run_ids: set[str], report: VerifyReport) -> None:
+def _check_annotations(store: Store, run_ids: set[str], findings: list[Finding]) -> None:
     for key in store.files.files("annotations"):
         name = _base_name(key)
         if name.startswith(atomic.TMP_PREFIX):
@@ -353,12 +356,12 @@ def _check_annotations(store: Store, run_ids: set[str], report: VerifyReport) ->
         except FileNotFoundError:
             continue
         except (OSError, ValueError) as exc:
-            report.findings.append(Finding("corrupt", key,
-                                           f"unreadable annotations ({exc})", run_id or None))
+            findings.append(Finding("corrupt", key,
+                                    f"unreadable annotations ({exc})", run_id or None))
             continue
         if run_id not in run_ids:
-            report.findings.append(Finding("orphan", key, "annotations of no run; "
-                                           "`triage gc` removes them"))
+            findings.append(Finding("orphan", key, "annotations of no run; "
+                                    "`triage gc` removes them"))
 
 
 def _check_annotation_bytes(data: bytes) -> None:
@@ -382,25 +385,41 @@ def _check_annotation_bytes(data: bytes) -> None:
 # -- gc ------------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
+class Removed:
+    """A file gc removed (or, with dry_run, would remove): its key, why (orphan, temp) and its
+    size."""
+
+    path: str
+    kind: str
+    bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "kind": self.kind, "bytes": self.bytes}
+
+
+@dataclass(frozen=True)
 class GcReport:
     """What gc removed (or, with dry_run, would remove), what it kept for being younger than
-    the grace period, and what it kept because a live writer may need it (`kept_live`)."""
+    the grace period, what it kept because a live writer may need it (`kept_live`), and the
+    objects it put back because a run came to need them meanwhile (`restored`): `triage gc
+    --json` (schemas/gc.schema.json)."""
 
     dry_run: bool
     grace_seconds: float
-    removed: list[dict] = field(default_factory=list)
-    kept_recent: int = 0
-    kept_live: int = 0
+    removed: tuple[Removed, ...]
+    kept_recent: int
+    kept_live: int
     restored: int = 0
 
     @property
     def bytes(self) -> int:
-        return sum(item["bytes"] for item in self.removed)
+        return sum(item.bytes for item in self.removed)
 
-    def to_dict(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"dry_run": self.dry_run, "grace_seconds": self.grace_seconds,
-                "removed": self.removed, "files": len(self.removed), "bytes": self.bytes,
+                "removed": [item.to_json() for item in self.removed],
+                "files": len(self.removed), "bytes": self.bytes,
                 "kept_recent": self.kept_recent, "kept_live": self.kept_live,
                 "restored": self.restored}
 
@@ -427,25 +446,27 @@ def gc(store: Store, grace_seconds: float = 3600, dry_run: bool = False) -> GcRe
     since = lease.protected_since(store)
     referenced = referenced_keys(store, store.runs.ids())
     cutoff = time.time() - grace_seconds
-    report = GcReport(dry_run=dry_run, grace_seconds=grace_seconds)
+    chosen: list[Removed] = []
+    kept_recent = kept_live = 0
     for finding in _leftovers(store, referenced):
         found = store.files.info(finding.path)
         if found is None:
             continue
         mark = _age_mark(store, found)
         if mark > cutoff:
-            report.kept_recent += 1
+            kept_recent += 1
         elif since is not None and mark >= since:
-            report.kept_live += 1
+            kept_live += 1
         else:
-            report.removed.append({"path": finding.path, "kind": finding.kind,
-                                   "bytes": found.size})
-    if not dry_run:
-        # a dead writer's run that got no catalog row is indexed before its lease goes: readers
-        # trust a catalog while leases/ is empty (catalog.open_view)
-        catalog.open_view(store, ["id"])
-        _remove(store, report, cutoff)
-    return report
+            chosen.append(Removed(finding.path, finding.kind, found.size))
+    if dry_run:
+        return GcReport(dry_run, grace_seconds, tuple(chosen), kept_recent, kept_live)
+    # a dead writer's run that got no catalog row is indexed before its lease goes: readers
+    # trust a catalog while leases/ is empty (catalog.open_view)
+    catalog.open_view(store, ["id"])
+    removed, late, restored = _remove(store, chosen, cutoff)
+    return GcReport(dry_run, grace_seconds, tuple(removed), kept_recent, kept_live + late,
+                    restored)
 
 
 def _age_mark(store: Store, found: Entry) -> float:
@@ -457,29 +478,32 @@ def _age_mark(store: Store, found: Entry) -> float:
 
 def _leftovers(store: Store, referenced: set[str]) -> list[Finding]:
     """The leftovers verify reports (orphans and temp files), found without hashing anything."""
-    report = VerifyReport(scope="store")
-    _scan_objects(store, referenced, report)
-    _scan_tables(store, referenced, report)
-    _scan_temps(store, report)
-    _scan_leases(store, report)
-    _check_annotations(store, set(store.runs.ids()), report)
-    return report.leftovers
+    findings: list[Finding] = []
+    _scan_objects(store, referenced, findings)
+    _scan_tables(store, referenced, findings)
+    _scan_temps(store, findings)
+    _scan_leases(store, findings)
+    _check_annotations(store, set(store.runs.ids()), findings)
+    return [f for f in findings if not f.is_error]
 
 
-def _remove(store: Store, report: GcReport, cutoff: float) -> None:
-    """Delete what gc chose. Objects are first renamed to a trash name, then checked again:
-    an archive may have re-published one (archive always renames a fresh copy into place) or
-    written a manifest that references it since the scan; those are put back."""
-    trashed = []
+def _remove(store: Store, chosen: list[Removed], cutoff: float) -> tuple[list[Removed], int, int]:
+    """Delete what gc chose: (what it removed, how many it kept for a writer that started
+    since the scan, how many it put back). Objects are first renamed to a trash name, then
+    checked again: an archive may have re-published one (archive always renames a fresh copy
+    into place) or written a manifest that references it since the scan; those are put back."""
+    trashed: list[tuple[str, Removed]] = []
+    kept: list[Removed] = []  # as new as a live lease, or gone before it could be trashed
+    late = 0
     since = lease.protected_since(store)
     try:
-        for item in list(report.removed):
-            key = item["path"]
+        for item in chosen:
+            key = item.path
             if since is not None and _mtime(store, key) >= since:
-                report.removed.remove(item)
-                report.kept_live += 1
+                kept.append(item)
+                late += 1
                 continue
-            if item["kind"] != "orphan" or not key.startswith(("objects/", f"{TABLES_DIR}/")):
+            if item.kind != "orphan" or not key.startswith(("objects/", f"{TABLES_DIR}/")):
                 store.files.delete(key)
                 continue
             folder, _, name = key.rpartition("/")
@@ -487,35 +511,39 @@ def _remove(store: Store, report: GcReport, cutoff: float) -> None:
             try:
                 store.files.move(key, trash)
             except FileNotFoundError:
-                report.removed.remove(item)
+                kept.append(item)
                 continue
-            trashed.append((trash, key, item))
+            trashed.append((trash, item))
     except OSError as exc:
         raise store.error(exc, "clean") from None
     finally:
-        _restore_or_delete_trash(store, trashed, cutoff, report)
+        back = _restore_or_delete_trash(store, trashed, cutoff)
+    dropped = set(kept) | set(back)
+    return [item for item in chosen if item not in dropped], late, len(back)
 
 
-def _restore_or_delete_trash(store: Store, trashed: list, cutoff: float, report: GcReport) -> None:
+def _restore_or_delete_trash(store: Store, trashed: list[tuple[str, Removed]],
+                             cutoff: float) -> list[Removed]:
     """Put back each trashed object that is wanted again (referenced, re-published, or new
-    enough for a writer that started since the scan); delete the others."""
+    enough for a writer that started since the scan); delete the others. Those put back."""
     since = lease.protected_since(store)
     try:
         referenced = referenced_keys(store, store.runs.ids())
     except StoreError:
         referenced = None  # a manifest became unreadable meanwhile: keep every object
-    for trash, key, item in trashed:
+    back = []
+    for trash, item in trashed:
         mtime = _mtime(store, trash)
-        if referenced is None or key in referenced or mtime > cutoff or (
+        if referenced is None or item.path in referenced or mtime > cutoff or (
                 since is not None and mtime >= since):
             try:
-                store.files.move(trash, key)
+                store.files.move(trash, item.path)
             except FileNotFoundError:
                 pass  # already gone (another gc): an archive that needs it writes it again
-            report.removed.remove(item)
-            report.restored += 1
+            back.append(item)
         else:
             store.files.delete(trash)
+    return back
 
 
 def _mtime(store: Store, key: str) -> float:

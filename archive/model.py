@@ -426,3 +426,31 @@ class RunRecord:
 def _settings(values: Mapping[str, Any], sources: Mapping[str, Any]) -> Mapping[str, Setting]:
     return MappingProxyType({name: Setting(value, sources.get(name))
                              for name, value in values.items()})
+
+
+@dataclass(frozen=True)
+class ArchiveResult:
+    """The outcome of archiving (or capturing) one run: its record, whether it is new, and
+    whether objects of a run archived before were missing or damaged and were rewritten from
+    the reports (`repaired`)."""
+
+    record: RunRecord
+    new: bool
+    repaired: bool = False
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def manifest(self) -> Mapping[str, Any]:
+        return self.record.manifest
+
+    def to_json(self) -> dict[str, Any]:
+        """One run as `triage archive --json` and `capture --json` print it
+        (schemas/archive.schema.json)."""
+        record = self.record
+        return {"id": record.id, "new": self.new, "repaired": self.repaired, "tool": record.tool,
+                "tool_version": record.tool_version, "gpu": record.gpu_name,
+                "kernels": record.kernels, "reports": [r.name for r in record.reports],
+                "notices": list(record.notices)}

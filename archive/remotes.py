@@ -26,6 +26,10 @@ class Remote:
     name: str
     url: str
 
+    def to_json(self) -> dict[str, str]:
+        """One item of `triage remote list --json` (schemas/remotes.schema.json)."""
+        return {"name": self.name, "url": self.url}
+
 
 def location(url: str) -> str:
     """A URL as it is kept: a store URL as given; a path made absolute, so that a push from
@@ -87,7 +91,7 @@ def named_remote(remotes: dict[str, str], word: str) -> Remote:
     raise _unknown(word, remotes)
 
 
-def remotes_of(store_path) -> dict[str, str]:
+def remotes_of(store_path: str | os.PathLike[str] | None) -> dict[str, str]:
     """The remotes of the store at `store_path`; none where there is no store yet (pulling
     into it makes one)."""
     try:

@@ -28,8 +28,10 @@ again finishes it; what had landed is re-hashed, not re-sent.
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, field
-from typing import BinaryIO
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, BinaryIO
 
 from triage.archive import catalog, lease
 from triage.archive.remotes import Remote, open_remote
@@ -40,19 +42,48 @@ from triage.base.hashing import hash_stream
 from triage.base.progress import Progress, Step, no_progress
 
 
-@dataclass
+@dataclass(frozen=True)
+class RunSent:
+    """How one run went across: sent (objects first, manifest last), or whole there already
+    (`sent` False: nothing read but its manifest and the objects' names)."""
+
+    run_id: str
+    sent: bool
+    objects_sent: int = 0
+    objects_skipped: int = 0
+    bytes_sent: int = 0
+    reindex: bool = False  # the destination's catalog needs its row: it arrived, or notes changed
+
+
+@dataclass(frozen=True)
 class SyncResult:
-    """What a push or pull did (its --json summary)."""
+    """What a push or pull did: `triage push --json` and `pull --json`
+    (schemas/sync.schema.json)."""
 
     direction: str  # "push" or "pull"
     remote: str
     url: str
-    runs_sent: list[str] = field(default_factory=list)
-    runs_present: list[str] = field(default_factory=list)
-    objects_sent: int = 0
-    objects_skipped: int = 0
-    bytes_sent: int = 0
-    labels: dict[str, str | None] = field(default_factory=dict)  # as they point there now
+    runs_sent: tuple[str, ...]
+    runs_present: tuple[str, ...]
+    objects_sent: int
+    objects_skipped: int
+    bytes_sent: int
+    labels: Mapping[str, str | None]  # as they point there now
+
+    @classmethod
+    def from_runs(cls, direction: str, remote: Remote, runs: list[RunSent],
+                  labels: Mapping[str, str | None]) -> SyncResult:
+        return cls(direction, remote.name, remote.url,
+                   tuple(r.run_id for r in runs if r.sent),
+                   tuple(r.run_id for r in runs if not r.sent),
+                   sum(r.objects_sent for r in runs), sum(r.objects_skipped for r in runs),
+                   sum(r.bytes_sent for r in runs), labels)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"direction": self.direction, "remote": self.remote, "url": self.url,
+                "runs_sent": list(self.runs_sent), "runs_present": list(self.runs_present),
+                "objects_sent": self.objects_sent, "objects_skipped": self.objects_skipped,
+                "bytes_sent": self.bytes_sent, "labels": dict(self.labels)}
 
 
 @dataclass(frozen=True)
@@ -87,7 +118,7 @@ def select(store: Store, refs: list[str], label_glob: str | None,
     return Selection(runs, sorted(n for n, run_id in pointers.items() if run_id in chosen))
 
 
-def transfer(source: Store, dest: Store, chosen: Selection, result: SyncResult,
+def transfer(source: Store, dest: Store, chosen: Selection, direction: str, remote: Remote,
              progress: Progress = no_progress) -> SyncResult:
     """Copy the chosen runs, their annotations and labels from `source` into `dest`."""
     from triage.archive.bundle import record_keys
@@ -98,46 +129,44 @@ def transfer(source: Store, dest: Store, chosen: Selection, result: SyncResult,
         if other is not None:
             raise UsageError(f"label {name!r} clashes with label {other!r} in store {dest.where} "
                              "(one would be a folder of the other); rename one of them")
-    verb = "pushing to" if result.direction == "push" else "pulling from"
-    meter = _Meter(progress, f"{verb} {result.remote}", len(manifests))
-    with lease.held(dest, result.direction):  # gc there spares what lands before its manifest
-        indexed = []
+    verb = "pushing to" if direction == "push" else "pulling from"
+    meter = _Meter(progress, f"{verb} {remote.name}", len(manifests))
+    with lease.held(dest, direction):  # gc there spares what lands before its manifest
+        runs = []
         for number, (run_id, manifest) in enumerate(manifests.items()):
             meter.run(number)
-            if _send_run(source, dest, run_id, manifest, result, meter):
-                indexed.append(run_id)
-        record_keys(dest, {run_id: manifests[run_id] for run_id in result.runs_sent})
-        catalog.add_rows(dest, [catalog.catalog_row(dest, r, manifests[r],
-                                                    dest.annotations.read(r)) for r in indexed])
+            runs.append(_send_run(source, dest, run_id, manifest, meter))
+        record_keys(dest, {r.run_id: manifests[r.run_id] for r in runs if r.sent})
+        catalog.add_rows(dest, [catalog.catalog_row(dest, r.run_id, manifests[r.run_id],
+                                                    dest.annotations.read(r.run_id))
+                                for r in runs if r.reindex])
         for name in chosen.labels:
             _carry_label(source, dest, name)
         pointers = dest.labels.all()
-        result.labels = {name: pointers.get(name) for name in chosen.labels}
-    return result
+    return SyncResult.from_runs(direction, remote, runs,
+                                {name: pointers.get(name) for name in chosen.labels})
 
 
-def _send_run(source: Store, dest: Store, run_id: str, manifest: dict, result: SyncResult,
-              meter: _Meter) -> bool:
-    """One run, objects first and manifest last; True when the destination's catalog needs its
-    row (it arrived, or its notes changed)."""
+def _send_run(source: Store, dest: Store, run_id: str, manifest: dict[str, Any],
+              meter: _Meter) -> RunSent:
+    """One run, objects first and manifest last."""
     parts = run_parts(run_id, manifest)
     if dest.runs.manifest_bytes(run_id) is not None \
             and all(dest.files.exists(p.key) for p in parts):
-        result.runs_present.append(run_id)
-        result.objects_skipped += len(parts)
-        return dest.annotations.merge(run_id, source.annotations.read(run_id))
+        changed = dest.annotations.merge(run_id, source.annotations.read(run_id))
+        return RunSent(run_id, False, objects_skipped=len(parts), reindex=changed)
+    sent = skipped = sent_bytes = 0
     for part in sorted(parts, key=lambda p: p.key):
         if dest.files.exists(part.key):
             _check_landed(dest, part, run_id)
-            result.objects_skipped += 1
+            skipped += 1
         else:
-            result.bytes_sent += _copy(source, dest, part, run_id, meter)
-            result.objects_sent += 1
+            sent_bytes += _copy(source, dest, part, run_id, meter)
+            sent += 1
     dest.annotations.merge(run_id, source.annotations.read(run_id))
     if dest.runs.write_manifest(manifest) != run_id:  # the same document: the same identity
         raise StoreError(f"run {run_id[:12]} changed id on the way; this is a bug")
-    result.runs_sent.append(run_id)
-    return True
+    return RunSent(run_id, True, sent, skipped, sent_bytes, reindex=True)
 
 
 def _copy(source: Store, dest: Store, part: Part, run_id: str, meter: _Meter) -> int:
@@ -226,14 +255,14 @@ def push(store: Store, remote: Remote, refs: list[str], label_glob: str | None,
     chosen = select(store, refs, label_glob)
     dest = open_remote(remote, create=True)
     dest.check_writable()
-    return transfer(store, dest, chosen, SyncResult("push", remote.name, remote.url), progress)
+    return transfer(store, dest, chosen, "push", remote, progress)
 
 
-def pull(store_path, remote: Remote, refs: list[str], label_glob: str | None,
-         progress: Progress = no_progress) -> SyncResult:
+def pull(store_path: str | os.PathLike[str] | None, remote: Remote, refs: list[str],
+         label_glob: str | None, progress: Progress = no_progress) -> SyncResult:
     """Fetch runs of a remote (default: all) into the store at `store_path` (made if need be)."""
     source = open_remote(remote)
     chosen = select(source, refs, label_glob, f"`triage ls --store {remote.url}`")
     dest = Store.open(store_path, create=True)
     dest.check_writable()
-    return transfer(source, dest, chosen, SyncResult("pull", remote.name, remote.url), progress)
+    return transfer(source, dest, chosen, "pull", remote, progress)

@@ -30,7 +30,7 @@ from triage.capture import profilers, redact
 from triage.capture.progress import Elapsed, LineCollapser, OutputLine, ProgressEvent
 from triage.capture.outputs import FoundReport, find_reports, output_pattern, snapshot
 from triage.capture.profiler_args import ParsedCommand, parse_command
-from triage.base.errors import ToolMissing, UsageError
+from triage.base.errors import UsageError
 from triage.base.timeutil import utc_now
 
 if TYPE_CHECKING:
@@ -421,48 +421,3 @@ def run(request: CaptureRequest, ready: Prepared, on_output: Callable[[ProgressE
     # an interrupted profiler's report, if any, may be cut short: the attempt is what is kept
     found = [] if outcome.interrupted else find_reports(ready.parsed, request.cwd, since, before)
     return Captured(ready, outcome, found, git_snapshot(request.cwd))
-
-
-def _tool_status(tool: str, given: str | None) -> dict:
-    try:
-        path = profilers.find_tool(tool, given)
-    except ToolMissing as exc:  # reported, not raised, by `triage env`
-        return {"path": None, "version": None, "missing": str(exc)}
-    version, text = profilers.tool_version(tool, path)
-    if version is None:
-        said = (text.splitlines() or ["no output"])[0][:60]
-        return {"path": None, "version": None,
-                "missing": f"{path} did not report a {tool} version ({said}); "
-                           f"{profilers.INSTALL_HINTS[tool]}"}
-    return {"path": path, "version": version, "missing": None}
-
-
-def _checklist(facts: dict, tools: dict) -> list[dict]:
-    """The seed's pre-capture checklist: permissions, contention, versions."""
-    gpus = _gpus_from_facts(facts)
-    admin_only, dcgm = _fact(facts, "profiling_counters", "admin_only"), _fact(facts, "dcgm",
-                                                                                "running")
-    return [
-        {"check": "GPU visible", "ok": bool(gpus) if gpus else None,
-         "detail": ", ".join(g["name"] or "?" for g in gpus)
-         or _at(facts, "gpu", "gpus", "reason")},
-        {"check": "profiling counters usable", "ok": None if admin_only is None
-         else (not admin_only or bool(_at(facts, "profiling_counters", "is_root"))),
-         "detail": _at(facts, "profiling_counters", "admin_only", "reason")
-         or _at(facts, "profiling_counters", "advice")},
-        {"check": "no DCGM host engine holding counters", "ok": None if dcgm is None
-         else not dcgm, "detail": _at(facts, "dcgm", "advice")},
-        {"check": "ncu installed", "ok": tools["ncu"]["path"] is not None,
-         "detail": tools["ncu"]["version"] or tools["ncu"]["missing"]},
-        {"check": "nsys installed", "ok": tools["nsys"]["path"] is not None,
-         "detail": tools["nsys"]["version"] or tools["nsys"]["missing"]},
-    ]
-
-
-def environment_check(nsys: str | None = None, environ: Mapping[str, str] | None = None) -> dict:
-    """`triage env`: this machine's facts and tools, without capturing anything."""
-    from triage.capture.machine import collect_machine_facts
-
-    facts = collect_machine_facts(None, environ)
-    tools = {"ncu": _tool_status("ncu", None), "nsys": _tool_status("nsys", nsys)}
-    return {"machine": facts, "tools": tools, "checklist": _checklist(facts, tools)}

@@ -24,8 +24,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 from triage.capture.ncu import measured_metric
+from triage.compare.explain_result import (CONCLUDED, NO_DATA, NOT_COLLECTED, Cite,
+                                           ExplainResult, Finding, KernelExplained, Missing,
+                                           NcuRule, Step)
 from triage.compare.explain_tables import (CONCLUSION_RULES, FLOP_METRICS, LIMITERS, METRICS,
                                            NS_PER_UNIT, STALL_METRICS, STALLS, THRESHOLDS, UNITS,
                                            limit)
@@ -34,13 +38,10 @@ from triage.compare.rundata import RunData
 from triage.base.errors import TriageError, UsageError
 
 
-def cite(name: str, value: float, unit: str | None) -> dict:
-    return {"name": name, "value": value, "unit": unit or ""}
-
-
-def finding(text: str, cites: Sequence[dict | None], tag: str | None = None) -> dict:
-    """A statement and the values it rests on; the tag lets the conclusion quote it."""
-    return {"text": text, "cites": [c for c in cites if c], "tag": tag}
+def finding(text: str, cites: Sequence[Cite | None], tag: str | None = None) -> Finding:
+    """A statement and the values it rests on (those there are); the tag lets the conclusion
+    quote it."""
+    return Finding(text, tuple(c for c in cites if c), tag)
 
 
 class Values:
@@ -49,20 +50,20 @@ class Values:
     def __init__(self, raw: dict[str, tuple], sections: set[str]):
         self.raw, self.sections = raw, sections
 
-    def cite(self, name: str) -> dict | None:
+    def cite(self, name: str) -> Cite | None:
         value, unit = self.raw.get(name, (None, None))
         if isinstance(value, (int, float)) and not math.isnan(value):
-            return cite(name, value, unit)
+            return Cite(name, value, unit or "")
         return None
 
-    def get(self, key: str) -> dict | None:
+    def get(self, key: str) -> Cite | None:
         return next(filter(None, (self.cite(n) for n in METRICS[key].names)), None)
 
     def text(self, name: str) -> str | None:
         value = self.raw.get(name, (None, None))[0]
         return value if isinstance(value, str) else None
 
-    def stalls(self) -> tuple[list[tuple[str, dict]], str | None]:
+    def stalls(self) -> tuple[list[tuple[str, Cite]], str | None]:
         """(reason, cite) pairs from the first naming that has any, and what they measure."""
         for pattern, _section, measure in STALL_METRICS:
             found = [(m.group(1), self.cite(name)) for name in sorted(self.raw)
@@ -80,39 +81,38 @@ def duration_ns(raw: dict[str, tuple]) -> float | None:
     found = Values(raw, set()).get("duration")
     if found is None:
         return None
-    scale = NS_PER_UNIT.get(found["unit"])
-    return found["value"] * scale if scale else None
+    scale = NS_PER_UNIT.get(found.unit)
+    return found.value * scale if scale else None
 
 
-def missing(keys: list[str], values: Values, section: str | None = None) -> dict:
+def missing(keys: list[str], values: Values, section: str | None = None) -> Missing:
     """What a step could not read: the metric names tried and the --section to add."""
     section = section or METRICS[keys[0]].section
     names = [n for k in keys for n in METRICS[k].names]
     present = section in values.sections
     why = (f"section {section} is in the report but lacks these metrics (named differently by "
            "this ncu version)" if present else f"not collected: add --section {section}")
-    return {"section": section, "metrics": names, "present": present, "why": why}
+    return Missing(section, tuple(names), present, why)
 
 
-def step(number: int, key: str, title: str, findings: list[dict], gaps: list[dict],
-         facts: dict) -> dict:
-    status = "concluded" if findings else "not_collected"
-    return {"step": number, "id": key, "title": title, "status": status, "findings": findings,
-            "missing": gaps, "facts": facts}
+def step(number: int, key: str, title: str, findings: list[Finding], gaps: list[Missing],
+         facts: dict) -> Step:
+    return Step(number, key, title, CONCLUDED if findings else NOT_COLLECTED, tuple(findings),
+                tuple(gaps), facts)
 
 
 def _levels(pairs) -> str:
-    return ", ".join(f"{label} {c['value']:.1f}%" for label, c in pairs if c)
+    return ", ".join(f"{label} {c.value:.1f}%" for label, c in pairs if c)
 
 
 # -- step 1: throughput ------------------------------------------------------------------------
 
 
-def top_contributor(values: Values, metric: str) -> dict | None:
+def top_contributor(values: Values, metric: str) -> Cite | None:
     """The breakdown metric with the highest value behind a SpeedOfLight throughput."""
     listed = values.text(f"breakdown:{metric}")
     cites = [values.cite(n) for n in (listed or "").split(",")]
-    return max(filter(None, cites), key=lambda c: c["value"], default=None)
+    return max(filter(None, cites), key=lambda c: c.value, default=None)
 
 
 def unit_of(name: str) -> tuple[str, str, str | None]:
@@ -137,20 +137,19 @@ SOL_TEXT = {
 }
 
 
-def step_throughput(values: Values) -> dict:
+def step_throughput(values: Values) -> Step:
     sm, mem = values.get("sm_pct"), values.get("mem_pct")
     if not (sm and mem):
         return step(1, "throughput", "Compute vs memory throughput", [],
                     [missing(["sm_pct", "mem_pct"], values)], {})
     top_sm = top_contributor(values, METRICS["sm_pct"].names[0])
     top_mem = top_contributor(values, METRICS["mem_pct"].names[0])
-    bound = sol_bound(sm["value"], mem["value"], unit_of(top_sm["name"])[1] if top_sm
-                      else "compute")
-    top = max(filter(None, [top_sm, top_mem]), key=lambda c: c["value"], default=None)
-    unit, _path, level = unit_of(top["name"]) if top else (None, None, None)
-    closer = "memory is closer to peak" if mem["value"] > sm["value"] else \
-        "compute is closer to peak" if sm["value"] > mem["value"] else "equally close to peak"
-    findings = [finding(f"{closer}: memory {mem['value']:.1f}% vs compute {sm['value']:.1f}% "
+    bound = sol_bound(sm.value, mem.value, unit_of(top_sm.name)[1] if top_sm else "compute")
+    top = max(filter(None, [top_sm, top_mem]), key=lambda c: c.value, default=None)
+    unit, _path, level = unit_of(top.name) if top else (None, None, None)
+    closer = "memory is closer to peak" if mem.value > sm.value else \
+        "compute is closer to peak" if sm.value > mem.value else "equally close to peak"
+    findings = [finding(f"{closer}: memory {mem.value:.1f}% vs compute {sm.value:.1f}% "
                         "of peak", [sm, mem]),
                 finding(SOL_TEXT[bound].format(busy=limit("busy_pct"), bal=limit("balanced_pp"),
                                                unit=unit or "-"), [sm, mem, top], "sol")]
@@ -158,7 +157,7 @@ def step_throughput(values: Values) -> dict:
     if any(levels):
         findings.append(finding("memory levels: "
                                 + _levels(zip(("DRAM", "L2", "L1"), levels, strict=True)), levels))
-    near = max(sm["value"], mem["value"]) >= limit("near_peak_pct")
+    near = max(sm.value, mem.value) >= limit("near_peak_pct")
     if near:
         findings.append(finding(f"near peak (>= {limit('near_peak_pct'):.0f}%): only less work "
                                 f"on the {unit or 'busiest unit'} helps", [top or sm]))
@@ -169,42 +168,41 @@ def step_throughput(values: Values) -> dict:
 # -- step 2: memory efficiency -----------------------------------------------------------------
 
 
-def arithmetic_intensity(values: Values) -> tuple[float, list[dict]] | None:
+def arithmetic_intensity(values: Values) -> tuple[float, list[Cite]] | None:
     """FP32+FP64 FLOP per DRAM byte, counted as ncu's roofline counts them."""
     flops = [(c, weight) for name, weight in FLOP_METRICS if (c := values.cite(name))]
     hz, bps = values.get("smsp_hz"), values.get("dram_bytes_per_s")
-    if not (hz and bps and bps["value"] > 0 and len(flops) == len(FLOP_METRICS)):
+    if not (hz and bps and bps.value > 0 and len(flops) == len(FLOP_METRICS)):
         return None
-    per_cycle = sum(c["value"] * w for c, w in flops)
-    return per_cycle * hz["value"] / bps["value"], [c for c, _w in flops if c["value"]] + [hz, bps]
+    per_cycle = sum(c.value * w for c, w in flops)
+    return per_cycle * hz.value / bps.value, [c for c, _w in flops if c.value] + [hz, bps]
 
 
-def sector_use(values: Values, op: str) -> tuple[float, dict] | None:
+def sector_use(values: Values, op: str) -> tuple[float, Cite] | None:
     """Share (%) of each 32-byte sector that global loads (ld) or stores (st) use."""
     ratio, pct = values.get(f"{op}_bytes_per_sector"), values.get(f"{op}_sector_use_pct")
     if ratio:
-        return ratio["value"] / 32 * 100, ratio
-    return (pct["value"], pct) if pct else None
+        return ratio.value / 32 * 100, ratio
+    return (pct.value, pct) if pct else None
 
 
-def sectors_per_request(values: Values) -> tuple[float, list[dict]] | None:
+def sectors_per_request(values: Values) -> tuple[float, list[Cite]] | None:
     direct = values.get("ld_sectors_per_request")
     if direct:
-        return direct["value"], [direct]
+        return direct.value, [direct]
     sectors, requests = values.get("ld_sectors"), values.get("ld_requests")
-    if sectors and requests and requests["value"]:
-        return sectors["value"] / requests["value"], [sectors, requests]
+    if sectors and requests and requests.value:
+        return sectors.value / requests.value, [sectors, requests]
     return None
 
 
-def busy_not_useful(values: Values) -> list[dict]:
+def busy_not_useful(values: Values) -> list[Finding]:
     """Memory busy while compute idles: each byte feeds little work (or is not used at all)."""
     sm, dram = values.get("sm_pct"), values.get("dram_pct") or values.get("mem_pct")
-    if not (sm and dram) or dram["value"] < limit("busy_pct") or \
-            sm["value"] >= limit("compute_low_pct"):
+    if not (sm and dram) or dram.value < limit("busy_pct") or sm.value >= limit("compute_low_pct"):
         return []
-    out = [finding(f"busy is not useful: memory at {dram['value']:.1f}% of peak feeds compute at "
-                   f"only {sm['value']:.1f}%: few operations per byte, or bytes fetched and not "
+    out = [finding(f"busy is not useful: memory at {dram.value:.1f}% of peak feeds compute at "
+                   f"only {sm.value:.1f}%: few operations per byte, or bytes fetched and not "
                    "used", [dram, sm], "busy")]
     intensity = arithmetic_intensity(values)
     if intensity:
@@ -213,7 +211,7 @@ def busy_not_useful(values: Values) -> list[dict]:
     return out
 
 
-def step_memory(values: Values) -> dict:
+def step_memory(values: Values) -> Step:
     findings = busy_not_useful(values)
     uses = [(op, u) for op, u in (("loads", sector_use(values, "ld")),
                                   ("stores", sector_use(values, "st"))) if u]
@@ -238,30 +236,30 @@ def step_memory(values: Values) -> dict:
                                              "ld_sectors_per_request"], values)]
     return step(2, "memory", "Memory efficiency (busy is not useful)", findings, gaps,
                 {"partial_sectors": partial, "busy_not_useful": any(
-                    f["tag"] == "busy" for f in findings)})
+                    f.tag == "busy" for f in findings)})
 
 
 # -- step 3: occupancy -------------------------------------------------------------------------
 
 
-def limiters(values: Values) -> tuple[list[str], list[dict | None]]:
+def limiters(values: Values) -> tuple[list[str], list[Cite | None]]:
     """The occupancy limiters allowing the fewest blocks per SM, and the values behind them."""
     limits = [(label, lim, values.get(why) if why else None)
               for key, label, why in LIMITERS if (lim := values.get(key))]
-    fewest = min((lim["value"] for _l, lim, _w in limits), default=None)
-    chosen = [item for item in limits if item[1]["value"] == fewest]
+    fewest = min((lim.value for _l, lim, _w in limits), default=None)
+    chosen = [item for item in limits if item[1].value == fewest]
     return [label for label, _l, _w in chosen], [c for _l, lim, w in chosen for c in (lim, w)]
 
 
-def wave_findings(values: Values) -> tuple[list[dict], dict]:
+def wave_findings(values: Values) -> tuple[list[Finding], dict]:
     """Wave quantisation: a grid under one wave, or a partial last wave (tail)."""
     waves, grid, sms = values.get("waves"), values.get("grid_size"), values.get("sm_count")
     if not waves:
         return [], {}
-    w = waves["value"]
+    w = waves.value
     _names, per_sm = limiters(values)
     fewest = per_sm[0] if per_sm else None
-    shape = f" ({grid['value']:.0f} blocks on {sms['value']:.0f} SMs x {fewest['value']:.0f} " \
+    shape = f" ({grid.value:.0f} blocks on {sms.value:.0f} SMs x {fewest.value:.0f} " \
         "blocks per SM)" if grid and sms and fewest else ""
     cites = [waves, grid, sms, fewest]
     if w < limit("small_grid_waves"):
@@ -274,11 +272,10 @@ def wave_findings(values: Values) -> tuple[list[dict], dict]:
     return [finding(text, cites, "waves")], {"waves": w, "small_grid": False, "tail": tail}
 
 
-def gap_causes(values: Values, facts: dict) -> list[dict]:
+def gap_causes(values: Values, facts: dict) -> list[Finding]:
     """Why achieved occupancy falls short of theoretical, from what the metrics can show."""
     top, avg = values.get("sm_active_max"), values.get("sm_active_avg")
-    skew = (top["value"] - avg["value"]) / avg["value"] * 100 if top and avg and avg["value"] \
-        else None
+    skew = (top.value - avg.value) / avg.value * 100 if top and avg and avg.value else None
     if skew is not None and skew >= limit("imbalance_pct"):
         return [finding(f"imbalance: the busiest SM is active {skew:.0f}% longer than the "
                         "average SM", [top, avg], "gap")]
@@ -288,25 +285,25 @@ def gap_causes(values: Values, facts: dict) -> list[dict]:
                     "scheduling overhead", [values.get("achieved_occ")], "gap")]
 
 
-def step_occupancy(values: Values) -> dict:
+def step_occupancy(values: Values) -> Step:
     theo, ach = values.get("theoretical_occ"), values.get("achieved_occ")
     findings, facts = wave_findings(values)
     gaps = [] if facts else [missing(["waves"], values)]
     if theo and ach:
-        gap = theo["value"] - ach["value"]
-        findings.insert(0, finding(f"achieved occupancy {ach['value']:.1f}% of theoretical "
-                                   f"{theo['value']:.1f}%: gap {gap:.1f} points", [ach, theo]))
+        gap = theo.value - ach.value
+        findings.insert(0, finding(f"achieved occupancy {ach.value:.1f}% of theoretical "
+                                   f"{theo.value:.1f}%: gap {gap:.1f} points", [ach, theo]))
         facts.update(gap=gap)
         if gap > limit("occupancy_gap_pp"):
             findings += gap_causes(values, facts)
-    if theo and theo["value"] < 100:
+    if theo and theo.value < 100:
         names, cites = limiters(values)
-        findings.append(finding(f"theoretical occupancy {theo['value']:.1f}% limited by "
+        findings.append(finding(f"theoretical occupancy {theo.value:.1f}% limited by "
                                 f"{' and '.join(names) or 'an unreported limit'}", [theo] + cites,
                                 "limiter"))
         facts["limiters"] = names
     if theo:
-        facts["theoretical"] = theo["value"]
+        facts["theoretical"] = theo.value
     gaps += [missing([key], values) for key, c in (("theoretical_occ", theo),
                                                    ("achieved_occ", ach)) if not c]
     return step(3, "occupancy", "Theoretical vs achieved occupancy", findings, gaps, facts)
@@ -315,32 +312,32 @@ def step_occupancy(values: Values) -> dict:
 # -- step 4: scheduler and stalls --------------------------------------------------------------
 
 
-def issue_idle(values: Values) -> tuple[float, list[dict]] | None:
+def issue_idle(values: Values) -> tuple[float, list[Cite | None]] | None:
     """Share (%) of cycles in which a scheduler issued nothing (no eligible warp)."""
     none_issued, issued = values.get("no_issue_pct"), values.get("issue_pct")
     if none_issued:
-        return none_issued["value"], [none_issued]
-    return (100 - issued["value"], [issued]) if issued else None
+        return none_issued.value, [none_issued]
+    return (100 - issued.value, [issued]) if issued else None
 
 
 def top_stalls(values: Values) -> list[dict]:
     """The largest stall reasons, selected/not_selected left out, with their share of all."""
     stalls, measure = values.stalls()
-    total = sum(c["value"] for _r, c in stalls)
+    total = sum(c.value for _r, c in stalls)
     known = [(r, c, *STALLS.get(r, ("latency", r))) for r, c in stalls]
-    ranked = sorted((s for s in known if s[2] and s[1]["value"] > 0), key=lambda s: -s[1]["value"])
+    ranked = sorted((s for s in known if s[2] and s[1].value > 0), key=lambda s: -s[1].value)
     return [{"reason": r, "path": path, "meaning": meaning, "measure": measure, "cite": c,
-             "share": c["value"] / total * 100} for r, c, path, meaning in
+             "share": c.value / total * 100} for r, c, path, meaning in
             ranked[:int(limit("top_stalls"))]]
 
 
-def step_scheduler(values: Values) -> dict:
+def step_scheduler(values: Values) -> Step:
     idle, stalls = issue_idle(values), top_stalls(values)
     findings, facts, gaps = [], {}, []
     if idle:
         facts["issue_idle"] = idle[0] >= limit("issue_idle_pct")
         eligible, active = values.get("eligible_warps"), values.get("active_warps")
-        warps = f" ({eligible['value']:.2f} eligible of {active['value']:.2f} active warps per " \
+        warps = f" ({eligible.value:.2f} eligible of {active.value:.2f} active warps per " \
             "scheduler)" if eligible and active else ""
         state = "issue slots idle: stalls matter" if facts["issue_idle"] else \
             "issue slots busy: other warps hide the stalls, they are not the limit"
@@ -353,33 +350,33 @@ def step_scheduler(values: Values) -> dict:
         findings += [finding(f"stall {s['reason']}: {s['share']:.0f}% of stall cycles - "
                              f"{s['meaning']}", [s["cite"]], "stall") for s in stalls]
     elif not stalls:
-        gaps.append({"section": "WarpStateStats", "present": "WarpStateStats" in values.sections,
-                     "metrics": [pattern for pattern, _s, _m in STALL_METRICS],
-                     "why": "not collected: add --section WarpStateStats"})
+        gaps.append(Missing("WarpStateStats", tuple(pattern for pattern, _s, _m in STALL_METRICS),
+                            "WarpStateStats" in values.sections,
+                            "not collected: add --section WarpStateStats"))
     return step(4, "scheduler", "Issue slots, then stall reasons", findings, gaps, facts)
 
 
 # -- step 5: conclusion ------------------------------------------------------------------------
 
 
-def step_conclusion(steps: list[dict]) -> dict:
-    facts = {k: v for s in steps for k, v in s["facts"].items()}
+def step_conclusion(steps: list[Step]) -> Step:
+    facts = {k: v for s in steps for k, v in s.facts.items()}
     rule = next((r for r in CONCLUSION_RULES if r.when(facts)), None)
     if rule is None:
-        return {**step(5, "conclusion", "Conclusion", [], steps[0]["missing"], {}), "label": None}
-    by_tag: dict[str | None, dict] = {}
-    for f in (f for s in steps for f in s["findings"]):
-        by_tag.setdefault(f["tag"], f)
+        return step(5, "conclusion", "Conclusion", [], list(steps[0].missing), {})
+    by_tag: dict[str | None, Finding] = {}
+    for f in (f for s in steps for f in s.findings):
+        by_tag.setdefault(f.tag, f)
     evidence = [by_tag[t] for t in rule.uses if t in by_tag]
-    findings = [finding(f"{rule.label} ({rule.cause}): " + "; ".join(e["text"] for e in evidence),
-                        [c for e in evidence for c in e["cites"]]),
-                finding(f"inspect next: {rule.inspect}", evidence[-1]["cites"][:1]),
-                finding(f"usual fix: {rule.fix}", evidence[-1]["cites"][:1])]
-    return {**step(5, "conclusion", "Conclusion", findings, [], {"label": rule.label}),
-            "label": rule.label, "cause": rule.cause, "inspect": rule.inspect, "fix": rule.fix}
+    findings = [finding(f"{rule.label} ({rule.cause}): " + "; ".join(e.text for e in evidence),
+                        [c for e in evidence for c in e.cites]),
+                finding(f"inspect next: {rule.inspect}", evidence[-1].cites[:1]),
+                finding(f"usual fix: {rule.fix}", evidence[-1].cites[:1])]
+    return replace(step(5, "conclusion", "Conclusion", findings, [], {"label": rule.label}),
+                   rule=rule)
 
 
-def explain_values(values: Values) -> list[dict]:
+def explain_values(values: Values) -> list[Step]:
     """The five steps, in order, for one kernel's values."""
     steps = [step_throughput(values), step_memory(values), step_occupancy(values),
              step_scheduler(values)]
@@ -411,7 +408,7 @@ def launch_values(run: RunData) -> tuple[dict, dict, dict]:
                                     "title", "message"]):
         if row["message_type"] in ("ok", "optimization", "warning"):
             rules.setdefault((row["report_index"], row["kernel_index"]), []).append(
-                {k: row[k] for k in ("rule_id", "message_type", "title", "message")})
+                NcuRule(row["rule_id"], row["message_type"], row["title"], row["message"]))
     return raw, sections, rules
 
 
@@ -421,10 +418,10 @@ def carries_values(raw: dict[str, tuple]) -> bool:
     return any(value is not None and measured_metric(name) for name, (value, _u) in raw.items())
 
 
-def without_data(steps: list[dict]) -> list[dict]:
+def without_data(steps: list[Step]) -> list[Step]:
     """The five steps of a kernel with no data: each says so, none concludes."""
-    return [{**s, "status": "no_data", "findings": [], "missing": [], "facts": {},
-             **({"label": None} if "label" in s else {})} for s in steps]
+    return [replace(s, status=NO_DATA, findings=(), missing=(), facts={}, rule=None)
+            for s in steps]
 
 
 def mean_values(per_launch: list[dict]) -> dict:
@@ -437,7 +434,7 @@ def mean_values(per_launch: list[dict]) -> dict:
     return out
 
 
-def explain_run(run: RunData, kernel: str | None = None) -> dict:
+def explain_run(run: RunData, kernel: str | None = None) -> ExplainResult:
     """`triage explain RUN`: the five steps for each kernel (launches of one name averaged)."""
     if run.tool != "ncu":
         raise UsageError(f"`triage explain` reads ncu runs; run {run.id[:12]} is {run.tool}: "
@@ -460,11 +457,8 @@ def explain_run(run: RunData, kernel: str | None = None) -> dict:
         no_data = not any(carries_values(raw.get(launch, {})) for launch in group.launches)
         steps = explain_values(values)
         steps = without_data(steps) if no_data else steps
-        kernels.append({"name": group.name, "short_name": group.short_name,
-                        "launches": len(group.launches), "duration": values.get("duration"),
-                        "conclusion": steps[-1]["label"], "steps": steps, "no_data": no_data,
-                        "ncu_rules": [] if no_data else rules.get(group.launches[0], [])})
-    return {"run": run.id, "tool_version": run.record.tool_version,
-            "gpu": run.record.gpu_name, "kernels": kernels,
-            "thresholds": {k: {"value": t.value, "unit": t.unit, "why": t.why}
-                           for k, t in THRESHOLDS.items()}}
+        kernels.append(KernelExplained(group.name, group.short_name, len(group.launches),
+                                       values.get("duration"), tuple(steps), no_data,
+                                       () if no_data else tuple(rules.get(group.launches[0], []))))
+    return ExplainResult(run.id, run.record.tool_version, run.record.gpu_name, tuple(kernels),
+                         THRESHOLDS)

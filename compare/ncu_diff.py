@@ -119,7 +119,7 @@ class Side:
 
         raw = mean_values([self.values.get(l, {}) for l in launches])
         sections = {row["section_id"] for l in launches for row in self.sections.get(l, [])}
-        return explain_values(Values(raw, sections))[-1]["label"]
+        return explain_values(Values(raw, sections))[-1].label
 
 
 def _metric_entry(name: str, label: str | None, a: tuple[Value, str | None],

@@ -21,6 +21,10 @@ from bisect import bisect_left, bisect_right
 from itertools import accumulate
 
 from triage.compare.rundata import RunData
+from triage.compare.top_result import (CallTotal, Copies, Copy, CopyKind, DeviceBusy, Gap,
+                                       GpuIdle, HostTime, KernelTime, MemopKind, NcuSuggestion,
+                                       Nccl, NvtxGpuTime, NvtxTotal, RankedKernel, Ranking, Rest,
+                                       TopResult)
 from triage.base.errors import UsageError
 
 # top's own numbers (rows listed, warm-up, what counts as typical), echoed under "settings"
@@ -94,24 +98,21 @@ def _share(part, whole) -> float | None:
 # -- ranking -----------------------------------------------------------------------------------
 
 
-def ranking(summary: list[dict], shown: int) -> dict:
+def ranking(summary: list[dict], shown: int) -> Ranking:
     """Kernels by total GPU time with cumulative share, and what the rest adds up to."""
     total = sum(r["total_ns"] or 0 for r in summary)
     rows, running = [], 0.0
     for row in summary:
         running += row["total_ns"] or 0
-        rows.append({"name": row["name"], "short_name": row["short_name"],
-                     "launches": row["instances"], "total_ns": row["total_ns"],
-                     "avg_ns": row["avg_ns"], "median_ns": row["median_ns"],
-                     "share": _share(row["total_ns"] or 0, total),
-                     "cumulative": _share(running, total)})
-    rest = rows[shown:]
+        rows.append(RankedKernel(row["name"], row["short_name"], row["instances"],
+                                 row["total_ns"], row["avg_ns"], row["median_ns"],
+                                 _share(row["total_ns"] or 0, total), _share(running, total)))
+    rest = sum(r.total_ns or 0 for r in rows[shown:])
     head = next((i + 1 for i, r in enumerate(rows)
-                 if (r["cumulative"] or 0) * 100 >= PARAMETERS["tail_pct"]), len(rows))
-    return {"total_ns": total, "kernels": len(rows), "top": rows[:shown],
-            "rest": {"kernels": len(rest), "total_ns": sum(r["total_ns"] or 0 for r in rest),
-                     "share": _share(sum(r["total_ns"] or 0 for r in rest), total)},
-            "kernels_for_tail_pct": head, "tail_pct": PARAMETERS["tail_pct"]}
+                 if (r.cumulative or 0) * 100 >= PARAMETERS["tail_pct"]), len(rows))
+    return Ranking(total, len(rows), tuple(rows[:shown]),
+                   Rest(len(rows[shown:]), rest, _share(rest, total)), head,
+                   PARAMETERS["tail_pct"])
 
 
 # -- GPU busy / idle ---------------------------------------------------------------------------
@@ -138,7 +139,7 @@ def _covering(rows: list[dict], key: str, start: int, end: int) -> tuple[str | N
     return top, cover.get(top, 0), Busy(inside).total
 
 
-def gap_activity(gap: dict, api: list[dict], nvtx: list[dict], copies: Busy | None) -> dict:
+def gap_activity(gap: dict, api: list[dict], nvtx: list[dict], copies: Busy | None) -> Gap:
     """What ran on the host and the device during one idle gap, and the likely cause."""
     start, end, length = gap["start_ns"], gap["end_ns"], gap["gap_ns"]
     name, name_ns, api_ns = _covering(api, "name", start, end)
@@ -148,19 +149,19 @@ def gap_activity(gap: dict, api: list[dict], nvtx: list[dict], copies: Busy | No
         text_ns * 4 >= length else "Python, data loading, I/O"
     cause = next(label for pattern, label in GAP_CAUSES if re.search(pattern, name or "")) \
         if name and name_ns >= outside else f"host work outside CUDA calls ({where})"
-    return {**gap, "api": name, "api_ns": name_ns, "outside_api_ns": outside, "nvtx": text,
-            "nvtx_ns": text_ns, "copy_ns": copies.covered(start, end) if copies else 0,
-            "cause": cause}
+    return Gap(gap["device_id"], start, end, length, gap["before_kernel"], gap["after_kernel"],
+               name, name_ns, outside, text, text_ns,
+               copies.covered(start, end) if copies else 0, cause)
 
 
 def gpu_busy_and_gaps(run: RunData, busy: dict[int, Busy], copies: dict[int, Busy],
-             nvtx: list[dict]) -> dict:
+             nvtx: list[dict]) -> GpuIdle:
     """Per device busy vs idle, and the largest gaps with what the host did meanwhile."""
     devices = []
     for device, b in sorted(busy.items()):
         span = b.ends[-1] - b.starts[0]
-        devices.append({"device_id": device, "span_ns": span, "busy_ns": b.total,
-                        "idle_ns": span - b.total, "idle_share": _share(span - b.total, span)})
+        devices.append(DeviceBusy(device, span, b.total, span - b.total,
+                                  _share(span - b.total, span)))
     gaps = _rows(run, "gpu_gaps") or [
         {"device_id": d, "start_ns": e, "end_ns": s, "gap_ns": s - e,
          "before_kernel": None, "after_kernel": None}
@@ -169,15 +170,15 @@ def gpu_busy_and_gaps(run: RunData, busy: dict[int, Busy], copies: dict[int, Bus
     largest = sorted(gaps, key=lambda g: -g["gap_ns"])[:PARAMETERS["gaps_shown"]]
     api = [c for c in _rows(run, "api_calls", ["name", "start_ns", "end_ns"])
            if any(c["start_ns"] < g["end_ns"] and c["end_ns"] > g["start_ns"] for g in largest)]
-    return {"devices": devices, "gaps": len(gaps), "gap_ns": sum(g["gap_ns"] for g in gaps),
-            "largest": [gap_activity(g, api, nvtx, copies.get(g["device_id"] or 0))
-                        for g in largest]}
+    return GpuIdle(tuple(devices), len(gaps), sum(g["gap_ns"] for g in gaps),
+                   tuple(gap_activity(g, api, nvtx, copies.get(g["device_id"] or 0))
+                         for g in largest))
 
 
 # -- memory copies, NCCL, NVTX -----------------------------------------------------------------
 
 
-def serialised_copies(memops: list[dict], busy: dict[int, Busy]) -> dict:
+def serialised_copies(memops: list[dict], busy: dict[int, Busy]) -> Copies:
     """Host<->device copies and how much of each ran while no kernel ran on its device."""
     by_kind: dict[str, dict] = {}
     alone = []
@@ -200,26 +201,26 @@ def serialised_copies(memops: list[dict], busy: dict[int, Busy]) -> dict:
             entry["serialised_bytes"] += op["bytes"] or 0
             alone.append(op)
     largest = sorted(alone, key=lambda o: o["start_ns"] - o["end_ns"])[:PARAMETERS["copies_shown"]]
-    return {"kinds": sorted(by_kind.values(), key=lambda e: -e["exposed_ns"]),
-            "largest": [{k: o[k] for k in ("kind", "bytes", "start_ns", "end_ns", "device_id",
-                                           "stream_id")} for o in largest]}
+    return Copies(tuple(CopyKind(**e) for e in sorted(by_kind.values(),
+                                                      key=lambda e: -e["exposed_ns"])),
+                  tuple(Copy(o["kind"], o["bytes"], o["start_ns"], o["end_ns"], o["device_id"],
+                             o["stream_id"]) for o in largest))
 
 
-def nccl_overlap(kernels: list[dict]) -> dict:
+def nccl_overlap(kernels: list[dict]) -> Nccl:
     """NCCL kernel time, and how much of it ran while compute kernels ran on the same device."""
     nccl = [k for k in kernels if "nccl" in (k["name"] or "").lower()]
     if not nccl:
-        return {"traced": False}
+        return Nccl(traced=False)
     comm = _by_device(nccl)
     compute = _by_device([k for k in kernels if "nccl" not in (k["name"] or "").lower()])
     overlap = sum(compute[d].covered(s, e) for d, b in comm.items() if d in compute
                   for s, e in b.intervals())
     total = sum(b.total for b in comm.values())
-    return {"traced": True, "kernels": len(nccl), "nccl_ns": total, "overlapped_ns": overlap,
-            "exposed_ns": total - overlap, "overlap_share": _share(overlap, total)}
+    return Nccl(True, len(nccl), total, overlap, total - overlap, _share(overlap, total))
 
 
-def nvtx_gpu_time(ranges: list[dict], busy: dict[int, Busy]) -> list[dict]:
+def nvtx_gpu_time(ranges: list[dict], busy: dict[int, Busy]) -> tuple[NvtxGpuTime, ...]:
     """Per range text: wall time of its ranges and the kernel time (all GPUs) inside them."""
     out: dict[tuple, dict] = {}
     for r in ranges:
@@ -231,9 +232,9 @@ def nvtx_gpu_time(ranges: list[dict], busy: dict[int, Busy]) -> list[dict]:
         entry["instances"] += 1
         entry["range_ns"] += r["end_ns"] - r["start_ns"]
         entry["gpu_ns"] += sum(b.covered(r["start_ns"], r["end_ns"]) for b in busy.values())
-    for entry in out.values():
-        entry["gpu_share"] = _share(entry["gpu_ns"], entry["range_ns"])
-    return sorted(out.values(), key=lambda e: (-e["gpu_ns"], -e["range_ns"]))[:PARAMETERS["shown"]]
+    ranked = sorted(out.values(), key=lambda e: (-e["gpu_ns"], -e["range_ns"]))
+    return tuple(NvtxGpuTime(**e, gpu_share=_share(e["gpu_ns"], e["range_ns"]))
+                 for e in ranked[:PARAMETERS["shown"]])
 
 
 # -- the ncu commands --------------------------------------------------------------------------
@@ -301,32 +302,31 @@ def _command(run: RunData, ident: str, skip: int, extra: list[str]) -> str:
     return shlex.join(words) + " " + (shlex.join(argv) if argv else NO_PROGRAM)
 
 
-def ncu_suggestion(run: RunData, entry: dict, launches: list[dict],
-                   launcher: Launcher) -> dict | None:
+def ncu_suggestion(run: RunData, entry: RankedKernel, launches: list[dict],
+                   launcher: Launcher) -> NcuSuggestion | None:
     """The ncu command(s) that profile one typical launch of a ranked kernel."""
-    ident = function_name(entry["name"], entry["short_name"])
+    ident = function_name(entry.name or "", entry.short_name)
     same = sorted((k for k in launches if function_name(k["name"], k["short_name"]) == ident),
                   key=_launch_order)
-    mine = [i for i, k in enumerate(same) if k["name"] == entry["name"]]
+    mine = [i for i, k in enumerate(same) if k["name"] == entry.name]
     if not mine:
         return None
     chosen = mine[pick_launch([same[i]["duration_ns"] or 0 for i in mine])]
-    out = {"kernel": entry["name"], "function": ident, "launch": mine.index(chosen),
-           "launches": len(mine), "skip": chosen, "from_run": run.id, "notes": [],
-           "command": _command(run, ident, chosen, [])}
-    out["capture_command"] = f"triage capture --from {run.id[:12]} -- {out['command']}"
-    if len(same) > len(mine):
-        out["notes"].append(f"{len(same) - len(mine)} launches of other kernels named {ident} "
-                            "(template instances, overloads) are counted by -s")
+    command = _command(run, ident, chosen, [])
+    notes = [f"{len(same) - len(mine)} launches of other kernels named {ident} (template "
+             "instances, overloads) are counted by -s"] if len(same) > len(mine) else []
     held = launcher.held(same[chosen])
     config = nvtx_config(held[0]) if held else None
+    nvtx_command = None
     if config:
         alike = [r for r in launcher.ranges if nvtx_config(r) == config]
         inside = [k for k in same if launcher.held(k, alike)]
-        out["nvtx_range"] = config
-        out["nvtx_command"] = _command(run, ident, inside.index(same[chosen]),
-                                       ["--nvtx", "--nvtx-include", config])
-    return out | {"notes": out["notes"] + _command_notes(run, same)}
+        nvtx_command = _command(run, ident, inside.index(same[chosen]),
+                                ["--nvtx", "--nvtx-include", config])
+    return NcuSuggestion(entry.name, ident, mine.index(chosen), len(mine), chosen,
+                         run.id, tuple(notes + _command_notes(run, same)), command,
+                         f"triage capture --from {run.id[:12]} -- {command}", config or None,
+                         nvtx_command)
 
 
 def _command_notes(run: RunData, launches: list[dict]) -> list[str]:
@@ -344,56 +344,58 @@ def _command_notes(run: RunData, launches: list[dict]) -> list[str]:
 # -- top ---------------------------------------------------------------------------------------
 
 
-def cpu_hot_spots(run: RunData) -> dict[str, list[dict]]:
+def host_time(run: RunData) -> HostTime:
     """Where the host's time went, for a run with no GPU kernels to rank (a CPU program, or a
     capture that missed --trace=cuda): the NVTX ranges, OS runtime calls and CUDA API calls
     with most total time, so `top` still answers "what deserves attention"."""
     shown = PARAMETERS["shown"]
-    return {"nvtx": _rows(run, "nvtx_summary", ["text", "domain", "kind", "instances",
-                                                "total_ns"])[:shown],
-            "osrt": _osrt_summary(run)[:shown],
-            "api": _rows(run, "api_summary", ["api", "name", "calls", "total_ns"])[:shown]}
+    nvtx = _rows(run, "nvtx_summary", ["text", "domain", "kind", "instances", "total_ns"])
+    api = _rows(run, "api_summary", ["api", "name", "calls", "total_ns"])
+    return HostTime(tuple(MemopKind(**row) for row in _rows(run, "memop_summary")),
+                    tuple(NvtxTotal(**row) for row in nvtx[:shown]), _osrt_summary(run)[:shown],
+                    tuple(CallTotal(r["name"], r["calls"], r["total_ns"], r["api"])
+                          for r in api[:shown]))
 
 
-def _osrt_summary(run: RunData) -> list[dict]:
+def _osrt_summary(run: RunData) -> tuple[CallTotal, ...]:
     """OS runtime calls by function, most total time first (no summary table is stored)."""
     calls = run.table("osrt_calls", ["name", "duration_ns"])
     if calls is None or not calls.num_rows:
-        return []
+        return ()
     grouped = calls.group_by("name").aggregate([("duration_ns", "count"),
                                                 ("duration_ns", "sum")])
-    rows = [{"name": r["name"], "calls": r["duration_ns_count"], "total_ns": r["duration_ns_sum"]}
+    rows = [CallTotal(r["name"], r["duration_ns_count"], r["duration_ns_sum"])
             for r in grouped.to_pylist()]
-    return sorted(rows, key=lambda r: (-(r["total_ns"] or 0), r["name"] or ""))
+    return tuple(sorted(rows, key=lambda r: (-(r.total_ns or 0), r.name or "")))
+
 
 KERNEL_COLUMNS = ["name", "short_name", "start_ns", "end_ns", "duration_ns", "device_id",
                   "correlation_id", "process_id"]
 
 
-def top_run(run: RunData, k: int = 3) -> dict:
+def top_run(run: RunData, k: int = 3) -> TopResult:
     """`triage top RUN`: the ranking, GPU idle, copies, NCCL, NVTX, and the next ncu commands."""
     if run.tool != "nsys":
         raise UsageError(f"`triage top` reads nsys runs; run {run.id[:12]} is {run.tool}: "
                          f"`triage explain {run.id[:12]}` explains its kernels")
     kernels = _rows(run, "kernels", KERNEL_COLUMNS)
+    found = kernel_time(run, kernels, k) if kernels else host_time(run)
+    return TopResult(run.id, run.record.tool_version, run.record.application_argv,
+                     dict(PARAMETERS), found)
+
+
+def kernel_time(run: RunData, kernels: list[dict], k: int) -> KernelTime:
+    """The ranking, GPU idle, copies, NCCL, NVTX, and the ncu commands for the top k."""
     memops = _rows(run, "memops", ["kind", "bytes", "start_ns", "end_ns", "device_id",
                                    "stream_id"])
-    argv = run.record.application_argv
-    out = {"run": run.id, "tool_version": run.record.tool_version,
-           "application": list(argv) if argv is not None else None,
-           "settings": dict(PARAMETERS), "kernel_activity": bool(kernels)}
-    if not kernels:
-        return out | {"message": "no kernel activity recorded", "ranking": None,
-                      "memops": _rows(run, "memop_summary"), "cpu": cpu_hot_spots(run),
-                      "next": []}
     busy, copies = _by_device(kernels), _by_device(memops)
     ranked = ranking(_rows(run, "kernel_summary"), max(k, PARAMETERS["shown"]))
     nvtx = _rows(run, "nvtx_ranges", ["text", "domain", "kind", "start_ns", "end_ns",
                                       "thread_id", "depth"])
     launcher = Launcher(_rows(run, "api_calls", ["correlation_id", "start_ns", "thread_id"])
                         if nvtx else [], nvtx)
-    return out | {"ranking": ranked, "gpu": gpu_busy_and_gaps(run, busy, copies, nvtx),
-                  "copies": serialised_copies(memops, busy), "nccl": nccl_overlap(kernels),
-                  "nvtx": nvtx_gpu_time(nvtx, busy),
-                  "next": list(filter(None, (ncu_suggestion(run, e, kernels, launcher)
-                                             for e in ranked["top"][:k])))}
+    return KernelTime(ranked, gpu_busy_and_gaps(run, busy, copies, nvtx),
+                      serialised_copies(memops, busy), nccl_overlap(kernels),
+                      nvtx_gpu_time(nvtx, busy),
+                      tuple(filter(None, (ncu_suggestion(run, e, kernels, launcher)
+                                          for e in ranked.top[:k]))))

@@ -172,7 +172,7 @@ def explain_corpus(corpus: Path, store: Path) -> list[dict]:
     reports = sorted(p for p in (corpus / "ncu").iterdir() if p.is_file())
     results = archive_files(store, [str(p) for p in reports])
     opened = Store.open(store)
-    return [explain_run(RunData(opened, r.id)) for r in results]
+    return [explain_run(RunData(opened, r.id)).to_json() for r in results]
 
 
 def main(argv: list[str]) -> int:

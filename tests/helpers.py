@@ -71,6 +71,24 @@ def checked_schema(name: str) -> dict:
     return schema
 
 
+def assert_valid(name: str, document: object) -> None:
+    """`document` (a command's --json output) obeys schemas/`name`, whose references to other
+    schemas of schemas/ go by their $id; every error is listed when it does not."""
+    import json
+    from importlib import resources
+
+    import jsonschema
+    from referencing import Registry, Resource
+
+    found = [json.loads(f.read_text("utf-8")) for f in resources.files("triage.schemas").iterdir()
+             if f.name.endswith(".schema.json")]
+    registry = Registry().with_resources((doc["$id"], Resource.from_contents(doc))
+                                         for doc in found if "$id" in doc)
+    validator = jsonschema.Draft202012Validator(checked_schema(name), registry=registry)
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(document)]
+    assert not errors, errors
+
+
 def table_file(root: Path, run_id: str, name: str) -> Path:
     """A run's stored table in a local store (tables/<name>/run_id=<id>/<sha>.parquet)."""
     from triage.archive.store import Store

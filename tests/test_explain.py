@@ -9,7 +9,7 @@ import math
 import pytest
 
 from explain_agreement import agreement
-from helpers import corpus_file, corpus_manifest
+from helpers import assert_valid, corpus_file, corpus_manifest
 from triage.archive.ingest import archive_files
 from triage.archive.store import Store
 from triage.compare import explain, explain_tables
@@ -35,7 +35,8 @@ def ncu_store(tmp_path_factory, corpus):
 def explained(ncu_store):
     path, runs = ncu_store
     store = Store.open(path)
-    return {name: explain.explain_run(RunData(store, run_id)) for name, run_id in runs.items()}
+    return {name: explain.explain_run(RunData(store, run_id)).to_json()
+            for name, run_id in runs.items()}
 
 
 def recorded_metrics(store_path, run_id) -> dict:
@@ -61,6 +62,7 @@ def test_every_report_walks_the_five_steps(triage, ncu_store, row):
     path, runs = ncu_store
     name = row["file"].split("/")[-1]
     result = triage.json("explain", runs[name], "--store", path)
+    assert_valid("explain.schema.json", result)
     metrics = recorded_metrics(path, runs[name])
     assert result["kernels"], name
     for kernel in result["kernels"]:
@@ -188,7 +190,7 @@ def test_diff_carries_the_conclusions_of_explain(ncu_store):
     diff = diff_runs(store, a, b)
     result = diff.to_json()
     assert result["kernels"][0]["conclusion"]["a"] == explain.explain_run(
-        RunData(store, a))["kernels"][0]["conclusion"]
+        RunData(store, a)).kernels[0].conclusion
     matched = [k for k in result["kernels"] if k["match"] == "matched"]
     assert matched and matched[0]["conclusion"] == {"a": "memory-bound", "b": "latency-bound"}
     from triage.views.diff import render_diff

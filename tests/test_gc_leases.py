@@ -61,7 +61,7 @@ def test_gc_grace_0_just_before_the_manifest_spares_every_object(triage, monkeyp
     monkeypatch.setattr(Runs, "write_manifest", real)
     run_id = triage.json("ls")[0]["id"]  # the newest
     manifest = store_of().runs.read_manifest(run_id)
-    assert "(new)" in out and passes[0].removed == []
+    assert "(new)" in out and passes[0].removed == ()
     assert passes[0].kept_live == len(manifest["reports"]) + len(manifest["tables"]) == 6
     report = triage.json("verify")
     assert report["ok"] and report["leftovers"] == [] and report["runs"] == 2
@@ -85,7 +85,7 @@ def test_gc_grace_0_while_an_import_publishes_spares_its_objects(triage, tmp_pat
     monkeypatch.setattr(bundle, "_add_run", gc_first)
     triage("import", out, "--store", other)
     monkeypatch.setattr(bundle, "_add_run", real)
-    assert passes and all(p.removed == [] for p in passes) and passes[0].kept_live >= 6
+    assert passes and all(p.removed == () for p in passes) and passes[0].kept_live >= 6
     report = triage.json("verify", "--store", other)
     assert report["ok"] and report["leftovers"] == [] and report["runs"] == 2
 

@@ -197,7 +197,7 @@ def test_gc_puts_back_an_object_an_archive_republished_meanwhile(triage, monkeyp
 
     monkeypatch.setattr(StoreFiles, "move", racing_move)
     report = integrity.gc(store, grace_seconds=60)
-    assert report.restored == 1 and report.removed == [] and has(store, sha)
+    assert report.restored == 1 and report.removed == () and has(store, sha)
 
 
 def test_gc_puts_back_an_object_a_new_manifest_references(triage, monkeypatch):

@@ -9,8 +9,9 @@ import shutil
 import pytest
 from hypothesis import given, strategies as st
 
-from helpers import corpus_file, corpus_manifest, typed
+from helpers import assert_valid, corpus_file, corpus_manifest, typed
 from triage.compare import top
+from triage.compare.top_result import RankedKernel
 
 pytest.importorskip("triage.capture.nsys")
 
@@ -44,6 +45,7 @@ def test_top_on_every_corpus_export(triage, row):
     name = row["file"].split("/")[-1]
     run = archived(triage, name)
     result = triage.json("top", run)
+    assert_valid("top.schema.json", result)
     text = triage("top", run).stdout
     if name in NO_KERNELS:
         assert result["kernel_activity"] is False and result["next"] == []
@@ -135,6 +137,7 @@ def test_nvtx_ranges_and_gaps(triage):
     """cumat (4 GPUs, MPI ranges traced by nsys): no kernel runs inside the MPI calls."""
     run = archived(triage, "DongHun1995__cumat__report1.qdrep")
     result = triage.json("top", run)
+    assert_valid("top.schema.json", result)
     nvtx = {r["text"]: r for r in result["nvtx"]}
     assert nvtx["MPI_Isend"]["instances"] == 108 and nvtx["MPI_Isend"]["domain"] == "MPI"
     assert all(r["gpu_ns"] == 0 for r in result["nvtx"])
@@ -186,10 +189,10 @@ def test_nccl_overlap():
                                    "device_id": d}
     kernels = [row("ncclKernel_AllReduce_RING_LL_Sum_float", 100, 200), row("gemm", 150, 300),
                row("ncclKernel_AllReduce_RING_LL_Sum_float", 400, 500), row("gemm", 0, 120, 1)]
-    assert top.nccl_overlap(kernels) == {"traced": True, "kernels": 2, "nccl_ns": 200,
-                                         "overlapped_ns": 50, "exposed_ns": 150,
-                                         "overlap_share": 0.25}
-    assert top.nccl_overlap([row("gemm", 0, 10)]) == {"traced": False}
+    assert top.nccl_overlap(kernels).to_json() == {"traced": True, "kernels": 2, "nccl_ns": 200,
+                                                   "overlapped_ns": 50, "exposed_ns": 150,
+                                                   "overlap_share": 0.25}
+    assert top.nccl_overlap([row("gemm", 0, 10)]).to_json() == {"traced": False}
 
 
 def test_nvtx_include_command():
@@ -209,13 +212,13 @@ def test_nvtx_include_command():
         record = typed({"id": "f" * 64, "tool": "nsys",
                         "application": {"argv": ["python", "train.py", "--epochs", "1"]}})
 
-    entry = {"name": "step_kernel(float*)", "short_name": "step_kernel"}
+    entry = RankedKernel("step_kernel(float*)", "step_kernel", 5, None, None, None, None, None)
     out = top.ncu_suggestion(Run(), entry, kernels, top.Launcher(api, ranges))
-    assert out["nvtx_range"] == "app@train\\/step/"
-    words = check_command(out["nvtx_command"], "step_kernel", list(Run.record.application_argv))
+    assert out is not None and out.nvtx_range == "app@train\\/step/"
+    words = check_command(out.nvtx_command, "step_kernel", list(Run.record.application_argv))
     assert words[words.index("--nvtx-include") + 1] == "app@train\\/step/"
     assert "--nvtx" in words
-    assert (out["launch"], words[words.index("-s") + 1]) == (2, "1")  # 2nd launch in the range
+    assert (out.launch, words[words.index("-s") + 1]) == (2, "1")  # 2nd launch in the range
 
 
 # -- no kernels: the host's hot spots ----------------------------------------------------------

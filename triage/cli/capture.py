@@ -35,7 +35,7 @@ def capture(store, command, label, note, shell, group, from_run, nsys, redact, r
     from triage.archive.captured import capture_series, check_series
     from triage.capture.session import CaptureRequest
     from triage.views.progress import CaptureOutput, progress_after
-    from triage.views.runs import archive_json, archive_line, archive_lines
+    from triage.views.runs import archive_line, archive_lines
 
     check_series(label, repeat)  # before a report named by --from is archived
     if from_run:  # a report path: its run (archived now if need be)
@@ -48,8 +48,8 @@ def capture(store, command, label, note, shell, group, from_run, nsys, redact, r
         request, repeat, lambda: CaptureOutput(stream, stream.isatty() and not out.json,
                                                os.path.basename(command[0])),
         on_warning=warn, tick_after=progress_after())
-    infos = [archive_json(r) for r in results]
-    out.show(infos[0] if repeat == 1 else infos, archive_line if repeat == 1 else archive_lines)
+    out.show(results[0] if repeat == 1 else results,
+             archive_line if repeat == 1 else archive_lines)
 
 
 @click.command()
@@ -99,7 +99,7 @@ def rerun(store, run, label, repeat, mode, build, strict, threshold, out):
 @output_options("text", "json")
 def env_command(nsys, out):
     """Check this machine before a capture: GPUs, clocks, counter permissions, DCGM, tools."""
-    from triage.capture.session import environment_check
+    from triage.capture.environment import environment_check
     from triage.views.env import render_env
 
     out.show(environment_check(nsys=nsys), render_env)

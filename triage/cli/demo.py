@@ -20,15 +20,14 @@ def demo(keep, page, out):
     from pathlib import Path
 
     from triage.demo import run_demo
-    from triage.views.demo import demo_json, render_demo
+    from triage.views.demo import render_demo
     from triage.views.report import write_report
-    from triage.views.text import to_json
 
     root = Path(tempfile.mkdtemp(prefix="triage-demo-"))  # the page stays; the rest goes
     outcome = run_demo(root, lambda path, diff: write_report(path, [diff], "html"),
                        Path(page) if page else None)
     try:
-        out.write(to_json(demo_json(outcome)) if out.json else render_demo(outcome))
+        out.show(outcome, render_demo)
         if keep:
             click.echo(f"\nstore kept: triage ls --store {outcome.store}", err=True)
     finally:

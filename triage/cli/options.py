@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import click
 
@@ -58,6 +58,13 @@ store_option = click.option("--store", type=click.Path(readable=False), expose_v
 
 # -- the output --------------------------------------------------------------------------------
 
+
+class JsonResult(Protocol):
+    """A command's typed result: `to_json()` is its --json document (schemas/ describes it)."""
+
+    def to_json(self) -> Any: ...
+
+
 # The one rule for a file name's suffix: it names the format, for every command that writes one.
 OUTPUT_SUFFIXES = {".json": "json", ".md": "md", ".markdown": "md", ".html": "html",
                   ".htm": "html", ".csv": "csv", ".txt": "text"}
@@ -85,10 +92,17 @@ class Output:
         write_user_file(Path(self.path), (text + end).encode("utf-8"))
         click.echo(f"wrote {self.path}", err=True)
 
-    def show(self, data: Any, render: Callable[[Any], str]) -> None:
-        """JSON prints the data itself; text has `render` lay out the same data for people, so
-        the two never disagree on what a command found."""
-        self.write(textview.to_json(data) if self.json else render(data))
+    def show(self, result: JsonResult | Sequence[JsonResult],
+             render: Callable[[Any], str]) -> None:
+        """JSON prints the result's own document (a list of results: a list of theirs); text
+        has `render` word the same typed result for people, so the two never disagree on what
+        a command found."""
+        if not self.json:
+            self.write(render(result))
+        elif isinstance(result, Sequence):
+            self.write(textview.to_json([item.to_json() for item in result]))
+        else:
+            self.write(textview.to_json(result.to_json()))
 
     def stream(self) -> Any:
         """The text stream for progress and a profiler's own output: stderr when stdout carries

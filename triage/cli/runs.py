@@ -37,12 +37,12 @@ def archive(store, reports, label, note, nsys, redact, repair, out):
     but rewrites its objects that are missing or damaged (`triage verify` names them)."""
     from triage.archive.ingest import archive_files
     from triage.views.progress import status_line
-    from triage.views.runs import archive_json, archive_lines
+    from triage.views.runs import archive_lines
 
     with status_line(out.json) as progress:
         results = archive_files(store.path, list(reports), label=label, note=note, nsys=nsys,
                                 redact_patterns=tuple(redact), repair=repair, progress=progress)
-    out.show([archive_json(r) for r in results], archive_lines)
+    out.show(results, archive_lines)
 
 
 @click.command(name="ls")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 import click
 
 from triage.cli.options import output_options, pass_store, runs_named, store_option
@@ -44,7 +42,7 @@ def import_command(store, bundle, labels, out):
 
     with status_line(out.json) as progress:
         result = import_bundle(store.path, bundle, labels=labels, progress=progress)
-    out.show(asdict(result), render_import)
+    out.show(result, render_import)
 
 
 @click.group()
@@ -74,7 +72,7 @@ def remote_list(store, out):
     from triage.archive.remotes import list_remotes
     from triage.views.sync import render_remotes
 
-    out.show([asdict(r) for r in list_remotes(store.open())], render_remotes)
+    out.show(list_remotes(store.open()), render_remotes)
 
 
 @remote.command(name="remove")
@@ -109,7 +107,7 @@ def push(store, words, label_glob, out):
     target, refs = push_target(st, list(words))
     with status_line(out.json) as progress:
         result = push_runs(st, target, refs, label_glob, progress=progress)
-    out.show(asdict(result), render_sync)
+    out.show(result, render_sync)
 
 
 @click.command()
@@ -132,4 +130,4 @@ def pull(store, name, runs, label_glob, out):
     target = named_remote(remotes_of(store.path), name)
     with status_line(out.json) as progress:
         result = pull_runs(store.path, target, list(runs), label_glob, progress=progress)
-    out.show(asdict(result), render_sync)
+    out.show(result, render_sync)

@@ -27,7 +27,7 @@ def verify(store, runs, out):
     named = runs_named(store, list(runs))  # before the store opens: it may make it
     with status_line(out.json) as progress:
         report = verify_store(store.open(), named, progress=progress)
-    out.show(report.to_dict(), verify_text)
+    out.show(report, verify_text)
     if not report.ok:
         raise CorruptObject(f"{len(report.errors)} problem(s) in the store; the list above says "
                             "which files (restore them from a bundle, or archive the reports again "
@@ -55,7 +55,7 @@ def gc_command(store, dry_run, grace, out):
     from triage.views.upkeep import gc_text
 
     report = gc(store.open(), grace_seconds=parse_duration(grace), dry_run=dry_run)
-    out.show(report.to_dict(), lambda found: gc_text(found, grace))
+    out.show(report, lambda found: gc_text(found, grace))
 
 
 @click.command()

@@ -17,10 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
-from triage.archive.ingest import ArchiveResult, archive_files
+from triage.archive.ingest import archive_files
+from triage.archive.model import ArchiveResult
 from triage.archive.runs import series_label
 from triage.archive.store import Store
+from triage.base.errors import ComparisonGate, RegressionGate
 from triage.compare.diff import diff_runs
 from triage.compare.result import DiffOptions, DiffResult
 
@@ -47,6 +50,26 @@ class DemoOutcome:
     gate: DiffResult  # after/* vs before/* --max-slowdown GATE_PCT
     caution: DiffResult  # after/1 vs its export with another nsys version recorded
     html: Path
+
+    @property
+    def gate_exit_code(self) -> int:
+        """The exit code `triage diff --max-slowdown` gives for the gate's diff."""
+        gate = self.gate.gate
+        return RegressionGate.exit_code if gate and not gate.passed else 0
+
+    @property
+    def caution_exit_code(self) -> int:
+        """The exit code `triage diff --strict=caution` gives for the caution's diff."""
+        return ComparisonGate.exit_code if self.caution.verdict in ("caution", "invalid") else 0
+
+    def to_json(self) -> dict[str, Any]:
+        """`triage demo --json` (schemas/demo.schema.json): the three diffs as `diff --json`
+        documents, the exit codes, the page."""
+        return {"valid": self.valid.to_json(),
+                "gate": {**self.gate.to_json(), "exit_code": self.gate_exit_code},
+                "caution": {**self.caution.to_json(),
+                            "strict_caution_exit_code": self.caution_exit_code},
+                "html": str(self.html)}
 
 
 def run_demo(root: Path, write_page: Callable[[Path, DiffResult], Path],

@@ -5,66 +5,68 @@ from __future__ import annotations
 
 import textwrap
 
+from triage.compare.explain_result import (NOT_COLLECTED, Cite, ExplainResult, KernelExplained,
+                                           Step)
 from triage.compare.explain_tables import NS_PER_UNIT
 from triage.views.text import fmt_ns, fmt_value, short_id, truncate
 
 WIDTH = 100
 
 
-def _cite_line(cite: dict) -> str:
-    unit = f" {cite['unit']}" if cite.get("unit") else ""
-    return f"         {cite['name']} = {fmt_value(cite['value'])}{unit}"
+def _cite_line(cite: Cite) -> str:
+    unit = f" {cite.unit}" if cite.unit else ""
+    return f"         {cite.name} = {fmt_value(cite.value)}{unit}"
 
 
-def _step_lines(step: dict) -> list[str]:
-    head = f"  {step['step']}. {step['title']}"
-    if step["status"] == "not_collected":
-        whys = "; ".join(dict.fromkeys(m["why"] for m in step["missing"])) or "not collected"
+def _step_lines(step: Step) -> list[str]:
+    head = f"  {step.step}. {step.title}"
+    if step.status == NOT_COLLECTED:
+        whys = "; ".join(dict.fromkeys(m.why for m in step.missing)) or "not collected"
         return [head] + textwrap.wrap(whys, WIDTH, initial_indent="       ",
                                       subsequent_indent="       ")
     lines = [head]
-    for finding in step["findings"]:
-        lines += textwrap.wrap(finding["text"], WIDTH, initial_indent="     - ",
+    for finding in step.findings:
+        lines += textwrap.wrap(finding.text, WIDTH, initial_indent="     - ",
                                subsequent_indent="       ")
-        lines += [_cite_line(c) for c in finding["cites"]]
-    lines += [f"     ({m['why']})" for m in step["missing"]]
+        lines += [_cite_line(c) for c in finding.cites]
+    lines += [f"     ({m.why})" for m in step.missing]
     return lines
 
 
-def _duration(kernel: dict) -> str:
-    duration = kernel.get("duration")
+def _duration(kernel: KernelExplained) -> str:
+    duration = kernel.duration
     if not duration:
         return "duration not collected"
-    mean = "mean " if kernel["launches"] > 1 else ""
-    scale = NS_PER_UNIT.get(duration["unit"])  # ns, or usecond/msecond in some exports
+    mean = "mean " if kernel.launches > 1 else ""
+    scale = NS_PER_UNIT.get(duration.unit)  # ns, or usecond/msecond in some exports
     if scale is None:  # a unit we do not know: shown as recorded, not guessed
-        return f"{mean}{fmt_value(duration['value'])} {duration['unit']}"
-    return f"{mean}{fmt_ns(duration['value'] * scale)}"
+        return f"{mean}{fmt_value(duration.value)} {duration.unit}"
+    return f"{mean}{fmt_ns(duration.value * scale)}"
 
 
-def _kernel_lines(kernel: dict) -> list[str]:
-    launches = f"{kernel['launches']} launch{'es' if kernel['launches'] > 1 else ''}"
-    if kernel.get("no_data"):
-        them = "them" if kernel["launches"] > 1 else "it"
-        return ["", truncate(kernel["name"], WIDTH),
+def _kernel_lines(kernel: KernelExplained) -> list[str]:
+    launches = f"{kernel.launches} launch{'es' if kernel.launches > 1 else ''}"
+    if kernel.no_data:
+        them = "them" if kernel.launches > 1 else "it"
+        return ["", truncate(kernel.name, WIDTH),
                 f"  {launches}, no data: the profiler collected nothing for {them}"]
-    lines = ["", truncate(kernel["name"], WIDTH),
-             f"  {launches}, {_duration(kernel)}; conclusion: {kernel['conclusion'] or 'none'}"]
-    for step in kernel["steps"]:
+    lines = ["", truncate(kernel.name, WIDTH),
+             f"  {launches}, {_duration(kernel)}; conclusion: {kernel.conclusion or 'none'}"]
+    for step in kernel.steps:
         lines += _step_lines(step)
-    fired = [f"{r['rule_id']}" + (f" ({r['title']})" if r.get("title") else "")
-             for r in kernel.get("ncu_rules", []) if r["message_type"] != "ok"]
+    fired = [f"{r.rule_id}" + (f" ({r.title})" if r.title else "")
+             for r in kernel.ncu_rules if r.message_type != "ok"]
     if fired:
         lines.append(truncate("  ncu's own rules fired: " + ", ".join(dict.fromkeys(fired)),
                               WIDTH))
     return lines
 
 
-def render_explain(result: dict) -> str:
-    head = (f"run {short_id(result['run'])}  ncu {result.get('tool_version') or '?'}  "
-            f"{result.get('gpu') or 'GPU unknown'}")
+def render_explain(result: ExplainResult) -> str:
+    head = (f"run {short_id(result.run)}  ncu {result.tool_version or '?'}  "
+            f"{result.gpu or 'GPU unknown'}")
     lines = [head, "order: 1 throughput, 2 memory efficiency, 3 occupancy, 4 issue slots and "
              "stalls, 5 conclusion"]
-    for kernel in result["kernels"]:
+    for kernel in result.kernels:
         lines += _kernel_lines(kernel)
     return "\n".join(lines)

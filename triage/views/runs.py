@@ -3,42 +3,32 @@ table as wide as the terminal, a label and where it points."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from triage.views import text as textview
 
 if TYPE_CHECKING:
-    from triage.archive.ingest import ArchiveResult
     from triage.archive.listing import RunList
+    from triage.archive.model import ArchiveResult
 
 # the columns `triage ls` reads for its text table (--json and --csv read every column)
 LS_TEXT_COLUMNS = ("id", "archived", "tool", "tool_version", "gpu", "kernels", "report_names")
 
 
-def archive_json(result: ArchiveResult) -> dict[str, Any]:
-    """One archived run as `triage archive --json` and `capture --json` print it."""
-    from triage.archive.model import RunRecord
-
-    record = RunRecord.from_manifest(result.id, result.manifest)
-    return {"id": result.id, "new": result.new, "repaired": result.repaired, "tool": record.tool,
-            "tool_version": record.tool_version, "gpu": record.gpu_name,
-            "kernels": record.kernels, "reports": [r.name for r in record.reports],
-            "notices": list(record.notices)}
-
-
-def archive_line(info: dict) -> str:
-    """One archived run as `triage archive` lists it, from its archive_json() record."""
-    state = "new" if info["new"] else "repaired" if info["repaired"] else "already archived"
-    version = info["tool_version"] or "version unknown"
-    kernels = f"{info['kernels']} kernel" + ("" if info["kernels"] == 1 else "s")
-    line = (f"{textview.short_id(info['id'])}  {info['tool']} {version}  "
-            f"{info['gpu'] or 'GPU unknown'}  {kernels}  "
-            f"{textview.printable(', '.join(info['reports']))}  ({state})")
-    return line + "".join(f"\n    note: {n}" for n in info["notices"])
+def archive_line(result: ArchiveResult) -> str:
+    """One archived run as `triage archive` and `capture` list it."""
+    record = result.record
+    state = "new" if result.new else "repaired" if result.repaired else "already archived"
+    version = record.tool_version or "version unknown"
+    kernels = f"{record.kernels} kernel" + ("" if record.kernels == 1 else "s")
+    line = (f"{textview.short_id(record.id)}  {record.tool} {version}  "
+            f"{record.gpu_name or 'GPU unknown'}  {kernels}  "
+            f"{textview.printable(', '.join(r.name for r in record.reports))}  ({state})")
+    return line + "".join(f"\n    note: {n}" for n in record.notices)
 
 
-def archive_lines(infos: list[dict]) -> str:
-    return "\n".join(map(archive_line, infos))
+def archive_lines(results: list[ArchiveResult]) -> str:
+    return "\n".join(map(archive_line, results))
 
 
 def ls_text(found: RunList) -> str:

@@ -2,42 +2,48 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from triage.views import text as textview
 from triage.base.units import fmt_bytes
 
+if TYPE_CHECKING:
+    from triage.archive.bundle import ImportResult
+    from triage.archive.remotes import Remote
+    from triage.archive.sync import SyncResult
 
-def render_sync(result: dict) -> str:
+
+def render_sync(result: SyncResult) -> str:
     """One line per run sent, one for the runs already there, the labels, and the totals."""
     short = textview.short_id
-    url = textview.printable(result["url"])
-    where = url if result["remote"] == result["url"] else f"{result['remote']} ({url})"
-    verb = "pushed to" if result["direction"] == "push" else "pulled from"
-    lines = [f"{short(run_id)}  {verb} {result['remote']}" for run_id in result["runs_sent"]]
-    if result["runs_present"]:
-        lines.append(f"{len(result['runs_present'])} run(s) there already")
+    url = textview.printable(result.url)
+    where = url if result.remote == result.url else f"{result.remote} ({url})"
+    verb = "pushed to" if result.direction == "push" else "pulled from"
+    lines = [f"{short(run_id)}  {verb} {result.remote}" for run_id in result.runs_sent]
+    if result.runs_present:
+        lines.append(f"{len(result.runs_present)} run(s) there already")
     lines += [f"{name} -> {short(run_id) if run_id else '(deleted there)'}"
-              for name, run_id in result["labels"].items()]
-    lines.append(f"{len(result['runs_sent'])} run(s) {verb} {where}: {result['objects_sent']} "
-                 f"object(s) sent ({fmt_bytes(result['bytes_sent'])}), "
-                 f"{result['objects_skipped']} there already")
+              for name, run_id in result.labels.items()]
+    lines.append(f"{len(result.runs_sent)} run(s) {verb} {where}: {result.objects_sent} "
+                 f"object(s) sent ({fmt_bytes(result.bytes_sent)}), "
+                 f"{result.objects_skipped} there already")
     return "\n".join(lines)
 
 
-def render_remotes(remotes: list[dict]) -> str:
+def render_remotes(remotes: list[Remote]) -> str:
     if not remotes:
         return "no remotes yet; `triage remote add NAME URL` adds one"
-    width = max(len(r["name"]) for r in remotes)
-    return "\n".join(f"{r['name']:<{width}}  {textview.printable(r['url'])}" for r in remotes)
+    width = max(len(r.name) for r in remotes)
+    return "\n".join(f"{r.name:<{width}}  {textview.printable(r.url)}" for r in remotes)
 
 
-def render_import(result: dict) -> str:
+def render_import(result: ImportResult) -> str:
     """`triage import`: the runs added or there already, the labels set, the bytes added."""
     short = textview.short_id
-    lines = [f"{short(run_id)}  added" for run_id in result["runs_added"]]
-    lines += [f"{short(run_id)}  already in the store" for run_id in result["runs_present"]]
-    lines += [f"{name} -> {short(run_id)}" for name, run_id in result["labels_set"].items()]
-    if result["labels_skipped"]:
-        lines.append(f"labels not set (pass --labels): {', '.join(result['labels_skipped'])}")
-    lines.append(f"{result['objects_added']} objects ({fmt_bytes(result['bytes_added'])}) "
-                 "added")
+    lines = [f"{short(run_id)}  added" for run_id in result.runs_added]
+    lines += [f"{short(run_id)}  already in the store" for run_id in result.runs_present]
+    lines += [f"{name} -> {short(run_id)}" for name, run_id in result.labels_set.items()]
+    if result.labels_skipped:
+        lines.append(f"labels not set (pass --labels): {', '.join(result.labels_skipped)}")
+    lines.append(f"{result.objects_added} objects ({fmt_bytes(result.bytes_added)}) added")
     return "\n".join(lines)
