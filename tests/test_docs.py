@@ -1,9 +1,10 @@
 """The docs say what the CLI does today: docs/cli.md is what `python docs/make_cli.py` writes
-from every command's `--help`."""
+from every command's `--help`, and the README's command table names every command."""
 
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import click
@@ -51,3 +52,32 @@ def commands() -> list[tuple[str, ...]]:
 
     walk(cli, ())
     return found
+
+
+def readme_table() -> dict[str, str]:
+    """The README's command table: {command name: the rest of its row}."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `triage (\w+)([^`]*)` \|(.*)\|$", readme, re.M)
+    assert rows, "the README has a command table: | `triage NAME ...` | what it does |"
+    table = {}
+    for name, usage, what in rows:
+        assert name not in table, f"`triage {name}` has two rows in the README's table"
+        table[name] = usage + what
+    return table
+
+
+def test_readme_table_names_every_command_and_no_other():
+    table = readme_table()
+    names = {path[0] for path in commands()}
+    assert sorted(names - set(table)) == [], "commands missing from the README's command table"
+    assert sorted(set(table) - names) == [], "the README's command table names no such command"
+    for path in commands():
+        if len(path) > 1:  # a subcommand is named in its group's row
+            assert re.search(rf"\b{path[-1]}\b", table[path[0]]), path
+
+
+def test_readme_table_is_short_and_links_the_reference():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for name, row in readme_table().items():
+        assert len(row) <= 160, f"`triage {name}`: one short line; options go to docs/cli.md"
+    assert "(docs/cli.md)" in readme
