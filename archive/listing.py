@@ -22,7 +22,7 @@ from triage.archive.runs import labels_by_run
 from triage.archive.store import Store
 from triage.base.errors import UsageError
 
-# `ls --json`/`--csv`, in this order, then `labels` (the README lists them)
+# `ls --json`/`--csv`, in this order, then `labels` (docs/usage.md lists them)
 LIST_COLUMNS = ("id", "tool", "tool_version", "created", "archived", "source", "gpu",
                 "driver_version", "cuda_version", "host", "command", "kernels", "reports",
                 "report_names", "clock_control", "cache_control", "replay_mode", "capture_group",

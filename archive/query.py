@@ -1,6 +1,6 @@
 """`triage query SQL`: DuckDB over the catalog and the runs' Parquet tables.
 
-Views (documented in the README):
+Views (documented in docs/usage.md, "Queries"):
 - `runs`: one row per run (from the catalog), keyed by `run_id` like every other view, with
   `labels`; `id` is the same column under its old name (deprecated, for one release);
 - `kernel_summary`: every run's kernel ranking (from the catalog, no per-run file opened);

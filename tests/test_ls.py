@@ -158,14 +158,14 @@ def test_csv_is_like_query_with_labels_as_json(archive_store):
     assert by_id[ids["gemm"]]["gpu"] == "NVIDIA GeForce GTX 1660 SUPER"
 
 
-def test_json_keys_are_the_ones_the_readme_lists(archive_store):
+def test_json_keys_are_the_ones_the_docs_list(archive_store):
     store, ids = archive_store
     rows = json.loads(run_cli("--store", store, "ls", "--json").stdout)
     assert [list(r) for r in rows] == [[*listing.LIST_COLUMNS, "labels"]] * 3
     assert rows[0]["labels"] == ["after/1"] and rows[0]["archived"] == RUNS["async"][1]
-    readme = (REPO / "README.md").read_text()
-    documented = re.search(r"`ls --json` keys: (.*?)\.", readme, re.DOTALL)
-    assert documented, "the README lists the keys of `ls --json`"
+    usage = (REPO / "docs" / "usage.md").read_text()
+    documented = re.search(r"`ls --json` keys: (.*?)\.", usage, re.DOTALL)
+    assert documented, "docs/usage.md lists the keys of `ls --json`"
     assert re.findall(r"`(\w+)`", documented.group(1)) == [*listing.LIST_COLUMNS, "labels"]
 
 

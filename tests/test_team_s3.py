@@ -1,7 +1,7 @@
 """A team archive on S3 (issue 17 item 6 and its Acceptance), end to end through the CLI against
 the real SeaweedFS server: one person pushes local runs to the team's S3 store, a colleague pulls
 one into an empty store of their own and diffs it against a run of theirs, and a push with a
-wrong key is refused in one line with nothing left behind. README "A team archive" runs these
+wrong key is refused in one line with nothing left behind. docs/usage.md "A team archive" runs these
 commands."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from helpers import corpus_file
 @pytest.fixture
 def pushed(triage, s3_store, tmp_path):
     """Two corpus runs archived into a local store (one labelled `base`), with the S3 store added
-    as its remote `team`, as the README's team section does."""
+    as its remote `team`, as the team section of docs/usage.md does."""
     mine = tmp_path / "mine"
     first = triage.json("--store", mine, "archive", corpus_file(SMALL), "--label", "base")[0]
     second = triage.json("--store", mine, "archive", corpus_file(OTHER))[0]
