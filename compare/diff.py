@@ -9,8 +9,8 @@ from __future__ import annotations
 import statistics
 
 from triage.archive.store import Store
-from triage.compare.drift import (CAUTION, INFO, UNRECORDED, drift_item, grade, kernel_set_drift,
-                                  verdict)
+from triage.compare.drift import (INFO, INVALIDATES, UNRECORDED, drift_item, grade,
+                                  kernel_set_drift, verdict)
 from triage.compare.matching import group_kernels
 from triage.compare.ncu_diff import diff_ncu, kernel_rows
 from triage.compare.nsys_diff import Row, diff_nsys, nvtx_drift, summary_kernels, table_rows
@@ -83,12 +83,14 @@ def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions | None = N
             kernels, nsys = diff_nsys(run_a, run_b)
             items += [i for i in (nvtx_drift(run_a, run_b),) if i.state != "same"]
         else:
-            # ncu vs nsys: only kernel names and durations are common (mean per launch)
+            # ncu vs nsys: two instruments. Kernel names and launches are common; their
+            # durations are not one measurement, so the verdict is invalid (shown, not judged)
             kernels = summary_kernels(_summary_rows(run_a), _summary_rows(run_b))
             items.append(drift_item(
-                "tool", MIXED_TOOLS, run_a.tool, run_b.tool, CAUTION,
-                "different tools: only kernel names and durations are compared (ncu replays "
-                "kernels with locked clocks; nsys times them live)"))
+                "tool", MIXED_TOOLS, run_a.tool, run_b.tool, INVALIDATES,
+                "different instruments: ncu times each kernel replayed alone, clocks locked and "
+                "caches flushed; nsys times the real execution. Their durations are not the "
+                "same measurement (kernel names and launches are shown for reference)"))
         # of every kernel: --kernel narrows only the view
         items += kernel_set_drift(kernels, launches=nsys is not None)
         kernels = [k for k in kernels if opts.kernel_shown(k.name, k.name_b)]

@@ -122,14 +122,23 @@ def test_own_captures_show_the_deliberate_change(triage):
     assert "comparable" in markdown.lower()
 
 
-def test_ncu_against_nsys_compares_only_names_and_durations(triage):
+def test_ncu_against_nsys_is_two_instruments_and_invalid(triage):
+    """ncu durations come from a replayed, clock-locked, cache-flushed execution and nsys
+    durations from the real one: shown side by side for reference, never comparable, never
+    judged by the gate."""
     ncu, nsys = archived(triage, "Lashi0812__CudaProgramming__readWriteOffset_cg.ncu-rep",
                          "Lashi0812__CudaProgramming__streamSimple.sqlite")
     diff = triage.json("diff", ncu, nsys)
     assert diff["tools"] == ["ncu", "nsys"]
-    assert diff["verdict"] == "caution"
+    assert diff["verdict"] == "invalid"
     tool = next(d for d in diff["drift"] if d["field"] == "tool")
-    assert (tool["a"], tool["b"]) == ("ncu", "nsys") and "different tools" in tool["why"]
+    assert (tool["a"], tool["b"], tool["severity"]) == ("ncu", "nsys", "invalidates")
+    assert "different instruments" in tool["why"] and "not the same measurement" in tool["why"]
+    assert diff["kernels"]  # the names and launches are still there to read
+    gated = triage.json("diff", ncu, nsys, "--max-slowdown", "5")
+    assert gated["gate"]["judged"] is False and gated["gate"]["reason"] == "verdict.invalid"
+    text = triage("diff", ncu, nsys).stdout
+    assert "VERDICT: INVALID" in text and "different instruments" in " ".join(text.split())
     assert "gpu.name" not in {d["field"] for d in diff["drift"]}  # both RTX 4090
     assert all(k["sections"] == [] for k in diff["kernels"])
 
@@ -157,7 +166,7 @@ def test_kernel_filter_narrows_nsys_and_mixed_diffs_not_their_verdict(triage):
     full = triage.json("diff", ncu, nsys)
     shown = triage.json("diff", ncu, nsys, "--kernel", "^kernel_1")
     assert [k["name"] for k in shown["kernels"]] == ["kernel_1()"]
-    assert shown["drift"] == full["drift"] and shown["verdict"] == full["verdict"] == "caution"
+    assert shown["drift"] == full["drift"] and shown["verdict"] == full["verdict"] == "invalid"
     a, b = archived(triage, "0x822a5b87__test-cuda__report1.sqlite",
                     "0x822a5b87__test-cuda__report2.sqlite")
     assert len(triage.json("diff", a, b, "--kernel", "add_parallel")["kernels"]) == 1
