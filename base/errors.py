@@ -87,6 +87,13 @@ class ComparisonGate(TriageError):
     exit_code = 3
 
 
+class GateNotJudged(TriageError):
+    """`diff --max-slowdown` with nothing it may accept on (ncu durations alone): a CI gate that
+    judged nothing must not read as passed. Exit code 5."""
+
+    exit_code = 5
+
+
 class RegressionGate(TriageError):
     """`diff --max-slowdown`: a time is slower than the gate allows, beyond noise. Exit code 4."""
 

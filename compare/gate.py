@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from triage.base.errors import ComparisonGate, RegressionGate
+from triage.base.errors import ComparisonGate, GateNotJudged, RegressionGate
 from triage.compare.drift import VERDICTS
 from triage.compare.noise import UNKNOWN, Noise
-from triage.compare.result import (GATE_GPU, GATE_KERNEL, GATE_NVTX, DiffOptions, Gate,
-                                   GateCheck, KernelDiff, NsysDiff, SummaryChange)
+from triage.compare.result import (GATE_GPU, GATE_INVALID, GATE_KERNEL, GATE_NCU, GATE_NVTX,
+                                   DiffOptions, Gate, GateCheck, KernelDiff, NsysDiff,
+                                   SummaryChange)
 
 
 def _check(kind: str, name: str, noise: Noise, limit: float) -> GateCheck:
@@ -46,12 +47,17 @@ def gate_checks(kernels: Sequence[KernelDiff], nsys: NsysDiff | None,
 
 def regression_gate(verdict: str, kernels: Sequence[KernelDiff], nsys: NsysDiff | None,
                     opts: DiffOptions) -> Gate | None:
-    """The gate when --max-slowdown asks for it; under an invalid verdict, not judged."""
+    """The gate when --max-slowdown asks for it. It judges nothing under an invalid verdict,
+    nor on ncu durations alone (nsys is None for an ncu pair) unless --gate-ncu asks: ncu
+    times a reshaped execution (kernels replayed, clocks locked, caches flushed), which
+    explains a change but cannot accept one."""
     limit = opts.max_slowdown_pct
     if limit is None:
         return None
     if verdict == "invalid":
-        return Gate(limit, opts.kernel, False, ())
+        return Gate(limit, opts.kernel, False, (), GATE_INVALID)
+    if nsys is None and not opts.gate_ncu:
+        return Gate(limit, opts.kernel, False, (), GATE_NCU)
     return Gate(limit, opts.kernel, True, gate_checks(kernels, nsys, opts, limit))
 
 
@@ -61,6 +67,10 @@ def enforce(verdict: str, gate: Gate | None, strict: str | None) -> None:
     every one, the message the first)."""
     if strict and VERDICTS.index(verdict) >= VERDICTS.index(strict):
         raise ComparisonGate(f"verdict is {verdict} (--strict={strict})")
+    if gate is not None and gate.reason == GATE_NCU:
+        raise GateNotJudged("the gate judged nothing: ncu durations are attribution, not "
+                            "acceptance; gate on nsys or benchmark runs (--gate-ncu judges "
+                            "them anyway)")
     if gate is not None and not gate.passed:
         first, more = gate.failed[0], len(gate.failed) - 1
         raise RegressionGate(f"Gate failed: {first.name} is slower by more than "

@@ -54,6 +54,7 @@ class DiffOptions:
     show_all: bool = False
     threshold_pct: float = 1.0
     max_slowdown_pct: float | None = None
+    gate_ncu: bool = False  # --gate-ncu: let --max-slowdown judge ncu durations all the same
 
     def __post_init__(self) -> None:
         for option, pattern in (("--kernel", self.kernel), ("--metric", self.metric)):
@@ -410,15 +411,21 @@ class GateCheck:
                 "significance": self.significance, "failed": self.failed}
 
 
+# Why the regression gate judged nothing (Gate.reason): the verdict is invalid, or the diff
+# holds only ncu durations, which are attribution (a replayed execution), not acceptance.
+GATE_INVALID, GATE_NCU = "verdict.invalid", "ncu.attribution"
+
+
 @dataclass(frozen=True)
 class Gate:
-    """The regression gate: what was checked and what failed; under an invalid verdict
-    nothing is judged (`judged` False, no checks)."""
+    """The regression gate: what was checked and what failed; where it may judge nothing
+    (`reason`: GATE_INVALID, GATE_NCU), `judged` is False and there are no checks."""
 
     max_slowdown_pct: float
     kernel: str | None
     judged: bool
     checks: tuple[GateCheck, ...]
+    reason: str | None = None
 
     @property
     def failed(self) -> tuple[GateCheck, ...]:
@@ -431,7 +438,7 @@ class Gate:
     def to_json(self) -> JsonDict:
         return {"max_slowdown_pct": self.max_slowdown_pct, "kernel": self.kernel,
                 "judged": self.judged, "passed": self.passed,
-                "reason": None if self.judged else "verdict.invalid",
+                "reason": self.reason,
                 "checked": [c.to_json() for c in self.checks],
                 "failed": [c.to_json() for c in self.failed]}
 

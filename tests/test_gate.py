@@ -178,20 +178,39 @@ def archived(triage, *names: str) -> list[str]:
     return [triage.json("archive", corpus_file(n))[0]["id"] for n in names]
 
 
-def test_unknown_noise_is_judged_by_the_percentage_alone(triage):
-    """ncu, 2 launches a side: too few for an interval. coalesced -> naive is +3.1% per launch."""
+def test_ncu_durations_are_not_accepted_on_unless_asked(triage):
+    """ncu times a replayed execution: on an ncu pair the gate judges nothing and says so, with
+    its own exit code (5), in every format; --gate-ncu opts in."""
     naive, coalesced = archived(triage, *GEMM)
-    slower = triage("diff", coalesced, naive, "--max-slowdown", "2", expect=4)
+    refused = triage("diff", coalesced, naive, "--max-slowdown", "2", expect=5)
+    assert "Gate not judged: ncu durations are attribution, not acceptance;" in refused.stdout
+    assert "the gate judged nothing" in refused.stderr and "--gate-ncu" in refused.stderr
+    gate = json.loads(triage("diff", coalesced, naive, "--max-slowdown", "2", "--json",
+                             expect=5).stdout)["gate"]
+    assert (gate["judged"], gate["reason"], gate["checked"]) == (False, "ncu.attribution", [])
+    markdown = triage("diff", coalesced, naive, "--max-slowdown", "2", "--format", "md",
+                      expect=5).stdout
+    assert "**Gate not judged" in markdown and "attribution, not acceptance" in markdown
+    text = triage("diff", coalesced, naive).stdout
+    assert "(ncu durations are attribution, not acceptance: they come from a replayed" in text
+
+
+def test_unknown_noise_is_judged_by_the_percentage_alone(triage):
+    """ncu (with --gate-ncu), 2 launches a side: too few for an interval. coalesced -> naive is
+    +3.1% per launch."""
+    naive, coalesced = archived(triage, *GEMM)
+    slower = triage("diff", coalesced, naive, "--max-slowdown", "2", "--gate-ncu", expect=4)
     assert "Gate failed: kernel sgemm_global_mem_coalesce" in slower.stdout
     assert "+3.1% (noise unknown, by % alone) > 2%" in slower.stdout
-    gate = triage.json("diff", coalesced, naive, "--max-slowdown", "5")["gate"]
+    gate = triage.json("diff", coalesced, naive, "--max-slowdown", "5", "--gate-ncu")["gate"]
     assert gate["passed"] and gate["checked"][0]["significance"] == "unknown"
-    triage("diff", naive, coalesced, "--max-slowdown", "0", expect=0)  # faster: never fails
+    triage("diff", naive, coalesced, "--max-slowdown", "0", "--gate-ncu", expect=0)  # faster
     # --kernel narrows the gate: no kernel matches, nothing fails
     narrowed = triage("diff", coalesced, naive, "--max-slowdown", "2", "--kernel", "sgemm",
-                      expect=4)
+                      "--gate-ncu", expect=4)
     assert "Gate failed" in narrowed.stdout
-    triage("diff", coalesced, naive, "--max-slowdown", "2", "--kernel", "nothing", expect=1)
+    triage("diff", coalesced, naive, "--max-slowdown", "2", "--kernel", "nothing", "--gate-ncu",
+           expect=1)
 
 
 def test_strict_first_and_an_invalid_verdict_is_not_judged(triage):
@@ -208,10 +227,12 @@ def test_strict_first_and_an_invalid_verdict_is_not_judged(triage):
     assert "gate" not in triage.json("diff", naive, other_gpu)  # only with --max-slowdown
 
 
-def test_help_documents_exit_code_4(triage):
+def test_help_documents_exit_codes_4_and_5(triage):
     text = " ".join(triage("diff", "--help").stdout.split())
     assert "--max-slowdown PCT" in text and "4 when a time is slower by more than PCT" in text
-    assert "4 regression gate" in " ".join(triage("--help").stdout.split())
+    assert "5 when the diff holds only ncu durations" in text and "--gate-ncu" in text
+    top = " ".join(triage("--help").stdout.split())
+    assert "4 regression gate" in top and "5 the regression gate had nothing to judge" in top
 
 
 def test_capture_repeat_labels_runs_as_one_group(triage, nvtx_program, nsys_exe, tmp_path):

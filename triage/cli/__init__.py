@@ -2,7 +2,8 @@
 
 This is the only place where a TriageError becomes a message and an exit code:
 0 ok, 1 error, 2 usage, 3 comparison gate (`diff --strict`), 4 regression gate
-(`diff --max-slowdown`). Any other exception is a bug and keeps its traceback.
+(`diff --max-slowdown`), 5 the regression gate had nothing to judge (ncu durations alone).
+Any other exception is a bug and keeps its traceback.
 
 Each command family lives in a module of its own, imported only when one of its commands runs
 (or `--help` lists them): `COMMANDS` says where each one is.
@@ -78,7 +79,7 @@ def cli() -> None:
     them weeks later, loudly flagging version, GPU and clock drift.
 
     Exit codes: 0 ok, 1 error, 2 usage, 3 comparison gate (diff --strict), 4 regression gate
-    (diff --max-slowdown)."""
+    (diff --max-slowdown), 5 the regression gate had nothing to judge (ncu durations alone)."""
 
 
 cli.params[-1].help = STORE_HELP.replace("Store directory", "Store directory for any command")

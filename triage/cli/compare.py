@@ -57,13 +57,17 @@ def diff_options(command):
               help="Kernels shown in text output.")
 @click.option("--max-slowdown", "max_slowdown", type=click.FloatRange(min=0), metavar="PCT",
               help="Exit 4 when a matched kernel, an NVTX range or the total GPU time is slower "
-              "by more than PCT % and not within noise (--kernel narrows it to kernels).")
+              "by more than PCT % and not within noise (--kernel narrows it to kernels). ncu "
+              "durations are not judged: exit 5 on an ncu pair.")
+@click.option("--gate-ncu", is_flag=True,
+              help="Let --max-slowdown judge ncu kernel durations all the same (they come from a "
+              "replayed, clock-locked, cache-flushed execution: attribution, not acceptance).")
 @output_options("text", "json", "md", to_file=True,
                 hint="HTML review pages come from `triage report A B -o FILE.html`")
 @store_option
 @pass_store
 def diff(store, run_a, run_b, sections, kernel, metric, show_all, threshold, strict, raw_names,
-         limit, max_slowdown, out):
+         limit, max_slowdown, gate_ncu, out):
     """Compare two runs: the drift verdict first (comparable / caution / invalid), then kernels,
     section by section, and for nsys runs the kernel ranking, NVTX, memory ops and GPU idle time.
     ncu metrics go by the labels their sections show (Duration; --raw-names: by raw name); a
@@ -75,14 +79,16 @@ def diff(store, run_a, run_b, sections, kernel, metric, show_all, threshold, str
 
     Exit codes: 0 when the diff ran; with --strict, 3 when the verdict is invalid; with
     --strict=caution, 3 when it is caution or invalid; with --max-slowdown PCT, 4 when a time
-    is slower by more than PCT beyond noise (--strict is checked first; an invalid verdict is
-    not judged)."""
+    is slower by more than PCT beyond noise, 5 when the diff holds only ncu durations, which
+    the gate does not accept on without --gate-ncu (--strict is checked first; an invalid
+    verdict is not judged)."""
     from triage.compare.diff import diff_runs
     from triage.compare.gate import enforce
     from triage.compare.result import DiffOptions
 
     opts = DiffOptions(sections=tuple(sections), kernel=kernel, metric=metric,
-                       show_all=show_all, threshold_pct=threshold, max_slowdown_pct=max_slowdown)
+                       show_all=show_all, threshold_pct=threshold, max_slowdown_pct=max_slowdown,
+                       gate_ncu=gate_ncu)
     (run_a, run_b), files = runs_and_files(store, [run_a, run_b], sides=True)
     result = diff_runs(store.open(), run_a, run_b, opts, files=(files[0], files[1]))
     out.write(_rendered_diff(result, out, limit, raw_names))

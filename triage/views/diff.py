@@ -12,7 +12,8 @@ from triage.compare.noise import Noise
 from triage.views.text import (drift_change, drift_entries, drift_why, fmt_ns, fmt_pct, fmt_value,
                              kernel_notes, metric_title, one_side_text, output_width, short_id,
                              truncate, field_with_default, side_text)
-from triage.views.text import fmt_noise, fmt_spread, gate_lines, rule_failure, rule_heading
+from triage.views.text import (NCU_CAVEAT, fmt_noise, fmt_spread, gate_lines, rule_failure,
+                               rule_heading)
 
 WIDTH = 100  # the layout's columns; a wider or narrower terminal widens or narrows the names
 UNRECORDED_LABEL = "not recorded in either run:"
@@ -219,6 +220,7 @@ def render_diff(diff: DiffResult, limit: int = 20, width: int | None = None,
     what = "total GPU time and launches" if totals else "mean duration per launch, launches"
     if kernels:
         lines += ["", f"kernels ({len(kernels)}; {what}, ranked by time changed):"]
+        lines += [f"  ({NCU_CAVEAT})"] if "ncu" in diff.tools else []
     if diff.verdict == "invalid" and (kernels or diff.nsys):
         lines.append("  (every change below is NOT COMPARABLE: the verdict is invalid)")
     detail = diff.tools == ("ncu", "ncu")

@@ -26,9 +26,10 @@ from triage.compare.result import (KERNEL_LAUNCHES, KERNEL_RENAMED, NO_SIDE, SEC
                                    SECTION_ONLY_B, DiffOptions, DiffResult, DriftItem,
                                    KernelDiff)
 from triage.base.errors import UsageError
-from triage.views.text import (clip_middle, default_phrase, distinct_names, drift_entries,
-                               drift_sides, drift_why, field_with_default, fmt_ns, fmt_pct,
-                               fmt_value, kernel_notes, metric_title, one_side_text, short_id)
+from triage.views.text import (NCU_CAVEAT, clip_middle, default_phrase, distinct_names,
+                               drift_entries, drift_sides, drift_why, field_with_default, fmt_ns,
+                               fmt_pct, fmt_value, kernel_notes, metric_title, one_side_text,
+                               short_id)
 from triage.compare.noise import Noise
 from triage.views.text import cuda_text, fmt_noise, fmt_spread, gate_lines, printable, rule_failure
 from triage.base.units import fmt_bytes
@@ -347,7 +348,7 @@ def _context(diffs: list[DiffResult], show_unchanged: bool | None, charts: bool,
             "series_charts": svgcharts.series_charts(table, legend) if charts and table else [],
             "verdict": worst_verdict(d.verdict for d in diffs),
             "provenance": provenance_rows(runs), "version": __version__,
-            "tools": sorted({r.tool for r in runs}),
+            "tools": sorted({r.tool for r in runs}), "ncu_caveat": NCU_CAVEAT,
             "show_unchanged": show_unchanged, "raw_names": raw_names}
 
 

@@ -514,9 +514,20 @@ def fmt_spread(spread) -> str:
     return f"n {spread.n}, median {fmt_ns(spread.median)}, IQR {fmt_ns(spread.iqr)}"
 
 
+# The one line every text and Markdown view puts beside ncu durations.
+NCU_CAVEAT = ("ncu durations are attribution, not acceptance: they come from a replayed execution "
+              "(kernels serialized, clocks locked, caches flushed)")
+
+
 def gate_lines(gate) -> list[str]:
     """The regression gate as the views open with it: one line per failed time, else one."""
+    from triage.compare.result import GATE_NCU  # a diff's view: --help need not load it
+
     limit = f"{gate.max_slowdown_pct:g}%"
+    if not gate.judged and gate.reason == GATE_NCU:
+        return ["Gate not judged: ncu durations are attribution, not acceptance;",
+                f"  gate on nsys or benchmark runs (--max-slowdown {limit}; --gate-ncu judges "
+                "them anyway)"]
     if not gate.judged:
         return [f"Gate not judged: the verdict is invalid, so no time is comparable "
                 f"(--max-slowdown {limit})"]
