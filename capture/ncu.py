@@ -362,19 +362,24 @@ def computed_by_ncu_report(name: str) -> bool:
 
 # Metrics that say nothing about whether the profiler measured a result: the device's and the
 # system's attributes, the profiler's own bookkeeping, the sections' metric groups (lists of
-# names), and a per-device constant that the corpus's failed results carry too (value 1 where a
-# result's counters are all NaN).
-NOT_MEASURED_PREFIXES = ("device__", "numa__", "nvlink__", "c2clink__", "profiler__", "group:")
-DEVICE_CONSTANTS = frozenset({"smsp__maximum_warps_avg_per_active_cycle"})
+# names), the launch configuration (known before the kernel ran), the occupancy limits it
+# implies (`sm__maximum_warps_*`: a per-device constant the corpus's failed results carry, value
+# 1 where every counter is NaN) and a counter's peak (`*.peak_sustained*`: the hardware's rate).
+NOT_MEASURED_PREFIXES = ("device__", "numa__", "nvlink__", "c2clink__", "profiler__", "group:",
+                         "launch__")
+NOT_MEASURED_PARTS = ("__maximum_warps",)
 
 
 def measured_metric(name: str) -> bool:
-    """Whether a metric's value is something the profiler collected for this result (counters
-    and launch attributes), not what the device, the profiler or ncu_report supply anyway.
-    A result none of whose measured metrics has a value (number or text) carries no data: on
-    the corpus, results whose every counter and launch attribute ncu recorded as NaN."""
-    return not (name.startswith(NOT_MEASURED_PREFIXES) or name in DEVICE_CONSTANTS
-                or computed_by_ncu_report(name))
+    """Whether a metric's value is something the profiler measured for this result (durations,
+    throughputs, stalls, instructions: counters), not what the device, the launch, the
+    profiler or ncu_report supply anyway. A result none of whose measured metrics has a value
+    (number or text) carries no data: on the corpus, results whose every counter ncu recorded
+    as NaN, and results of a run that collected no section (launch statistics only)."""
+    submetric = name.rsplit(".", 1)[-1] if "." in name else ""
+    return not (name.startswith(NOT_MEASURED_PREFIXES)
+                or any(part in name for part in NOT_MEASURED_PARTS)
+                or submetric.startswith("peak_sustained") or computed_by_ncu_report(name))
 
 
 def launches_with_values(metrics: pa.Table) -> set[tuple[int, int]]:

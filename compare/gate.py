@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from triage.base.errors import ComparisonGate, GateNotJudged, RegressionGate
 from triage.compare.drift import VERDICTS
 from triage.compare.noise import UNKNOWN, Noise
-from triage.compare.result import (GATE_GPU, GATE_INVALID, GATE_KERNEL, GATE_NCU, GATE_NVTX,
+from triage.compare.result import (GATE_GPU, GATE_INVALID, GATE_KERNEL, GATE_NCU, GATE_NOTHING,
+                                   GATE_NVTX,
                                    DiffOptions, Gate, GateCheck, KernelDiff, NsysDiff,
                                    SummaryChange)
 
@@ -58,7 +59,10 @@ def regression_gate(verdict: str, kernels: Sequence[KernelDiff], nsys: NsysDiff 
         return Gate(limit, opts.kernel, False, (), GATE_INVALID)
     if nsys is None and not opts.gate_ncu:
         return Gate(limit, opts.kernel, False, (), GATE_NCU)
-    return Gate(limit, opts.kernel, True, gate_checks(kernels, nsys, opts, limit))
+    checks = gate_checks(kernels, nsys, opts, limit)
+    if not checks:
+        return Gate(limit, opts.kernel, False, (), GATE_NOTHING)
+    return Gate(limit, opts.kernel, True, checks)
 
 
 def enforce(verdict: str, gate: Gate | None, strict: str | None) -> None:
@@ -71,7 +75,10 @@ def enforce(verdict: str, gate: Gate | None, strict: str | None) -> None:
         raise GateNotJudged("the gate judged nothing: ncu durations are attribution, not "
                             "acceptance; gate on nsys or benchmark runs (--gate-ncu judges "
                             "them anyway)")
-    if gate is not None and not gate.passed:
+    if gate is not None and gate.reason == GATE_NOTHING:
+        raise GateNotJudged("the gate judged nothing: no kernel, NVTX range or GPU time was "
+                            "measured in both runs")
+    if gate is not None and gate.failed:
         first, more = gate.failed[0], len(gate.failed) - 1
         raise RegressionGate(f"Gate failed: {first.name} is slower by more than "
                              f"{gate.max_slowdown_pct:g}% beyond noise"

@@ -411,9 +411,10 @@ class GateCheck:
                 "significance": self.significance, "failed": self.failed}
 
 
-# Why the regression gate judged nothing (Gate.reason): the verdict is invalid, or the diff
-# holds only ncu durations, which are attribution (a replayed execution), not acceptance.
-GATE_INVALID, GATE_NCU = "verdict.invalid", "ncu.attribution"
+# Why the regression gate judged nothing (Gate.reason): the verdict is invalid; the diff holds
+# only ncu durations, which are attribution (a replayed execution), not acceptance; or no time
+# was measured on both sides (nothing to judge is never a pass).
+GATE_INVALID, GATE_NCU, GATE_NOTHING = "verdict.invalid", "ncu.attribution", "nothing.measured"
 
 
 @dataclass(frozen=True)
@@ -433,7 +434,8 @@ class Gate:
 
     @property
     def passed(self) -> bool:
-        return not self.failed
+        """Judged and nothing failed: a gate that judged nothing never passed."""
+        return self.judged and not self.failed
 
     def to_json(self) -> JsonDict:
         return {"max_slowdown_pct": self.max_slowdown_pct, "kernel": self.kernel,

@@ -54,3 +54,29 @@ def test_a_recorded_command_line_makes_the_default_a_record(triage, archived):
     assert "settings.cache_control" not in drift  # the same on both sides: not listed
     shown = triage("show", a).stdout
     assert "cache_control    all   [default]" in shown
+
+
+# Profiled with no section: launch statistics only (grid, block, registers, occupancy limits:
+# known before the kernel ran), every counter absent. Nothing was measured.
+LAUNCH_ONLY = "AlpriElse__cs599k__silu-2025-04-19-v1_nosections.ncu-rep"
+
+
+def test_launch_statistics_alone_are_no_data(triage, archived):
+    (run,) = archived((LAUNCH_ONLY,))
+    assert triage.json("show", run)["notices"] == [
+        "3 of 3 results carry no metric values (the profiler collected nothing for them)"]
+    diff = triage.json("diff", run, run)
+    assert diff["verdict"] == "invalid"  # no matched kernel has data on both sides
+    assert all(k["no_data"] == ["a", "b"] for k in diff["kernels"])
+    explained = triage.json("explain", run)
+    assert all(k["no_data"] and k["conclusion"] is None for k in explained["kernels"])
+
+
+def test_a_gate_with_nothing_to_judge_never_passes():
+    from triage.compare.gate import regression_gate
+    from triage.compare.result import GATE_NOTHING, DiffOptions
+
+    gate = regression_gate("comparable", (), None, DiffOptions(max_slowdown_pct=5,
+                                                                   gate_ncu=True))
+    assert gate is not None and (gate.judged, gate.passed, gate.reason) == (
+        False, False, GATE_NOTHING)

@@ -27,6 +27,9 @@ from triage.compare.result import KERNEL_NO_DATA, DiffOptions
 TRACER = "wtzhang23__gpu-ray-tracer__report.ncu-rep"
 SWEEP = "2388612861__GPU-DEMO__transpose_detailed_occupancy.ncu-rep"
 TRACE = "rtracer::trace(renv::Scene*)"
+# Profiled with no section: launch statistics only (configuration and occupancy limits, known
+# before the kernel ran), no counter: nothing measured.
+LAUNCH_ONLY = "AlpriElse__cs599k__silu-2025-04-19-v1_nosections.ncu-rep"
 NOTICE = "1 of {} results carry no metric values (the profiler collected nothing for them)"
 
 
@@ -41,11 +44,13 @@ def _notices(path: Path) -> list[str]:
 
 
 def test_scanning_the_corpus_finds_exactly_the_failed_results():
-    """Every ncu report of the corpus read: only these two have results without values (a
-    result whose only values are device, profiler or section-group entries has none)."""
+    """Every ncu report of the corpus read: only these three have results without values (a
+    result whose only values are device, launch, profiler or section-group entries, occupancy
+    limits or peaks has none)."""
     found = {path.name: _notices(path) for path in sorted((CORPUS / "ncu").iterdir())}
     assert {name: n for name, n in found.items() if n} == {
-        SWEEP: [NOTICE.format(45)], TRACER: [NOTICE.format(3)]}
+        SWEEP: [NOTICE.format(45)], TRACER: [NOTICE.format(3)],
+        LAUNCH_ONLY: [NOTICE.replace("1 of", "3 of").format(3)]}
 
 
 @pytest.fixture(scope="module")

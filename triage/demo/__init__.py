@@ -55,7 +55,7 @@ class DemoOutcome:
     def gate_exit_code(self) -> int:
         """The exit code `triage diff --max-slowdown` gives for the gate's diff."""
         gate = self.gate.gate
-        return RegressionGate.exit_code if gate and not gate.passed else 0
+        return RegressionGate.exit_code if gate and gate.failed else 0
 
     @property
     def caution_exit_code(self) -> int:

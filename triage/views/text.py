@@ -521,13 +521,16 @@ NCU_CAVEAT = ("ncu durations are attribution, not acceptance: they come from a r
 
 def gate_lines(gate) -> list[str]:
     """The regression gate as the views open with it: one line per failed time, else one."""
-    from triage.compare.result import GATE_NCU  # a diff's view: --help need not load it
+    from triage.compare.result import GATE_NCU, GATE_NOTHING  # --help need not load it
 
     limit = f"{gate.max_slowdown_pct:g}%"
     if not gate.judged and gate.reason == GATE_NCU:
         return ["Gate not judged: ncu durations are attribution, not acceptance;",
                 f"  gate on nsys or benchmark runs (--max-slowdown {limit}; --gate-ncu judges "
                 "them anyway)"]
+    if not gate.judged and gate.reason == GATE_NOTHING:
+        return [f"Gate not judged: no kernel, NVTX range or GPU time was measured in both runs "
+                f"(--max-slowdown {limit})"]
     if not gate.judged:
         return [f"Gate not judged: the verdict is invalid, so no time is comparable "
                 f"(--max-slowdown {limit})"]
