@@ -28,7 +28,7 @@ from triage.base.version import __version__
 from triage.archive import catalog, lease, space
 from triage.base.progress import Progress, Step, no_progress
 from triage.base.hashing import hash_file
-from triage.archive.manifest import MANIFEST_KIND, MANIFEST_VERSION
+from triage.archive.manifest import MANIFEST_KIND, version_for
 from triage.archive.canonical import canonical_json
 from triage.archive.labels import check_label
 from triage.archive.model import ArchiveResult, RunRecord
@@ -661,7 +661,7 @@ def _manifest(request: RunRequest, provenances: list[dict], reports: list[dict],
     extra = redact.extra_patterns(request.redact_patterns)
     manifest = {
         "kind": MANIFEST_KIND,
-        "schema_version": MANIFEST_VERSION,
+        "schema_version": version_for(first.get("settings_source") or {}),
         "tables_schema_version": tables_version(),
         "source": request.source,
         "tool": first["tool"],

@@ -12,9 +12,18 @@ from pathlib import Path
 
 from triage.base.errors import NewerFormat, StoreError
 
-# 2: the run id hashes the run's identity, not the file's bytes (store.manifest_file)
-MANIFEST_VERSION = 2
+# 2: the run id hashes the run's identity, not the file's bytes (run_manifests.manifest_file);
+# 3: a setting may be sourced "derived" (what the report's data proves). A manifest is written
+# at the lowest version that can hold it, so every run without a derived setting keeps its
+# version 2 document and its id, and only a triage that knows "derived" reads the others.
+MANIFEST_VERSION = 3
+DERIVED_VERSION, IDENTITY_VERSION = 3, 2
 MANIFEST_KIND = "triage.run"
+
+
+def version_for(settings_source: dict) -> int:
+    """The manifest version a run's document needs: 3 where a setting is derived, else 2."""
+    return DERIVED_VERSION if "derived" in settings_source.values() else IDENTITY_VERSION
 
 
 def manifest_schema() -> dict:

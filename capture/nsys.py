@@ -12,7 +12,7 @@ import os
 import re
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -148,6 +148,21 @@ def _trace_spelling(kinds: list[str]) -> str:
     """--trace values in nsys's own default order (cuda, nvtx, osrt, opengl), others after."""
     order = list(TRACE_NAMES.values())
     return ",".join(sorted(kinds, key=lambda k: (order.index(k) if k in order else 99, k)))
+
+
+# An export's tables that hold one trace domain's events: nsys writes a table only where that
+# domain recorded something, so what is there proves the domain was traced (what is missing
+# proves nothing: a traced domain with no events leaves no table).
+DOMAIN_TABLES = {"CUPTI_ACTIVITY_KIND_RUNTIME": "cuda", "NVTX_EVENTS": "nvtx", "OSRT_API": "osrt",
+                 "OPENGL_API": "opengl", "VULKAN_API": "vulkan", "CUBLAS_EVENTS": "cublas",
+                 "CUDNN_EVENTS": "cudnn", "MPI_P2P_EVENTS": "mpi", "MPI_COLLECTIVES_EVENTS": "mpi"}
+
+
+def traced_domains(tables: Iterable[str]) -> str | None:
+    """The trace domains an export's tables prove were traced, in --trace spelling; None when
+    none is (then nothing is proved)."""
+    kinds = sorted({DOMAIN_TABLES[t] for t in tables if t in DOMAIN_TABLES})
+    return _trace_spelling(kinds) if kinds else None
 
 
 def _perf_mode(report: dict, key: str) -> str | None:
@@ -313,6 +328,10 @@ def provenance(export: Export, info: NsysFileInfo | None, by: str, exporter: str
     command = info.command if info else None
     parsed = parse_command(command or "")
     settings, sources = derive_settings(report, parsed)
+    if command is None and sources["trace"] == "default":  # nothing recorded it: what it proves
+        derived = traced_domains(export.tables)
+        if derived is not None:
+            settings["trace"], sources["trace"] = derived, "derived"
     return {
         "tool": "nsys",
         "tool_version": tool_version,

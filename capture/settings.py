@@ -2,7 +2,9 @@
 
 Every reader (ncu, nsys, and a capture that left no report) answers the same way: a setting is
 the first of what the report recorded, what the command line said, and the tool's default. The
-manifest keeps the source too, so a diff can tell a recorded value from an assumed one.
+manifest keeps the source too, so a diff can tell a recorded value from an assumed one. A reader
+may replace an unrecorded default by what the report's data proves, sourced "derived" (an nsys
+export's trace domains, from the tables it holds).
 """
 
 from __future__ import annotations

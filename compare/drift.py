@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from triage.archive.model import GitState, RunRecord
 from triage.capture.profiler_args import parse_command, split_command_line
@@ -187,14 +187,32 @@ class DriftRule:
     # A profiler setting: its documented default where nothing recorded it (shown, never graded)
     assumed: Callable[[RunRecord], object] | None = None
     assumed_of: str | None = None
+    # Two values that differ yet agree: one side's value is only what its data proves
+    agree: Callable[[RunRecord, RunRecord], bool] = lambda a, b: False
 
 
 def setting_rule(name: str, severity: str, why: str, tool: str,
-                 when: Callable[[RunRecord, RunRecord], bool]) -> DriftRule:
+                 when: Callable[[RunRecord, RunRecord], bool], **extra) -> DriftRule:
     """A row for a profiler setting: graded on what the runs record or prove, with the tool's
     default beside an unrecorded value for the reader."""
     return DriftRule(f"settings.{name}", lambda r: r.recorded_setting(name), severity, why,
-                     when, assumed=lambda r: r.assumed_setting(name), assumed_of=tool)
+                     when, assumed=lambda r: r.assumed_setting(name), assumed_of=tool, **extra)
+
+
+def _domains(record: RunRecord) -> set[str]:
+    return set(str(record.setting("trace") or "").split(",")) - {""}
+
+
+def traces_agree(a: RunRecord, b: RunRecord) -> bool:
+    """A trace set derived from an export's tables is what was traced *at least* (a domain with
+    no events leaves no table): it agrees with the other side's set when that holds it whole."""
+    derived = [r.settings["trace"].source == "derived" if "trace" in r.settings else False
+               for r in (a, b)]
+    if derived == [True, False]:
+        return _domains(a) <= _domains(b)
+    if derived == [False, True]:
+        return _domains(b) <= _domains(a)
+    return False
 
 
 DRIFT_RULES: list[DriftRule] = [
@@ -236,7 +254,7 @@ DRIFT_RULES: list[DriftRule] = [
               "different section set: only the sections both runs collected are compared",
               when=_ncu),
     setting_rule("trace", CAUTION, "different nsys trace domains: tracing overhead differs",
-                 "nsys", _nsys),
+                 "nsys", _nsys, agree=traces_agree),
     DriftRule("gpu.persistence_mode", persistence_mode, CAUTION,
               "persistence mode on one side only: without it the driver starts up for each "
               "process and the first launches and clocks differ", when=_captured,
@@ -291,6 +309,8 @@ def grade(record_a: RunRecord, record_b: RunRecord,
             continue
         item = compared(rule.field, rule.read(record_a), rule.read(record_b), rule.severity,
                         rule.why)
+        if item.state == "different" and rule.agree(record_a, record_b):
+            item = replace(item, state="same", severity="same")
         if rule.assumed is not None:
             item = assumed_beside(item, rule, record_a, record_b)
         states[rule.field] = item.state
@@ -302,8 +322,6 @@ def grade(record_a: RunRecord, record_b: RunRecord,
 
 def assumed_beside(item: DriftItem, rule: DriftRule, a: RunRecord, b: RunRecord) -> DriftItem:
     """The item with each side's assumed default, where a side has only that."""
-    from dataclasses import replace
-
     assert rule.assumed is not None
     assumed = (rule.assumed(a), rule.assumed(b))
     if assumed == (None, None):

@@ -80,3 +80,39 @@ def test_a_gate_with_nothing_to_judge_never_passes():
                                                                    gate_ncu=True))
     assert gate is not None and (gate.judged, gate.passed, gate.reason) == (
         False, False, GATE_NOTHING)
+
+
+def test_a_capture_and_its_own_export_agree_on_what_was_traced(triage):
+    """The demo's before.sqlite is `nsys export` of before.nsys-rep: the export records no
+    settings, but its tables prove which domains were traced (derived), and that agrees with
+    the trace set the report records."""
+    from triage.demo import demo_file
+
+    report, export = (triage.json("archive", demo_file(f"before.{suffix}"))[0]["id"]
+                      for suffix in ("nsys-rep", "sqlite"))
+    shown = triage.json("show", export)
+    assert (shown["settings"]["trace"], shown["settings_source"]["trace"]) == ("nvtx,osrt",
+                                                                               "derived")
+    assert shown["schema_version"] == 3 and triage.json("show", report)["schema_version"] == 2
+    assert "  trace            nvtx,osrt   [derived]" in triage("show", export).stdout
+    fields = {item["field"] for item in triage.json("diff", report, export)["drift"]}
+    assert "settings.trace" not in fields
+
+
+def test_a_derived_trace_set_is_what_was_traced_at_least(triage):
+    """A domain with no events leaves no table: a derived set agrees with a recorded set that
+    holds it whole, and differs from one that lacks a domain it proves."""
+    import copy
+
+    from helpers import typed
+    from triage.compare.drift import grade
+    from triage.demo import demo_file
+
+    export = triage.json("show", triage.json("archive", demo_file("before.sqlite"))[0]["id"])
+    recorded = copy.deepcopy(export)
+    recorded["settings_source"]["trace"] = "report"
+    for traced, state in (("cuda,nvtx,osrt", "same"), ("nvtx", "different")):
+        recorded["settings"]["trace"] = traced
+        item = next(i for i in grade(typed(export), typed(recorded))
+                    if i.field == "settings.trace")
+        assert item.state == state, traced
