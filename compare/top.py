@@ -20,6 +20,7 @@ import statistics
 from bisect import bisect_left, bisect_right
 from itertools import accumulate
 
+from triage.archive.model import RunRecord
 from triage.compare.rundata import RunData
 from triage.compare.top_result import (CallTotal, Copies, Copy, CopyKind, DeviceBusy, Gap,
                                        GpuIdle, HostTime, KernelTime, MemopKind, NcuSuggestion,
@@ -354,7 +355,18 @@ def host_time(run: RunData) -> HostTime:
     return HostTime(tuple(MemopKind(**row) for row in _rows(run, "memop_summary")),
                     tuple(NvtxTotal(**row) for row in nvtx[:shown]), _osrt_summary(run)[:shown],
                     tuple(CallTotal(r["name"], r["calls"], r["total_ns"], r["api"])
-                          for r in api[:shown]))
+                          for r in api[:shown]), cuda_traced(run.record))
+
+
+def cuda_traced(record: RunRecord) -> bool | None:
+    """Whether the capture traced CUDA, as the run records or proves it (None: unknown), so
+    that "no kernels" is told apart from "kernels not traced"."""
+    trace = record.recorded_setting("trace")
+    if trace is None:
+        return None
+    traced = "cuda" in str(trace).split(",")
+    derived = record.settings["trace"].source == "derived"  # a lower bound: absence proves none
+    return None if derived and not traced else traced
 
 
 def _osrt_summary(run: RunData) -> tuple[CallTotal, ...]:

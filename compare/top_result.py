@@ -298,9 +298,10 @@ class HostTime:
     nvtx: tuple[NvtxTotal, ...]
     osrt: tuple[CallTotal, ...]
     api: tuple[CallTotal, ...]
+    cuda_traced: bool | None = None  # the capture traced CUDA (recorded or proved); None: unknown
 
     def to_json(self) -> JsonDict:
-        return {"message": NO_KERNELS, "ranking": None,
+        return {"message": NO_KERNELS, "ranking": None, "cuda_traced": self.cuda_traced,
                 "memops": [m.to_json() for m in self.memops],
                 "cpu": {"nvtx": [r.to_json() for r in self.nvtx],
                         "osrt": [r.to_json() for r in self.osrt],

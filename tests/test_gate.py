@@ -115,7 +115,7 @@ def test_gate_fails_beyond_noise_and_passes_a_wide_gate(triage, captured):
     assert {"median", "min", "max", "q1", "q3", "iqr"} <= set(forward["a"])
     gate = diff["gate"]
     assert gate["judged"] and not gate["passed"] and gate["max_slowdown_pct"] == 5
-    assert {c["name"] for c in gate["checked"]} == {"triage:epoch", "step", "forward", "backward"}
+    assert {c["name"] for c in gate["checked"]} == {"epoch", "step", "forward", "backward"}
     assert "forward" in {c["name"] for c in gate["failed"]}
     assert "backward" not in {c["name"] for c in gate["failed"]}  # unchanged: never fails
     text = triage("diff", "base/*", "slow/*", "--max-slowdown", "5", "--store", captured,
@@ -145,8 +145,8 @@ def test_one_run_per_side_measures_launches(triage, captured):
     # epoch (one launch a side) is judged by its percentage alone: +7% by design, but a loaded
     # machine can stretch one 24 ms launch, so the test asks that the gate follows that figure.
     failed = {c["name"] for c in diff["gate"]["failed"]}
-    assert failed <= {"triage:epoch"}
-    assert ("triage:epoch" in failed) == (epoch["change_pct"] > 50) == (not diff["gate"]["passed"])
+    assert failed <= {"epoch"}
+    assert ("epoch" in failed) == (epoch["change_pct"] > 50) == (not diff["gate"]["passed"])
     text = triage("diff", "base/1", "slow/1", "--store", captured).stdout
     assert "noise unknown (1 vs 1 launches; 5 per side needed)" in text
     html = triage("report", "base/1", "slow/1", "--format", "html", "--store", captured).stdout

@@ -251,3 +251,18 @@ def test_no_kernels_shows_nvtx_ranges_and_os_runtime_calls(triage, nvtx_program,
     text = triage("top", run).stdout
     assert "NVTX ranges by total time (host side):" in text and "x  forward" in text
     assert "OS runtime calls by total time (host side):" in text
+
+
+@pytest.mark.parametrize("name, cuda, why", [
+    ("unschlagbar__neural-networks__prof.sqlite", True, "nsys traced CUDA but recorded no GPU "
+     "kernel"),
+    ("demo:before.nsys-rep", False, "nsys did not trace CUDA (capture with --trace=cuda"),
+    ("demo:before.sqlite", None, "check --trace=cuda"),  # derived: an absent domain proves nothing
+])
+def test_no_kernels_says_whether_cuda_was_traced(triage, name, cuda, why):
+    from triage.demo import demo_file
+
+    path = demo_file(name[5:]) if name.startswith("demo:") else corpus_file(name)
+    run = triage.json("archive", path)[0]["id"]
+    assert triage.json("top", run)["cuda_traced"] is cuda
+    assert why in triage("top", run).stdout

@@ -141,14 +141,22 @@ def _host_lines(host: HostTime) -> list[str]:
     return lines
 
 
+# Why a capture has no kernel rows, by whether it traced CUDA (True, False, unknown).
+NO_KERNEL_WHY = {
+    True: "nsys traced CUDA but recorded no GPU kernel (none ran, or a WSL2 capture without GPU "
+          "activity)",
+    False: "nsys did not trace CUDA (capture with --trace=cuda to see kernels)",
+    None: "nsys recorded no GPU kernel (check --trace=cuda, or a WSL2 capture without GPU "
+          "activity)"}
+
+
 def render_top(result: TopResult) -> str:
     argv = " ".join(result.application or []) or "command unknown"
     lines = [truncate(f"run {short_id(result.run)}  nsys {result.tool_version or '?'}"
                       f"  {argv}", WIDTH)]
     found = result.found
     if isinstance(found, HostTime):
-        lines.append(f"{NO_KERNELS}: nothing to rank; nsys traced no GPU kernels "
-                     "(check --trace=cuda, or a WSL2 capture without GPU activity)")
+        lines.append(f"{NO_KERNELS}: nothing to rank; " + NO_KERNEL_WHY[found.cuda_traced])
         lines += [f"  {m.op} {m.kind}: {m.count} x, {fmt_ns(m.total_ns)}" for m in found.memops]
         return "\n".join(lines + _host_lines(found))
     lines += _ranking_lines(found.ranking) + _gpu_lines(found.gpu)
