@@ -630,8 +630,24 @@ def every_family(store) -> dict[str, tuple[str, str]]:
                 if r["pair_group"] and r["kind"] in ("ncu", "nsys-sqlite")}
     pairs = {family: (ids[0], ids[1 % len(ids)]) for family, ids in families.items() if ids}
     assert readable <= set(pairs), readable - set(pairs)
-    pairs["invalid pair"] = (pairs["lakshya-gemm"][0], pairs["armleth-mlp"][0])
-    return pairs
+    return {**pairs, **cross_pairs(store, pairs),
+            "invalid pair": (pairs["lakshya-gemm"][0], pairs["armleth-mlp"][0])}
+
+
+def cross_pairs(store, pairs: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
+    """Each ncu family's first run against the next one's: other GPUs and other ncu versions,
+    whose sections and metrics differ most (the widest drift rows and not-comparable notes)."""
+    ncu = [family for family, (a, _b) in pairs.items()
+           if typed_record(store, a).tool == "ncu"]
+    return {f"{one} x {other}": (pairs[one][0], pairs[other][0])
+            for one, other in zip(ncu, ncu[1:] + ncu[:1], strict=True)}
+
+
+def typed_record(store, run: str):
+    from triage.archive.runs import load_record
+    from triage.archive.store import Store
+
+    return load_record(Store.open(store), run)
 
 
 def drift_cells(markdown: str) -> dict[str, tuple[str, str]]:
