@@ -3,7 +3,8 @@
 nsys decides which kernel to look at (`triage top`); ncu decides why, always in this order, so
 that a cause is never named before the evidence that rules the others out:
 
-1. throughput: compute vs memory, each as a share of peak (SpeedOfLight) - which is closer;
+1. throughput: compute vs memory, each as a share of peak (SpeedOfLight), the bound as ncu's
+   own SOLBottleneck rule names it (`explain_sol`);
 2. memory efficiency: busy is not useful - memory busy with little compute means few operations
    per byte, or sectors fetched but only partly used (MemoryWorkloadAnalysis);
 3. occupancy: theoretical vs achieved, and the likely cause of the gap (waves, limiter, imbalance);
@@ -30,6 +31,9 @@ from triage.capture.ncu import measured_metric
 from triage.compare.explain_result import (CONCLUDED, NO_DATA, NOT_COLLECTED, Cite,
                                            ExplainResult, Finding, KernelExplained, Missing,
                                            NcuRule, Step)
+from triage.compare.explain_sol import (BALANCED, FROM_REPORT, FROM_THRESHOLDS, HIGH,
+                                        HIGH_COMPUTE, HIGH_MEMORY, LATENCY, RULE_ID, SMALL_GRID,
+                                        SolVerdict, decide, rule_verdict, stored_verdict)
 from triage.compare.explain_tables import (CONCLUSION_RULES, FLOP_METRICS, LIMITERS, METRICS,
                                            NS_PER_UNIT, STALL_METRICS, STALLS, THRESHOLDS, UNITS,
                                            limit)
@@ -115,54 +119,76 @@ def top_contributor(values: Values, metric: str) -> Cite | None:
     return max(filter(None, cites), key=lambda c: c.value, default=None)
 
 
-def unit_of(name: str) -> tuple[str, str, str | None]:
+def unit_of(name: str) -> tuple[str, str | None]:
+    """The unit a breakdown metric measures, and the memory level its traffic goes to."""
     return next(row[1:] for row in UNITS if name.startswith(row[0]))
 
 
-def sol_bound(sm: float, mem: float, compute_path: str) -> str:
-    """memory, compute, balanced or latency, from the two throughputs (ncu's own cut-offs)."""
-    if max(sm, mem) < limit("busy_pct"):
-        return "latency"
-    if abs(sm - mem) < limit("balanced_pp"):
-        return "memory" if compute_path == "memory" else "balanced"
-    return compute_path if sm > mem else "memory"
+def sol_verdict(values: Values, rules: Sequence[NcuRule] = ()) -> SolVerdict | None:
+    """ncu's SOLBottleneck outcome for one launch: the result the report stores for it, else
+    the rule's thresholds applied to its throughputs (`explain_sol`); None when neither."""
+    sm, mem, waves = values.get("sm_pct"), values.get("mem_pct"), values.get("waves")
+    computed = rule_verdict(sm.value, mem.value, waves.value if waves else None) \
+        if sm and mem else None
+    return decide(stored_verdict((r.rule_id, r.title, r.message) for r in rules), computed)
 
 
-SOL_TEXT = {
-    "latency": "compute and memory both below {busy:.0f}% of peak: neither is the limit, the "
-               "kernel does not keep the GPU busy (latency)",
-    "memory": "memory is the limit: the busiest unit is the {unit}",
-    "compute": "compute is the limit: the busiest unit is the {unit}",
-    "balanced": "compute and memory within {bal:.0f} points of each other: both limit",
+SOL_TEXT: dict[str | tuple[str, str | None], str] = {
+    SMALL_GRID: "compute and memory both below {busy:.0f}% of peak with under one wave per SM: "
+                "neither is the limit, the grid does not fill the GPU (latency)",
+    LATENCY: "compute and memory both below {busy:.0f}% of peak: neither is the limit, the "
+             "kernel does not keep the GPU busy (latency)",
+    HIGH_COMPUTE: "compute is the limit, {bal:.0f} points or more above memory: the busiest "
+                  "unit is the {unit}",
+    HIGH_MEMORY: "memory is the limit, {bal:.0f} points or more above compute: the busiest unit "
+                 "is the {unit}",
+    BALANCED: "compute and memory within {bal:.0f} points of each other: both limit",
+    (HIGH, "compute"): "compute is the limit, at {near:.0f}% of peak or more and not below "
+                       "memory: the busiest unit is the {unit}",
+    (HIGH, "memory"): "memory is the limit, at {near:.0f}% of peak or more and above compute: "
+                      "the busiest unit is the {unit}",
 }
+SOURCE_TEXT = {FROM_REPORT: "stored in the report",
+               FROM_THRESHOLDS: "by its thresholds"}
 
 
-def step_throughput(values: Values) -> Step:
+def sol_text(verdict: SolVerdict, unit: str | None) -> str:
+    text = SOL_TEXT.get(verdict.outcome) or SOL_TEXT[(verdict.outcome, verdict.bound)]
+    return text.format(busy=limit("busy_pct"), bal=limit("balanced_pp"),
+                       near=limit("near_peak_pct"), unit=unit or "-") + \
+        f" (ncu {RULE_ID}: {verdict.outcome}, {SOURCE_TEXT[verdict.source]})"
+
+
+def busiest_unit(values: Values, bound: str) -> Cite | None:
+    """The busiest unit on the limiting side (ncu's split: the SM breakdown is compute, the
+    memory breakdown memory); the busiest of both where neither side limits."""
+    sides = {"compute": ("sm_pct",), "memory": ("mem_pct",)}.get(bound, ("sm_pct", "mem_pct"))
+    tops = [top_contributor(values, METRICS[key].names[0]) for key in sides]
+    return max(filter(None, tops), key=lambda c: c.value, default=None)
+
+
+def step_throughput(values: Values, verdict: SolVerdict | None) -> Step:
     sm, mem = values.get("sm_pct"), values.get("mem_pct")
-    if not (sm and mem):
+    if not (sm and mem and verdict and verdict.bound):
         return step(1, "throughput", "Compute vs memory throughput", [],
                     [missing(["sm_pct", "mem_pct"], values)], {})
-    top_sm = top_contributor(values, METRICS["sm_pct"].names[0])
-    top_mem = top_contributor(values, METRICS["mem_pct"].names[0])
-    bound = sol_bound(sm.value, mem.value, unit_of(top_sm.name)[1] if top_sm else "compute")
-    top = max(filter(None, [top_sm, top_mem]), key=lambda c: c.value, default=None)
-    unit, _path, level = unit_of(top.name) if top else (None, None, None)
+    top = busiest_unit(values, verdict.bound)
+    unit, level = unit_of(top.name) if top else (None, None)
     closer = "memory is closer to peak" if mem.value > sm.value else \
         "compute is closer to peak" if sm.value > mem.value else "equally close to peak"
     findings = [finding(f"{closer}: memory {mem.value:.1f}% vs compute {sm.value:.1f}% "
                         "of peak", [sm, mem]),
-                finding(SOL_TEXT[bound].format(busy=limit("busy_pct"), bal=limit("balanced_pp"),
-                                               unit=unit or "-"), [sm, mem, top], "sol")]
+                finding(sol_text(verdict, unit), [sm, mem, top], "sol")]
     levels = [values.get(k) for k in ("dram_pct", "l2_pct", "l1_pct")]
     if any(levels):
         findings.append(finding("memory levels: "
                                 + _levels(zip(("DRAM", "L2", "L1"), levels, strict=True)), levels))
-    near = max(sm.value, mem.value) >= limit("near_peak_pct")
-    if near:
+    if verdict.near_peak:
         findings.append(finding(f"near peak (>= {limit('near_peak_pct'):.0f}%): only less work "
                                 f"on the {unit or 'busiest unit'} helps", [top or sm]))
     return step(1, "throughput", "Compute vs memory throughput", findings, [],
-                {"bound": bound, "near_peak": near, "unit": unit, "level": level})
+                {"bound": verdict.bound, "near_peak": verdict.near_peak, "unit": unit,
+                 "level": level, "sol_rule": verdict.outcome, "sol_source": verdict.source})
 
 
 # -- step 2: memory efficiency -----------------------------------------------------------------
@@ -376,10 +402,11 @@ def step_conclusion(steps: list[Step]) -> Step:
                    rule=rule)
 
 
-def explain_values(values: Values) -> list[Step]:
-    """The five steps, in order, for one kernel's values."""
-    steps = [step_throughput(values), step_memory(values), step_occupancy(values),
-             step_scheduler(values)]
+def explain_values(values: Values, verdict: SolVerdict | None = None) -> list[Step]:
+    """The five steps, in order, for one group of launches' values; `verdict` is their
+    SOLBottleneck outcome, worked out from the values where not given."""
+    steps = [step_throughput(values, verdict or sol_verdict(values)), step_memory(values),
+             step_occupancy(values), step_scheduler(values)]
     return steps + [step_conclusion(steps)]
 
 
@@ -455,7 +482,7 @@ def explain_run(run: RunData, kernel: str | None = None) -> ExplainResult:
         values = Values(mean_values([raw.get(launch, {}) for launch in group.launches]),
                         set().union(*(sections.get(launch, set()) for launch in group.launches)))
         no_data = not any(carries_values(raw.get(launch, {})) for launch in group.launches)
-        steps = explain_values(values)
+        steps = explain_values(values, sol_verdict(values, rules.get(group.launches[0], [])))
         steps = without_data(steps) if no_data else steps
         kernels.append(KernelExplained(group.name, group.short_name, len(group.launches),
                                        values.get("duration"), tuple(steps), no_data,
