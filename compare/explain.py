@@ -15,9 +15,11 @@ that a cause is never named before the evidence that rules the others out:
 Every finding cites the metric values it rests on. A step whose metrics are missing says "not
 collected" and names the `--section` that collects them; nothing is guessed. A kernel whose
 launches carry no metric values at all (the profiler collected nothing) says "no data" in every
-step instead: a missing section would not be the cause. What each step
-reads (metric names differ across ncu versions) and every number a judgement uses are data, in
-`explain_tables`; this module is the steps that read them.
+step instead: a missing section would not be the cause. A kernel's launches are read together
+only where they behave alike (one launch configuration, one SOLBottleneck outcome, each launch
+classified on its own: `explain_launches`); otherwise each group is explained apart. What each
+step reads (metric names differ across ncu versions) and every number a judgement uses are data,
+in `explain_tables`; this module is the steps that read them.
 """
 
 from __future__ import annotations
@@ -27,17 +29,18 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
-from triage.capture.ncu import measured_metric
+from triage.compare.explain_launches import (LaunchData, carries_values, launch_config,
+                                             mean_values, read_launches, split_by_behaviour)
 from triage.compare.explain_result import (CONCLUDED, NO_DATA, NOT_COLLECTED, Cite,
-                                           ExplainResult, Finding, KernelExplained, Missing,
-                                           NcuRule, Step)
+                                           ExplainResult, Finding, KernelExplained, LaunchGroup,
+                                           Missing, NcuRule, Step)
 from triage.compare.explain_sol import (BALANCED, FROM_REPORT, FROM_THRESHOLDS, HIGH,
                                         HIGH_COMPUTE, HIGH_MEMORY, LATENCY, RULE_ID, SMALL_GRID,
                                         SolVerdict, decide, rule_verdict, stored_verdict)
 from triage.compare.explain_tables import (CONCLUSION_RULES, FLOP_METRICS, LIMITERS, METRICS,
                                            NS_PER_UNIT, STALL_METRICS, STALLS, THRESHOLDS, UNITS,
                                            limit)
-from triage.compare.matching import group_kernels
+from triage.compare.matching import Launch, group_kernels
 from triage.compare.rundata import RunData
 from triage.base.errors import TriageError, UsageError
 
@@ -413,56 +416,46 @@ def explain_values(values: Values, verdict: SolVerdict | None = None) -> list[St
 # -- reading a run -----------------------------------------------------------------------------
 
 
-def _rows(run: RunData, table: str, columns: list[str]) -> list[dict]:
-    data = run.table(table, columns)
-    return data.to_pylist() if data is not None else []
-
-
-def launch_values(run: RunData) -> tuple[dict, dict, dict]:
-    """Per launch: metric values, section ids, and ncu's rule messages (ok ones too)."""
-    raw: dict = {}
-    for row in _rows(run, "metrics", ["report_index", "kernel_index", "name", "unit", "value",
-                                      "text"]):
-        value = row["value"] if row["value"] is not None else row["text"]
-        raw.setdefault((row["report_index"], row["kernel_index"]), {})[row["name"]] = \
-            (value, row["unit"])
-    sections: dict = {}
-    for row in _rows(run, "sections", ["report_index", "kernel_index", "section_id"]):
-        sections.setdefault((row["report_index"], row["kernel_index"]), set()).add(
-            row["section_id"])
-    rules: dict = {}
-    for row in _rows(run, "rules", ["report_index", "kernel_index", "rule_id", "message_type",
-                                    "title", "message"]):
-        if row["message_type"] in ("ok", "optimization", "warning"):
-            rules.setdefault((row["report_index"], row["kernel_index"]), []).append(
-                NcuRule(row["rule_id"], row["message_type"], row["title"], row["message"]))
-    return raw, sections, rules
-
-
-def carries_values(raw: dict[str, tuple]) -> bool:
-    """Whether one launch's metrics hold any value the profiler measured (`capture.ncu`'s
-    measure, the one the archive's notice and the diff's no_data use)."""
-    return any(value is not None and measured_metric(name) for name, (value, _u) in raw.items())
-
-
 def without_data(steps: list[Step]) -> list[Step]:
-    """The five steps of a kernel with no data: each says so, none concludes."""
+    """The five steps of launches with no data: each says so, none concludes."""
     return [replace(s, status=NO_DATA, findings=(), missing=(), facts={}, rule=None)
             for s in steps]
 
 
-def mean_values(per_launch: list[dict]) -> dict:
-    """name -> (mean of the numeric values over launches, unit), or the first text."""
-    out: dict = {}
-    for name in {n for launch in per_launch for n in launch}:
-        found = [launch[name] for launch in per_launch if name in launch]
-        numbers = [v for v, _u in found if isinstance(v, (int, float))]
-        out[name] = (sum(numbers) / len(numbers) if numbers else found[0][0], found[0][1])
-    return out
+def explain_group(name: str, short_name: str | None, group: LaunchGroup, data: LaunchData,
+                  verdict: SolVerdict | None) -> KernelExplained:
+    launches = group.launch_ids
+    values = Values(mean_values([data.values.get(launch, {}) for launch in launches]),
+                    set().union(*(data.sections.get(launch, set()) for launch in launches)))
+    no_data = not any(carries_values(data.values.get(launch, {})) for launch in launches)
+    steps = explain_values(values, verdict)
+    return KernelExplained(name, short_name, len(launches), values.get("duration"),
+                           tuple(without_data(steps) if no_data else steps), no_data,
+                           () if no_data else tuple(data.rules.get(launches[0], [])),
+                           launch_config(data.values.get(launches[0], {})), group)
+
+
+def explain_kernel(name: str, short_name: str | None, launches: Sequence[Launch],
+                   data: LaunchData) -> list[KernelExplained]:
+    """One kernel's launches, each classified on its own (launch configuration, ncu's
+    SOLBottleneck outcome), explained per group of launches that behave alike."""
+    verdicts = {launch: sol_verdict(Values(data.values.get(launch, {}), set()),
+                                    data.rules.get(launch, ())) for launch in launches}
+
+    def behaviour(launch: Launch) -> tuple:
+        verdict = verdicts[launch]
+        return (launch_config(data.values.get(launch, {})),
+                verdict and (verdict.outcome, verdict.bound))
+
+    groups = split_by_behaviour(launches, behaviour)
+    return [explain_group(name, short_name,
+                          LaunchGroup(index, len(groups), len(launches), tuple(group)), data,
+                          verdicts[group[0]]) for index, group in enumerate(groups, 1)]
 
 
 def explain_run(run: RunData, kernel: str | None = None) -> ExplainResult:
-    """`triage explain RUN`: the five steps for each kernel (launches of one name averaged)."""
+    """`triage explain RUN`: the five steps for each kernel, per group of its launches that
+    behave alike."""
     if run.tool != "ncu":
         raise UsageError(f"`triage explain` reads ncu runs; run {run.id[:12]} is {run.tool}: "
                          f"`triage top {run.id[:12]}` suggests which kernels to profile with ncu")
@@ -476,16 +469,9 @@ def explain_run(run: RunData, kernel: str | None = None) -> ExplainResult:
         if not groups:
             raise TriageError(f"no kernel of run {run.id[:12]} matches --kernel {kernel!r}; "
                               f"`triage show {run.id[:12]}` lists its kernels")
-    raw, sections, rules = launch_values(run)
-    kernels = []
-    for group in groups:
-        values = Values(mean_values([raw.get(launch, {}) for launch in group.launches]),
-                        set().union(*(sections.get(launch, set()) for launch in group.launches)))
-        no_data = not any(carries_values(raw.get(launch, {})) for launch in group.launches)
-        steps = explain_values(values, sol_verdict(values, rules.get(group.launches[0], [])))
-        steps = without_data(steps) if no_data else steps
-        kernels.append(KernelExplained(group.name, group.short_name, len(group.launches),
-                                       values.get("duration"), tuple(steps), no_data,
-                                       () if no_data else tuple(rules.get(group.launches[0], []))))
+    data = read_launches(run)
+    kernels = [explained for group in groups
+               for explained in explain_kernel(group.name, group.short_name, group.launches,
+                                               data)]
     return ExplainResult(run.id, run.record.tool_version, run.record.gpu_name, tuple(kernels),
                          THRESHOLDS)

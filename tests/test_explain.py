@@ -88,6 +88,24 @@ def test_every_report_walks_the_five_steps(triage, ncu_store, row):
         assert "no data: the profiler collected nothing" in text
     else:
         assert "1. Compute vs memory throughput" in text and "5. Conclusion" in text
+    # text and JSON agree: one header per group, in order, with its configuration and conclusion
+    lines = text.splitlines()  # each entry: a blank line, the name, its header
+    heads = [lines[i + 2].strip() for i, line in enumerate(lines) if not line]
+    assert len(heads) == len(result["kernels"])
+    for head, kernel in zip(heads, result["kernels"], strict=True):
+        group, config = kernel["group"], kernel["launch_config"]
+        assert head.startswith(f"group {group['index']} of {group['of']}: " if group["of"] > 1
+                               else f"{kernel['launches']} launch"), head
+        if config["grid_size"] is not None:
+            assert f"grid {config['grid_size']:,.0f}" in head, head
+        else:
+            assert "grid" not in head, head
+        them = "them" if kernel["launches"] > 1 else "it"
+        assert head.endswith(f"no data: the profiler collected nothing for {them}"
+                             if kernel["no_data"] else
+                             f"conclusion: {kernel['conclusion'] or 'none'}"), head
+    assert sum(k["launches"] for k in result["kernels"]) == sum(
+        1 for k in result["kernels"] for _launch in k["group"]["launch_ids"])
 
 
 def test_gemm_naive_acceptance(triage, ncu_store):
@@ -100,7 +118,7 @@ def test_gemm_naive_acceptance(triage, ncu_store):
     assert positions == sorted(positions)
     flat = " ".join(kernel_text.split())
     for expected in (
-            "2 launches, mean 4.79 ms; conclusion: compute-bound",
+            "2 launches, grid 1,024, block 1,024; mean 4.79 ms; conclusion: compute-bound",
             "sm__throughput.avg.pct_of_peak_sustained_elapsed = 83.13 %",
             "equally close to peak: memory 83.1% vs compute 83.1% of peak",
             "compute is the limit, at 80% of peak or more and not below memory: the busiest unit "
@@ -125,6 +143,9 @@ def test_gemm_naive_acceptance(triage, ncu_store):
     assert kernel["steps"][0]["facts"] | {"unit": None} == {
         "bound": "compute", "near_peak": True, "unit": None, "level": "L1",
         "sol_rule": "High Throughput", "sol_source": "report"}
+    assert kernel["launch_config"] == {"grid_size": 1024, "block_size": 1024}
+    assert kernel["group"] == {"index": 1, "of": 1, "kernel_launches": 2,
+                               "launch_ids": [[0, 0], [0, 1]]}
 
 
 def test_not_collected_names_the_section(explained):
