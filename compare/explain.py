@@ -3,7 +3,8 @@
 nsys decides which kernel to look at (`triage top`); ncu decides why, always in this order, so
 that a cause is never named before the evidence that rules the others out:
 
-1. throughput: compute vs memory, each as a share of peak (SpeedOfLight) - which is closer;
+1. throughput: compute vs memory, each as a share of peak (SpeedOfLight), the bound as ncu's
+   own SOLBottleneck rule names it (`explain_sol`);
 2. memory efficiency: busy is not useful - memory busy with little compute means few operations
    per byte, or sectors fetched but only partly used (MemoryWorkloadAnalysis);
 3. occupancy: theoretical vs achieved, and the likely cause of the gap (waves, limiter, imbalance);
@@ -14,9 +15,11 @@ that a cause is never named before the evidence that rules the others out:
 Every finding cites the metric values it rests on. A step whose metrics are missing says "not
 collected" and names the `--section` that collects them; nothing is guessed. A kernel whose
 launches carry no metric values at all (the profiler collected nothing) says "no data" in every
-step instead: a missing section would not be the cause. What each step
-reads (metric names differ across ncu versions) and every number a judgement uses are data, in
-`explain_tables`; this module is the steps that read them.
+step instead: a missing section would not be the cause. A kernel's launches are read together
+only where they behave alike (one launch configuration, one SOLBottleneck outcome, each launch
+classified on its own: `explain_launches`); otherwise each group is explained apart. What each
+step reads (metric names differ across ncu versions) and every number a judgement uses are data,
+in `explain_tables`; this module is the steps that read them.
 """
 
 from __future__ import annotations
@@ -26,14 +29,18 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
-from triage.capture.ncu import measured_metric
+from triage.compare.explain_launches import (LaunchData, carries_values, launch_config,
+                                             mean_values, read_launches, split_by_behaviour)
 from triage.compare.explain_result import (CONCLUDED, NO_DATA, NOT_COLLECTED, Cite,
-                                           ExplainResult, Finding, KernelExplained, Missing,
-                                           NcuRule, Step)
+                                           ExplainResult, Finding, KernelExplained, LaunchGroup,
+                                           Missing, NcuRule, Step)
+from triage.compare.explain_sol import (BALANCED, FROM_REPORT, FROM_THRESHOLDS, HIGH,
+                                        HIGH_COMPUTE, HIGH_MEMORY, LATENCY, RULE_ID, SMALL_GRID,
+                                        SolVerdict, decide, rule_verdict, stored_verdict)
 from triage.compare.explain_tables import (CONCLUSION_RULES, FLOP_METRICS, LIMITERS, METRICS,
                                            NS_PER_UNIT, STALL_METRICS, STALLS, THRESHOLDS, UNITS,
                                            limit)
-from triage.compare.matching import group_kernels
+from triage.compare.matching import Launch, group_kernels
 from triage.compare.rundata import RunData
 from triage.base.errors import TriageError, UsageError
 
@@ -115,54 +122,76 @@ def top_contributor(values: Values, metric: str) -> Cite | None:
     return max(filter(None, cites), key=lambda c: c.value, default=None)
 
 
-def unit_of(name: str) -> tuple[str, str, str | None]:
+def unit_of(name: str) -> tuple[str, str | None]:
+    """The unit a breakdown metric measures, and the memory level its traffic goes to."""
     return next(row[1:] for row in UNITS if name.startswith(row[0]))
 
 
-def sol_bound(sm: float, mem: float, compute_path: str) -> str:
-    """memory, compute, balanced or latency, from the two throughputs (ncu's own cut-offs)."""
-    if max(sm, mem) < limit("busy_pct"):
-        return "latency"
-    if abs(sm - mem) < limit("balanced_pp"):
-        return "memory" if compute_path == "memory" else "balanced"
-    return compute_path if sm > mem else "memory"
+def sol_verdict(values: Values, rules: Sequence[NcuRule] = ()) -> SolVerdict | None:
+    """ncu's SOLBottleneck outcome for one launch: the result the report stores for it, else
+    the rule's thresholds applied to its throughputs (`explain_sol`); None when neither."""
+    sm, mem, waves = values.get("sm_pct"), values.get("mem_pct"), values.get("waves")
+    computed = rule_verdict(sm.value, mem.value, waves.value if waves else None) \
+        if sm and mem else None
+    return decide(stored_verdict((r.rule_id, r.title, r.message) for r in rules), computed)
 
 
-SOL_TEXT = {
-    "latency": "compute and memory both below {busy:.0f}% of peak: neither is the limit, the "
-               "kernel does not keep the GPU busy (latency)",
-    "memory": "memory is the limit: the busiest unit is the {unit}",
-    "compute": "compute is the limit: the busiest unit is the {unit}",
-    "balanced": "compute and memory within {bal:.0f} points of each other: both limit",
+SOL_TEXT: dict[str | tuple[str, str | None], str] = {
+    SMALL_GRID: "compute and memory both below {busy:.0f}% of peak with under one wave per SM: "
+                "neither is the limit, the grid does not fill the GPU (latency)",
+    LATENCY: "compute and memory both below {busy:.0f}% of peak: neither is the limit, the "
+             "kernel does not keep the GPU busy (latency)",
+    HIGH_COMPUTE: "compute is the limit, {bal:.0f} points or more above memory: the busiest "
+                  "unit is the {unit}",
+    HIGH_MEMORY: "memory is the limit, {bal:.0f} points or more above compute: the busiest unit "
+                 "is the {unit}",
+    BALANCED: "compute and memory within {bal:.0f} points of each other: both limit",
+    (HIGH, "compute"): "compute is the limit, at {near:.0f}% of peak or more and not below "
+                       "memory: the busiest unit is the {unit}",
+    (HIGH, "memory"): "memory is the limit, at {near:.0f}% of peak or more and above compute: "
+                      "the busiest unit is the {unit}",
 }
+SOURCE_TEXT = {FROM_REPORT: "stored in the report",
+               FROM_THRESHOLDS: "by its thresholds"}
 
 
-def step_throughput(values: Values) -> Step:
+def sol_text(verdict: SolVerdict, unit: str | None) -> str:
+    text = SOL_TEXT.get(verdict.outcome) or SOL_TEXT[(verdict.outcome, verdict.bound)]
+    return text.format(busy=limit("busy_pct"), bal=limit("balanced_pp"),
+                       near=limit("near_peak_pct"), unit=unit or "-") + \
+        f" (ncu {RULE_ID}: {verdict.outcome}, {SOURCE_TEXT[verdict.source]})"
+
+
+def busiest_unit(values: Values, bound: str) -> Cite | None:
+    """The busiest unit on the limiting side (ncu's split: the SM breakdown is compute, the
+    memory breakdown memory); the busiest of both where neither side limits."""
+    sides = {"compute": ("sm_pct",), "memory": ("mem_pct",)}.get(bound, ("sm_pct", "mem_pct"))
+    tops = [top_contributor(values, METRICS[key].names[0]) for key in sides]
+    return max(filter(None, tops), key=lambda c: c.value, default=None)
+
+
+def step_throughput(values: Values, verdict: SolVerdict | None) -> Step:
     sm, mem = values.get("sm_pct"), values.get("mem_pct")
-    if not (sm and mem):
+    if not (sm and mem and verdict and verdict.bound):
         return step(1, "throughput", "Compute vs memory throughput", [],
                     [missing(["sm_pct", "mem_pct"], values)], {})
-    top_sm = top_contributor(values, METRICS["sm_pct"].names[0])
-    top_mem = top_contributor(values, METRICS["mem_pct"].names[0])
-    bound = sol_bound(sm.value, mem.value, unit_of(top_sm.name)[1] if top_sm else "compute")
-    top = max(filter(None, [top_sm, top_mem]), key=lambda c: c.value, default=None)
-    unit, _path, level = unit_of(top.name) if top else (None, None, None)
+    top = busiest_unit(values, verdict.bound)
+    unit, level = unit_of(top.name) if top else (None, None)
     closer = "memory is closer to peak" if mem.value > sm.value else \
         "compute is closer to peak" if sm.value > mem.value else "equally close to peak"
     findings = [finding(f"{closer}: memory {mem.value:.1f}% vs compute {sm.value:.1f}% "
                         "of peak", [sm, mem]),
-                finding(SOL_TEXT[bound].format(busy=limit("busy_pct"), bal=limit("balanced_pp"),
-                                               unit=unit or "-"), [sm, mem, top], "sol")]
+                finding(sol_text(verdict, unit), [sm, mem, top], "sol")]
     levels = [values.get(k) for k in ("dram_pct", "l2_pct", "l1_pct")]
     if any(levels):
         findings.append(finding("memory levels: "
                                 + _levels(zip(("DRAM", "L2", "L1"), levels, strict=True)), levels))
-    near = max(sm.value, mem.value) >= limit("near_peak_pct")
-    if near:
+    if verdict.near_peak:
         findings.append(finding(f"near peak (>= {limit('near_peak_pct'):.0f}%): only less work "
                                 f"on the {unit or 'busiest unit'} helps", [top or sm]))
     return step(1, "throughput", "Compute vs memory throughput", findings, [],
-                {"bound": bound, "near_peak": near, "unit": unit, "level": level})
+                {"bound": verdict.bound, "near_peak": verdict.near_peak, "unit": unit,
+                 "level": level, "sol_rule": verdict.outcome, "sol_source": verdict.source})
 
 
 # -- step 2: memory efficiency -----------------------------------------------------------------
@@ -376,66 +405,57 @@ def step_conclusion(steps: list[Step]) -> Step:
                    rule=rule)
 
 
-def explain_values(values: Values) -> list[Step]:
-    """The five steps, in order, for one kernel's values."""
-    steps = [step_throughput(values), step_memory(values), step_occupancy(values),
-             step_scheduler(values)]
+def explain_values(values: Values, verdict: SolVerdict | None = None) -> list[Step]:
+    """The five steps, in order, for one group of launches' values; `verdict` is their
+    SOLBottleneck outcome, worked out from the values where not given."""
+    steps = [step_throughput(values, verdict or sol_verdict(values)), step_memory(values),
+             step_occupancy(values), step_scheduler(values)]
     return steps + [step_conclusion(steps)]
 
 
 # -- reading a run -----------------------------------------------------------------------------
 
 
-def _rows(run: RunData, table: str, columns: list[str]) -> list[dict]:
-    data = run.table(table, columns)
-    return data.to_pylist() if data is not None else []
-
-
-def launch_values(run: RunData) -> tuple[dict, dict, dict]:
-    """Per launch: metric values, section ids, and ncu's rule messages (ok ones too)."""
-    raw: dict = {}
-    for row in _rows(run, "metrics", ["report_index", "kernel_index", "name", "unit", "value",
-                                      "text"]):
-        value = row["value"] if row["value"] is not None else row["text"]
-        raw.setdefault((row["report_index"], row["kernel_index"]), {})[row["name"]] = \
-            (value, row["unit"])
-    sections: dict = {}
-    for row in _rows(run, "sections", ["report_index", "kernel_index", "section_id"]):
-        sections.setdefault((row["report_index"], row["kernel_index"]), set()).add(
-            row["section_id"])
-    rules: dict = {}
-    for row in _rows(run, "rules", ["report_index", "kernel_index", "rule_id", "message_type",
-                                    "title", "message"]):
-        if row["message_type"] in ("ok", "optimization", "warning"):
-            rules.setdefault((row["report_index"], row["kernel_index"]), []).append(
-                NcuRule(row["rule_id"], row["message_type"], row["title"], row["message"]))
-    return raw, sections, rules
-
-
-def carries_values(raw: dict[str, tuple]) -> bool:
-    """Whether one launch's metrics hold any value the profiler measured (`capture.ncu`'s
-    measure, the one the archive's notice and the diff's no_data use)."""
-    return any(value is not None and measured_metric(name) for name, (value, _u) in raw.items())
-
-
 def without_data(steps: list[Step]) -> list[Step]:
-    """The five steps of a kernel with no data: each says so, none concludes."""
+    """The five steps of launches with no data: each says so, none concludes."""
     return [replace(s, status=NO_DATA, findings=(), missing=(), facts={}, rule=None)
             for s in steps]
 
 
-def mean_values(per_launch: list[dict]) -> dict:
-    """name -> (mean of the numeric values over launches, unit), or the first text."""
-    out: dict = {}
-    for name in {n for launch in per_launch for n in launch}:
-        found = [launch[name] for launch in per_launch if name in launch]
-        numbers = [v for v, _u in found if isinstance(v, (int, float))]
-        out[name] = (sum(numbers) / len(numbers) if numbers else found[0][0], found[0][1])
-    return out
+def explain_group(name: str, short_name: str | None, group: LaunchGroup, data: LaunchData,
+                  verdict: SolVerdict | None) -> KernelExplained:
+    launches = group.launch_ids
+    values = Values(mean_values([data.values.get(launch, {}) for launch in launches]),
+                    set().union(*(data.sections.get(launch, set()) for launch in launches)))
+    no_data = not any(carries_values(data.values.get(launch, {})) for launch in launches)
+    steps = explain_values(values, verdict)
+    return KernelExplained(name, short_name, len(launches), values.get("duration"),
+                           tuple(without_data(steps) if no_data else steps), no_data,
+                           () if no_data else tuple(data.rules.get(launches[0], [])),
+                           launch_config(data.values.get(launches[0], {})), group)
+
+
+def explain_kernel(name: str, short_name: str | None, launches: Sequence[Launch],
+                   data: LaunchData) -> list[KernelExplained]:
+    """One kernel's launches, each classified on its own (launch configuration, ncu's
+    SOLBottleneck outcome), explained per group of launches that behave alike."""
+    verdicts = {launch: sol_verdict(Values(data.values.get(launch, {}), set()),
+                                    data.rules.get(launch, ())) for launch in launches}
+
+    def behaviour(launch: Launch) -> tuple:
+        verdict = verdicts[launch]
+        return (launch_config(data.values.get(launch, {})),
+                verdict and (verdict.outcome, verdict.bound))
+
+    groups = split_by_behaviour(launches, behaviour)
+    return [explain_group(name, short_name,
+                          LaunchGroup(index, len(groups), len(launches), tuple(group)), data,
+                          verdicts[group[0]]) for index, group in enumerate(groups, 1)]
 
 
 def explain_run(run: RunData, kernel: str | None = None) -> ExplainResult:
-    """`triage explain RUN`: the five steps for each kernel (launches of one name averaged)."""
+    """`triage explain RUN`: the five steps for each kernel, per group of its launches that
+    behave alike."""
     if run.tool != "ncu":
         raise UsageError(f"`triage explain` reads ncu runs; run {run.id[:12]} is {run.tool}: "
                          f"`triage top {run.id[:12]}` suggests which kernels to profile with ncu")
@@ -449,16 +469,9 @@ def explain_run(run: RunData, kernel: str | None = None) -> ExplainResult:
         if not groups:
             raise TriageError(f"no kernel of run {run.id[:12]} matches --kernel {kernel!r}; "
                               f"`triage show {run.id[:12]}` lists its kernels")
-    raw, sections, rules = launch_values(run)
-    kernels = []
-    for group in groups:
-        values = Values(mean_values([raw.get(launch, {}) for launch in group.launches]),
-                        set().union(*(sections.get(launch, set()) for launch in group.launches)))
-        no_data = not any(carries_values(raw.get(launch, {})) for launch in group.launches)
-        steps = explain_values(values)
-        steps = without_data(steps) if no_data else steps
-        kernels.append(KernelExplained(group.name, group.short_name, len(group.launches),
-                                       values.get("duration"), tuple(steps), no_data,
-                                       () if no_data else tuple(rules.get(group.launches[0], []))))
+    data = read_launches(run)
+    kernels = [explained for group in groups
+               for explained in explain_kernel(group.name, group.short_name, group.launches,
+                                               data)]
     return ExplainResult(run.id, run.record.tool_version, run.record.gpu_name, tuple(kernels),
                          THRESHOLDS)

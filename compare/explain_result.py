@@ -22,7 +22,7 @@ CONCLUDED, NOT_COLLECTED, NO_DATA = "concluded", "not_collected", "no_data"
 
 @dataclass(frozen=True)
 class Cite:
-    """A metric value a statement rests on: the kernel's mean over its launches."""
+    """A metric value a statement rests on: the mean over the launches of a group."""
 
     name: str
     value: float
@@ -94,7 +94,7 @@ class Step:
 
 @dataclass(frozen=True)
 class NcuRule:
-    """One of ncu's own rule messages for the kernel's first launch (ok ones too)."""
+    """One of ncu's own rule messages for the first launch of a group (ok ones too)."""
 
     rule_id: str
     message_type: str  # ok, optimization or warning
@@ -106,10 +106,42 @@ class NcuRule:
                 "message": self.message}
 
 
+def _count(value: float | None) -> int | float | None:
+    return int(value) if value is not None and float(value).is_integer() else value
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """A launch's grid and block size (None where LaunchStats was not collected)."""
+
+    grid_size: float | None
+    block_size: float | None
+
+    def to_json(self) -> JsonDict:
+        return {"grid_size": _count(self.grid_size), "block_size": _count(self.block_size)}
+
+
+@dataclass(frozen=True)
+class LaunchGroup:
+    """Which launches of a kernel an explanation covers: group `index` of `of` (launches of
+    one name that behave alike: one launch configuration and one SOLBottleneck outcome), out
+    of `kernel_launches`, each launch as (report index, kernel index)."""
+
+    index: int
+    of: int
+    kernel_launches: int
+    launch_ids: tuple[tuple[int, int], ...]
+
+    def to_json(self) -> JsonDict:
+        return {"index": self.index, "of": self.of, "kernel_launches": self.kernel_launches,
+                "launch_ids": [list(launch) for launch in self.launch_ids]}
+
+
 @dataclass(frozen=True)
 class KernelExplained:
-    """The launches of one kernel name, averaged, and the five steps for them; `no_data`: the
-    profiler collected no metric value for any of them (every step says so)."""
+    """The launches of one kernel name that behave alike (`group`), their metrics averaged,
+    and the five steps for them; `no_data`: the profiler collected no metric value for any of
+    them (every step says so)."""
 
     name: str
     short_name: str | None
@@ -118,22 +150,27 @@ class KernelExplained:
     steps: tuple[Step, ...]
     no_data: bool
     ncu_rules: tuple[NcuRule, ...]
+    launch_config: LaunchConfig = LaunchConfig(None, None)
+    group: LaunchGroup | None = None
 
     @property
     def conclusion(self) -> str | None:
         return self.steps[-1].label
 
     def to_json(self) -> JsonDict:
+        group = self.group or LaunchGroup(1, 1, self.launches, ())
         return {"name": self.name, "short_name": self.short_name, "launches": self.launches,
                 "duration": self.duration.to_json() if self.duration else None,
                 "conclusion": self.conclusion, "steps": [s.to_json() for s in self.steps],
-                "no_data": self.no_data, "ncu_rules": [r.to_json() for r in self.ncu_rules]}
+                "no_data": self.no_data, "ncu_rules": [r.to_json() for r in self.ncu_rules],
+                "launch_config": self.launch_config.to_json(), "group": group.to_json()}
 
 
 @dataclass(frozen=True)
 class ExplainResult:
     """`triage explain RUN` (schemas/explain.schema.json): every kernel (or those --kernel
-    matches), and the cut-offs the steps judge by."""
+    matches), one entry per group of its launches that behave alike, in launch order, and the
+    cut-offs the steps judge by."""
 
     run: str
     tool_version: str | None

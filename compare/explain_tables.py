@@ -118,11 +118,15 @@ class Threshold:
 
 THRESHOLDS: dict[str, Threshold] = {
     "busy_pct": Threshold(60, "%", "a unit at or above this share of peak is busy; compute and "
-                          "memory both below it means latency-bound (ncu SOLBottleneck: 60)"),
-    "near_peak_pct": Threshold(80, "%", "near peak: only less work on the busiest unit helps "
-                               "(ncu SOLBottleneck: 80)"),
-    "balanced_pp": Threshold(10, "points", "compute and memory closer than this are balanced "
-                             "(ncu SOLBottleneck: 10)"),
+                          "memory both below it means latency-bound (ncu SOLBottleneck, "
+                          "sections/SpeedOfLight.py: latency_bound_threshold 60)"),
+    "near_peak_pct": Threshold(80, "%", "compute or memory at or above this is near peak: the "
+                               "higher side is the limit, a tie is compute, and only less work "
+                               "on its busiest unit helps (ncu SOLBottleneck: "
+                               "no_bound_threshold 80)"),
+    "balanced_pp": Threshold(10, "points", "below near peak, compute and memory closer than this "
+                             "are balanced, this far apart or more the higher side is the limit "
+                             "(ncu SOLBottleneck: balanced_threshold 10)"),
     "compute_low_pct": Threshold(30, "%", "compute below this while memory is busy: little work "
                                  "per byte moved (busy is not useful)"),
     "sector_use_pct": Threshold(75, "%", "global loads or stores using less than this share of "
@@ -174,19 +178,22 @@ STALLS: dict[str, tuple[str | None, str]] = {
 }
 
 # The unit behind a breakdown metric of SpeedOfLight, by name prefix, first match: (prefix, unit,
-# path, memory level). The LSU pipe counts as memory: compute busy issuing loads is memory-bound.
-UNITS = (("sm__inst_executed_pipe_lsu", "LSU pipe (load/store instructions)", "memory", "L1"),
-         ("sm__mio", "MIO (shared memory, special-function queue)", "memory", "L1"),
-         ("l1tex__", "L1/TEX cache", "memory", "L1"), ("lts__", "L2 cache", "memory", "L2"),
-         ("dram__", "DRAM", "memory", "DRAM"), ("fbpa__", "DRAM", "memory", "DRAM"),
-         ("idc__", "constant cache", "memory", "L1"),
-         ("sm__pipe_fp64", "FP64 pipe", "compute", None),
-         ("sm__pipe_tensor", "tensor pipe", "compute", None),
-         ("sm__pipe_fma", "FMA pipe", "compute", None),
-         ("sm__pipe_alu", "ALU pipe", "compute", None),
-         ("sm__inst_executed_pipe_xu", "XU pipe (special functions)", "compute", None),
-         ("sm__", "SM instruction issue", "compute", None),
-         ("", "memory system", "memory", None))
+# the memory level its traffic goes to). Which side a unit is on is not here: ncu's SOLBottleneck
+# counts every metric of breakdown:sm__throughput as compute, the LSU and MIO pipes included
+# (they issue memory instructions, so their level is L1), and only
+# breakdown:gpu__compute_memory_throughput as memory (see explain_sol).
+UNITS = (("sm__inst_executed_pipe_lsu", "LSU pipe (load/store instructions)", "L1"),
+         ("sm__mio", "MIO (shared memory, special-function queue)", "L1"),
+         ("l1tex__", "L1/TEX cache", "L1"), ("lts__", "L2 cache", "L2"),
+         ("ltc__", "L2 cache", "L2"), ("dram__", "DRAM", "DRAM"), ("fbpa__", "DRAM", "DRAM"),
+         ("fbp__", "DRAM", "DRAM"), ("idc__", "constant cache", None),
+         ("sm__pipe_fp64", "FP64 pipe", None),
+         ("sm__pipe_tensor", "tensor pipe", None),
+         ("sm__pipe_fma", "FMA pipe", None),
+         ("sm__pipe_alu", "ALU pipe", None),
+         ("sm__inst_executed_pipe_xu", "XU pipe (special functions)", None),
+         ("sm__", "SM instruction issue", None),
+         ("", "memory system", None))
 
 # Occupancy limiter metric -> what it means, and the launch value that drives it.
 LIMITERS = (("limit_registers", "registers", "registers"),
@@ -237,6 +244,12 @@ CONCLUSION_RULES: list[ConclusionRule] = [
                    "bytes each request moves",
                    "move fewer bytes: reuse through shared-memory or register tiling, fuse "
                    "kernels, smaller data types"),
+    ConclusionRule("compute-bound", "memory instructions",
+                   lambda f: _bound("compute")(f) and f.get("level") == "L1", ("sol", "stall"),
+                   "Compute Workload Analysis: the LSU and MIO pipes; Memory Workload Analysis "
+                   "tables: L1 requests per instruction; Source Counters: the load lines",
+                   "issue fewer memory instructions: load each value once per block (tile into "
+                   "shared memory or registers), wider (vectorised) loads"),
     ConclusionRule("compute-bound", "busy pipe", _bound("compute"), ("sol",),
                    "Compute Workload Analysis: the busiest pipeline",
                    "fewer or cheaper instructions: FMA or tensor cores, no redundant math, lower "

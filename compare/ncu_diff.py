@@ -114,12 +114,18 @@ class Side:
         return _mean([v for v, _u in found]), found[0][1]
 
     def conclusion(self, launches: list[Launch]) -> str | None:
-        """`triage explain`'s conclusion for these launches (their mean values)."""
-        from triage.compare.explain import Values, explain_values, mean_values
+        """`triage explain`'s conclusion for these launches: explain's label where they behave
+        alike, else each group's label in launch order, joined by " / "."""
+        from triage.compare.explain import explain_kernel
+        from triage.compare.explain_launches import LaunchData, rule_messages
 
-        raw = mean_values([self.values.get(l, {}) for l in launches])
-        sections = {row["section_id"] for l in launches for row in self.sections.get(l, [])}
-        return explain_values(Values(raw, sections))[-1].label
+        data = LaunchData(self.values, {launch: {row["section_id"] for row in rows}
+                                        for launch, rows in self.sections.items()},
+                          rule_messages([row for rows in self.rules.values() for row in rows]))
+        labels = [k.conclusion for k in explain_kernel("", None, launches, data)]
+        if len(set(labels)) == 1:
+            return labels[0]
+        return " / ".join(dict.fromkeys(label or "none" for label in labels))
 
 
 def _metric_entry(name: str, label: str | None, a: tuple[Value, str | None],

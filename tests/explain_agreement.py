@@ -1,10 +1,17 @@
 """How often `triage explain` agrees with ncu's own rule results (the rules table).
 
-Each comparison reads one ncu rule outcome and the matching explain fact for the same kernel,
-only where both exist (the rule ran, the fact was concluded). ncu's rules are per launch; explain
-averages the launches of a kernel name, and ncu's rules of the first launch are compared.
+The bound (step 1) is measured per launch: for every launch whose report stores a result of
+ncu's SOLBottleneck rule that names a bound, that result against (a) the rule's thresholds
+applied to the launch's own values by `compare.explain_sol` (the reproduction, used where a
+report stores no result) and (b) the bound `explain` gives the group of launches it belongs to.
+A kernel agrees when every such launch of it does. The other steps are compared per explained
+group with ncu's rule messages of the group's first launch, only where both exist (the rule ran,
+the fact was concluded).
 
-    python tests/explain_agreement.py [CORPUS_DIR]   # archives the corpus into a temp store
+    python tests/explain_agreement.py [CORPUS_DIR]             # archives the corpus, prints
+    python tests/explain_agreement.py [CORPUS_DIR] --markdown  # the table in docs/comparing.md
+
+CORPUS_DIR defaults to $TRIAGE_CORPUS, else ../shared/corpus beside the checkout.
 """
 
 from __future__ import annotations
@@ -12,17 +19,13 @@ from __future__ import annotations
 import re
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-# ncu SOLBottleneck message -> the throughput class explain's step 1 calls "bound"
-SOL_CLASSES = ((r"Latency Issue|low compute throughput and memory bandwidth|too small to fill",
-                "latency"),
-               (r"High Compute Throughput|Compute is more heavily utilized", "compute"),
-               (r"High Memory Throughput|Memory is more heavily utilized", "memory"),
-               (r"Balanced Throughput|well-balanced", "balanced"),
-               (r"High Throughput|greater than 80", "near_peak"))
+from helpers import CORPUS
+from triage.compare.explain_sol import stored_verdict
+
 # ncu TheoreticalOccupancy message -> explain's limiter labels
 LIMITER_WORDS = (("registers", "registers"), ("shared memory", "shared memory"),
                  ("warps within each block", "warps per block (block size)"),
@@ -39,17 +42,10 @@ def _facts(kernel: dict) -> dict:
     return {k: v for s in kernel["steps"] for k, v in s["facts"].items()}
 
 
-def _sol(kernel: dict):
-    for rule in _rules(kernel, "SOLBottleneck"):
-        text = f"{rule['title'] or ''} {rule['message'] or ''}"
-        for pattern, cls in SOL_CLASSES:
-            if re.search(pattern, text):
-                return cls
-    return None
-
-
-def _sol_agree(ncu: str, facts: dict) -> bool:
-    return facts.get("near_peak") if ncu == "near_peak" else facts.get("bound") == ncu
+def _sol(kernel: dict) -> tuple | None:
+    """The stored SOLBottleneck result of the group's first launch: (bound, near peak)."""
+    found = stored_verdict((r["rule_id"], r["title"], r["message"]) for r in kernel["ncu_rules"])
+    return (found.bound, found.near_peak) if found and found.bound else None
 
 
 def _fired(rule_id: str) -> Callable[[dict], bool | None]:
@@ -119,7 +115,9 @@ class Comparison:
 
 
 COMPARISONS = [
-    Comparison("SOLBottleneck class (step 1)", _sol, _facts, _sol_agree),
+    Comparison("SOLBottleneck bound and near peak (step 1, per group)", _sol,
+               lambda k: (_facts(k).get("bound"), _facts(k).get("near_peak"))
+               if "bound" in _facts(k) else None, lambda a, b: a == b),
     Comparison("IssueSlotUtilization fired vs issue slots idle (step 4)",
                _fired("IssueSlotUtilization"), lambda k: _facts(k).get("issue_idle"),
                lambda a, b: a == b),
@@ -141,7 +139,7 @@ COMPARISONS = [
 
 
 def agreement(explained: list[dict]) -> dict:
-    """Per comparison: compared, agreed, and the disagreeing kernels; plus the overall figure."""
+    """Per comparison: compared, agreed, and the disagreeing groups; plus the overall figure."""
     out = {}
     for comparison in COMPARISONS:
         compared, agreed, misses = 0, 0, []
@@ -154,8 +152,7 @@ def agreement(explained: list[dict]) -> dict:
             if comparison.agree(ncu, ours):
                 agreed += 1
             else:
-                misses.append((kernel["name"][:50], ncu, ours if not isinstance(ours, dict)
-                               else ours.get("bound")))
+                misses.append((kernel["name"][:50], ncu, ours))
         out[comparison.name] = {"compared": compared, "agreed": agreed, "misses": misses}
     total = sum(v["compared"] for v in out.values())
     agreed = sum(v["agreed"] for v in out.values())
@@ -163,23 +160,135 @@ def agreement(explained: list[dict]) -> dict:
             "figure": agreed / total if total else None}
 
 
-def explain_corpus(corpus: Path, store: Path) -> list[dict]:
+# -- the bound, launch by launch ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LaunchBound:
+    """One launch whose report stores a SOLBottleneck result naming a bound."""
+
+    report: str
+    kernel: str
+    stored: tuple[str, str | None]  # (outcome, bound)
+    thresholds: tuple[str, str | None] | None  # the rule's thresholds on the launch's values
+    explained: str | None  # the bound explain gives the launch's group
+
+    @property
+    def thresholds_agree(self) -> bool:
+        return self.thresholds == self.stored
+
+    @property
+    def explain_agrees(self) -> bool:
+        return self.explained == self.stored[1]
+
+
+def launch_bounds(report: str, run, result: dict) -> list[LaunchBound]:
+    """Every launch of `run` with a stored SOLBottleneck bound; `result` is its explain JSON."""
+    from triage.compare.explain import Values
+    from triage.compare.explain_launches import read_launches
+    from triage.compare.explain_sol import rule_verdict
+
+    data = read_launches(run)
+    group_of = {tuple(launch): kernel for kernel in result["kernels"]
+                for launch in kernel["group"]["launch_ids"]}
+    out = []
+    for launch, rules in sorted(data.rules.items()):
+        stored = stored_verdict((r.rule_id, r.title, r.message) for r in rules)
+        if stored is None or stored.bound is None or launch not in group_of:
+            continue
+        values = Values(data.values.get(launch, {}), set())
+        sm, mem, waves = values.get("sm_pct"), values.get("mem_pct"), values.get("waves")
+        computed = rule_verdict(sm.value, mem.value, waves.value if waves else None) \
+            if sm and mem else None
+        kernel = group_of[launch]
+        out.append(LaunchBound(report, kernel["name"], (stored.outcome, stored.bound),
+                               (computed.outcome, computed.bound) if computed else None,
+                               _facts(kernel).get("bound")))
+    return out
+
+
+def bound_table(results: dict[str, dict], bounds: list[LaunchBound]) -> list[dict]:
+    """Per report with a stored bound: launches and kernels compared, and how many agree."""
+    rows = []
+    for report, result in sorted(results.items()):
+        mine = [b for b in bounds if b.report == report]
+        if not mine:
+            continue
+        kernels = {b.kernel for b in mine}
+        rows.append({"report": report, "ncu": result["tool_version"] or "not recorded (2019 era)",
+                     "launches": len(mine),
+                     "thresholds": sum(b.thresholds_agree for b in mine),
+                     "explain": sum(b.explain_agrees for b in mine),
+                     "kernels": len(kernels),
+                     "kernels_agree": sum(all(b.thresholds_agree and b.explain_agrees
+                                              for b in mine if b.kernel == k) for k in kernels)})
+    return rows
+
+
+def markdown(rows: list[dict], results: dict[str, dict]) -> str:
+    lines = ["| report | ncu | launches with a stored bound | thresholds agree | explain agrees "
+             "| kernels agree |", "|---|---|---:|---:|---:|---:|"]
+    lines += [f"| {r['report']} | {r['ncu']} | {r['launches']} | {r['thresholds']} | "
+              f"{r['explain']} | {r['kernels_agree']} of {r['kernels']} |" for r in rows]
+    total = {key: sum(r[key] for r in rows) for key in
+             ("launches", "thresholds", "explain", "kernels", "kernels_agree")}
+    lines.append(f"| **all {len(rows)} reports** | | {total['launches']} | {total['thresholds']} | "
+                 f"{total['explain']} | {total['kernels_agree']} of {total['kernels']} |")
+    without = sorted(set(results) - {r["report"] for r in rows})
+    applied = {report: n for report in sorted(results) if (n := _by_thresholds(results[report]))}
+    lines += ["", f"No stored bound to compare with ({len(without)} reports: SpeedOfLight not "
+              "collected, the rule failed, or no launch has values): " + ", ".join(without) + ".",
+              "", "Launches whose bound explain works out from the rule's thresholds (no stored "
+              "result): " + (", ".join(f"{report} ({n})" for report, n in applied.items())
+                             or "none") + "."]
+    return "\n".join(lines)
+
+
+def _by_thresholds(result: dict) -> int:
+    return sum(k["launches"] for k in result["kernels"]
+               if _facts(k).get("sol_source") == "thresholds")
+
+
+def explain_corpus(corpus: Path, store: Path) -> tuple[dict[str, dict], list[LaunchBound]]:
+    """Every ncu report of the corpus archived into `store` and explained: explain's JSON by
+    report file name, and every launch with a stored SOLBottleneck bound."""
     from triage.archive.ingest import archive_files
     from triage.archive.store import Store
     from triage.compare.explain import explain_run
     from triage.compare.rundata import RunData
 
     reports = sorted(p for p in (corpus / "ncu").iterdir() if p.is_file())
-    results = archive_files(store, [str(p) for p in reports])
+    archived = archive_files(store, [str(p) for p in reports])
     opened = Store.open(store)
-    return [explain_run(RunData(opened, r.id)).to_json() for r in results]
+    results, bounds = {}, []
+    for path, record in zip(reports, archived, strict=True):
+        run = RunData(opened, record.id)
+        results[path.name] = explain_run(run).to_json()
+        bounds += launch_bounds(path.name, run, results[path.name])
+    return results, bounds
 
 
 def main(argv: list[str]) -> int:
-    corpus = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parents[2] / \
-        "shared" / "corpus"
+    args = [a for a in argv[1:] if a != "--markdown"]
+    corpus = Path(args[0]) if args else CORPUS
     with tempfile.TemporaryDirectory() as tmp:
-        result = agreement(explain_corpus(corpus, Path(tmp) / "store"))
+        results, bounds = explain_corpus(corpus, Path(tmp) / "store")
+    rows = bound_table(results, bounds)
+    if "--markdown" in argv:
+        print(markdown(rows, results))
+        return 0
+    kernels = {(b.report, b.kernel) for b in bounds}
+    agreeing = {k for k in kernels if all(b.thresholds_agree and b.explain_agrees
+                                         for b in bounds if (b.report, b.kernel) == k)}
+    print(f"{sum(b.thresholds_agree for b in bounds):>4} / {len(bounds):<4} launches: "
+          "SOLBottleneck's thresholds applied = its stored result")
+    print(f"{sum(b.explain_agrees for b in bounds):>4} / {len(bounds):<4} launches: explain's "
+          "bound = SOLBottleneck's stored bound")
+    print(f"{len(agreeing):>4} / {len(kernels):<4} kernels: every launch agrees")
+    for b in bounds:
+        if not (b.thresholds_agree and b.explain_agrees):
+            print(f"            differs: {b}")
+    result = agreement(list(results.values()))
     for name, v in result["comparisons"].items():
         print(f"{v['agreed']:>4} / {v['compared']:<4} {name}")
         for miss in v["misses"][:5]:

@@ -166,7 +166,9 @@ def explain(store, run, kernel, out):
     """Why each kernel of an ncu run is slow, in a fixed order: 1 compute vs memory throughput,
     2 memory efficiency, 3 occupancy, 4 issue slots then stalls, 5 conclusion (memory-bound,
     latency-bound, sync/serialisation-bound, compute-bound) with what to inspect and the usual
-    fix. Every statement cites its metric values; missing sections are named, never guessed."""
+    fix. Every statement cites its metric values; missing sections are named, never guessed.
+    The bound is ncu's own SOLBottleneck rule's, per launch; a kernel's launches that differ in
+    grid, block or bound are explained apart."""
     from triage.compare.explain import explain_run
     from triage.compare.rundata import RunData
     from triage.views.explain import render_explain

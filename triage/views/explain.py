@@ -44,14 +44,29 @@ def _duration(kernel: KernelExplained) -> str:
     return f"{mean}{fmt_ns(duration.value * scale)}"
 
 
+def _launches(kernel: KernelExplained) -> str:
+    """How many launches an entry covers and their configuration ("3 launches, grid 1024,
+    block 256"); "group 2 of 3: 1 of 4 launches, ..." where a kernel's launches behave
+    differently and are explained per group."""
+    group, config = kernel.group, kernel.launch_config
+    count = f"{kernel.launches} launch{'es' if kernel.launches > 1 else ''}"
+    if group and group.of > 1:
+        count = f"group {group.index} of {group.of}: {kernel.launches} of " \
+            f"{group.kernel_launches} launches"
+    shape = ", ".join(f"{what} {value:,.0f}" for what, value in
+                      (("grid", config.grid_size), ("block", config.block_size))
+                      if value is not None)
+    return f"{count}, {shape}" if shape else count
+
+
 def _kernel_lines(kernel: KernelExplained) -> list[str]:
-    launches = f"{kernel.launches} launch{'es' if kernel.launches > 1 else ''}"
+    launches = _launches(kernel)
     if kernel.no_data:
         them = "them" if kernel.launches > 1 else "it"
         return ["", truncate(kernel.name, WIDTH),
                 f"  {launches}, no data: the profiler collected nothing for {them}"]
     lines = ["", truncate(kernel.name, WIDTH),
-             f"  {launches}, {_duration(kernel)}; conclusion: {kernel.conclusion or 'none'}"]
+             f"  {launches}; {_duration(kernel)}; conclusion: {kernel.conclusion or 'none'}"]
     for step in kernel.steps:
         lines += _step_lines(step)
     fired = [f"{r.rule_id}" + (f" ({r.title})" if r.title else "")
