@@ -123,13 +123,13 @@ def test_a_rising_first_key_is_taken_as_the_order_only_without_ties_or_nulls(mon
     from triage.capture.nsys_export import Query
 
     monkeypatch.setattr(nsys_arrow, "BATCH", 2)
-    export = object.__new__(ArrowExport)  # no file: _rises reads the table it is given
+    export = object.__new__(ArrowExport)  # no file: rises reads the table it is given
     export._map = None
     rising = [[1, 2, 3, 4, 5], [1, 2, 3, 3, 5], [1, 2, None, 4, 5], [3, 2, 4, 5, 6]]
-    assert [export._rises(pa.table({"start": v}), "start") for v in rising] == \
+    assert [export.rises(pa.table({"start": v}), "start") for v in rising] == \
         [True, False, False, False]
-    assert not export._rises(pa.table({"start": [1.0, 2.0]}), "start")  # integers only
-    assert not export._rises(pa.table({"start": [1, 2]}), None)
+    assert not export.rises(pa.table({"start": [1.0, 2.0]}), "start")  # integers only
+    assert not export.rises(pa.table({"start": [1, 2]}), None)
     keys = ["e.start", "e.start NULLS FIRST", "e.end DESC NULLS LAST", "NULL NULLS FIRST",
             "x.start", "e.start + 1"]
     assert [_leading_column(Query("T", "e", ("1",), (key,))) for key in keys] == \
