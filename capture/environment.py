@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from triage.base.errors import ToolMissing
+from triage.base.records import AsJson
 from triage.capture import profilers
 
 TOOLS = ("ncu", "nsys")
@@ -88,27 +89,21 @@ class MachineFacts:
 
 
 @dataclass(frozen=True)
-class ToolStatus:
+class ToolStatus(AsJson):
     """A profiler on this machine: where it is and its version, or why it cannot be used."""
 
     path: str | None
     version: str | None
     missing: str | None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "version": self.version, "missing": self.missing}
-
 
 @dataclass(frozen=True)
-class Check:
+class Check(AsJson):
     """One item of the checklist: passed (True), failed (False) or not known (None)."""
 
     check: str
     ok: bool | None
     detail: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"check": self.check, "ok": self.ok, "detail": self.detail}
 
 
 @dataclass(frozen=True)

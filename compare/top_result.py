@@ -13,12 +13,14 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from triage.base.records import AsJson
+
 JsonDict = dict[str, Any]
 NO_KERNELS = "no kernel activity recorded"
 
 
 @dataclass(frozen=True)
-class RankedKernel:
+class RankedKernel(AsJson):
     """One kernel (all its launches) by total GPU time, with its share and the running total."""
 
     name: str | None
@@ -30,20 +32,16 @@ class RankedKernel:
     share: float | None  # of all kernel time (0..1)
     cumulative: float | None  # of all kernel time, this kernel and those above it
 
-    def to_json(self) -> JsonDict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
-class Rest:
+class Rest(AsJson):
     """The kernels below those listed, added up."""
 
     kernels: int
     total_ns: float
     share: float | None
 
-    def to_json(self) -> JsonDict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -64,7 +62,7 @@ class Ranking:
 
 
 @dataclass(frozen=True)
-class DeviceBusy:
+class DeviceBusy(AsJson):
     """One GPU from its first kernel to its last: busy (any stream) and idle time."""
 
     device_id: int
@@ -73,12 +71,10 @@ class DeviceBusy:
     idle_ns: int
     idle_share: float | None
 
-    def to_json(self) -> JsonDict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
-class Gap:
+class Gap(AsJson):
     """One idle gap between kernels on a GPU, and what the host did meanwhile: the CUDA API
     call and the NVTX range that cover most of it, the host time outside CUDA calls, the
     copies that ran; `cause` names the likely one."""
@@ -97,8 +93,6 @@ class Gap:
     copy_ns: int
     cause: str
 
-    def to_json(self) -> JsonDict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -116,7 +110,7 @@ class GpuIdle:
 
 
 @dataclass(frozen=True)
-class CopyKind:
+class CopyKind(AsJson):
     """Host<->device copies of one kind; `serialised`: those during which no kernel ran on
     their device; `exposed_ns`: their time not under a kernel."""
 
@@ -129,12 +123,10 @@ class CopyKind:
     exposed_ns: int
     serialised_bytes: int
 
-    def to_json(self) -> JsonDict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
-class Copy:
+class Copy(AsJson):
     """One serialised host<->device copy."""
 
     kind: str
@@ -144,8 +136,6 @@ class Copy:
     device_id: int | None
     stream_id: int | None
 
-    def to_json(self) -> JsonDict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -177,7 +167,7 @@ class Nccl:
 
 
 @dataclass(frozen=True)
-class NvtxGpuTime:
+class NvtxGpuTime(AsJson):
     """The ranges of one NVTX text: their wall time and the kernel time (all GPUs) inside."""
 
     domain: str | None
@@ -188,8 +178,6 @@ class NvtxGpuTime:
     gpu_ns: int
     gpu_share: float | None
 
-    def to_json(self) -> JsonDict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -239,7 +227,7 @@ class KernelTime:
 
 
 @dataclass(frozen=True)
-class MemopKind:
+class MemopKind(AsJson):
     """One kind of memory operation, as nsys summarises them (a memop_summary row)."""
 
     op: str | None
@@ -256,12 +244,10 @@ class MemopKind:
     max_bytes: int | None
     share: float | None
 
-    def to_json(self) -> JsonDict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
-class NvtxTotal:
+class NvtxTotal(AsJson):
     """The ranges of one NVTX text, by total time (an nvtx_summary row)."""
 
     text: str | None
@@ -270,8 +256,6 @@ class NvtxTotal:
     instances: int | None
     total_ns: int | None
 
-    def to_json(self) -> JsonDict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
