@@ -246,7 +246,7 @@ def import_bundle(store_path: str | os.PathLike[str] | None, bundle: str,
                 progress(Step(f"reading {path.name}"))
                 _stage(store, path, stream, unpacked)
                 progress(Step("checking what it holds"))
-                _check_complete(store, path, unpacked)
+                check_complete(store, path, unpacked)
                 _check_tables(store, path, unpacked)
                 if labels:
                     _check_label_clashes(store, path, sorted(unpacked.labels))
@@ -326,7 +326,7 @@ def _stage_member(store: Store, path: Path, tar: tarfile.TarFile, member: tarfil
     source = _Capped(cast(IO[bytes], tar.extractfile(member)), path, name, member.size)
     if name.startswith("objects/"):
         sha = name[8:10] + name[11:]
-        unpacked.objects[sha] = _stage_object(store, path, source, sha)
+        unpacked.objects[sha] = stage_object(store, path, source, sha)
         return
     if member.size > MAX_DOCUMENT:
         raise TriageError(f"{path}: member {name} is too large for a manifest or annotation")
@@ -366,7 +366,7 @@ class _Capped:
         return data
 
 
-def _stage_object(store: Store, path: Path, source: _Capped, sha: str) -> Path:
+def stage_object(store: Store, path: Path, source: _Capped, sha: str) -> Path:
     """Copy one object to a temp file under objects/, hashing it; refuse it if it is damaged."""
     with atomic.temp_file_in(store.files.temp_folder("objects"), "-import",
                              keep=True) as (sink, temp):
@@ -439,7 +439,7 @@ def _altered(path: Path, what: str, exc: validate.SchemaMismatch) -> TriageError
                        "altered, export it again")
 
 
-def _check_complete(store: Store, path: Path, unpacked: _Unpacked) -> None:
+def check_complete(store: Store, path: Path, unpacked: _Unpacked) -> None:
     """Every listed run has its manifest, and every object a new run needs is at hand."""
     listed = set(unpacked.runs)
     if listed != set(unpacked.manifests):
@@ -529,7 +529,7 @@ def _publish(store: Store, unpacked: _Unpacked, labels: bool) -> ImportResult:
     added: list[str] = []
     present: list[str] = []
     for run_id in unpacked.runs:
-        new = run_id in pending and _add_run(store, run_id, unpacked)
+        new = run_id in pending and add_run(store, run_id, unpacked)
         (added if new else present).append(run_id)
     record_keys(store, {run_id: unpacked.manifests[run_id][1] for run_id in added})
     rows = [catalog.catalog_row(store, r, unpacked.manifests[r][1], store.annotations.read(r))
@@ -551,7 +551,7 @@ def _put(store: Store, unpacked: _Unpacked, sha: str, key: str, last: bool) -> i
     return None if existed else size
 
 
-def _add_run(store: Store, run_id: str, unpacked: _Unpacked) -> bool:
+def add_run(store: Store, run_id: str, unpacked: _Unpacked) -> bool:
     """Make a run visible (annotations, then manifest) unless another import or archive did so
     while the objects were published; True when this import added it. The check and the rename
     are two steps, so two imports finishing in the same instant may still both count it."""

@@ -172,7 +172,7 @@ def _read_segments(store: Store, schema: pa.Schema, listed: list[str] | None = N
             if key in parts:
                 continue
             try:
-                parts[key] = _read_segment(store.objects.local_copy(key, segment_sha(key)), schema)
+                parts[key] = read_segment(store.objects.local_copy(key, segment_sha(key)), schema)
             except FileNotFoundError:
                 vanished = True
             except CorruptObject:  # a remote segment whose bytes are not its name's
@@ -184,7 +184,7 @@ def _read_segments(store: Store, schema: pa.Schema, listed: list[str] | None = N
     return dataclasses.replace(found, whole=whole), list(parts)
 
 
-def _read_segment(path: Path, schema: pa.Schema) -> pa.Table | tuple[Path, pq.ParquetFile] | None:
+def read_segment(path: Path, schema: pa.Schema) -> pa.Table | tuple[Path, pq.ParquetFile] | None:
     """One segment: a merged one (MERGED) open, to be read a row group at a time; any other
     read whole in the current catalog schema (columns added since it was written are null).
     None when it cannot be read, FileNotFoundError when a merge removed it."""

@@ -365,7 +365,7 @@ def test_a_refused_import_never_deletes_a_run_archived_meanwhile(triage, exporte
     archives a report there. Refusing the bundle must leave that run alone (it used to rmtree
     the whole store, 4 times in 4)."""
     store = use_store(monkeypatch, tmp_path / "new-store")
-    check_complete = bundle._check_complete
+    check_complete = bundle.check_complete
 
     def archive_meanwhile(*args):
         subprocess.run([sys.executable, "-m", "triage", "archive", str(corpus_file(OTHER))],
@@ -373,7 +373,7 @@ def test_a_refused_import_never_deletes_a_run_archived_meanwhile(triage, exporte
                        capture_output=True)
         return check_complete(*args)
 
-    monkeypatch.setattr(bundle, "_check_complete", archive_meanwhile)
+    monkeypatch.setattr(bundle, "check_complete", archive_meanwhile)
     assert "the bundle lacks the" in triage("import", refused_bundle(exported, tmp_path),
                                             expect=1).stderr
     assert [r["id"] for r in triage.json("ls")] == [exported["ids"][1]]
@@ -446,7 +446,7 @@ def test_a_decompression_bomb_is_refused_before_it_is_written(triage, exported, 
     triage("archive", corpus_file("Lashi0812__CudaProgramming__simpleAOS.ncu-rep"))
     before = listing(store)
     written = []
-    monkeypatch.setattr(bundle, "_stage_object", lambda *a: written.append(a) or 1 / 0)
+    monkeypatch.setattr(bundle, "stage_object", lambda *a: written.append(a) or 1 / 0)
     result = triage("import", bomb, expect=1)
     assert f"expands past {bundle.EXPANSION_FLOOR:,} bytes at member objects/" in result.stderr
     assert written == [] and listing(store) == before

@@ -75,16 +75,16 @@ def test_gc_grace_0_while_an_import_publishes_spares_its_objects(triage, tmp_pat
     triage("export", "latest", triage.json("ls")[-1]["id"], "-o", out)
     other = tmp_path / "other-store"
     triage("archive", corpus_file(SMALL), "--store", other)
-    real = bundle._add_run
+    real = bundle.add_run
     passes = []
 
     def gc_first(store: Store, run_id: str, unpacked) -> bool:
         passes.append(integrity.gc(store, grace_seconds=0))
         return real(store, run_id, unpacked)
 
-    monkeypatch.setattr(bundle, "_add_run", gc_first)
+    monkeypatch.setattr(bundle, "add_run", gc_first)
     triage("import", out, "--store", other)
-    monkeypatch.setattr(bundle, "_add_run", real)
+    monkeypatch.setattr(bundle, "add_run", real)
     assert passes and all(p.removed == () for p in passes) and passes[0].kept_live >= 6
     report = triage.json("verify", "--store", other)
     assert report["ok"] and report["leftovers"] == [] and report["runs"] == 2

@@ -71,7 +71,7 @@ def test_a_reader_that_keeps_losing_races_with_merges_still_lists_every_run(tria
     """Eight writers merging on a loaded machine can move every segment away between listing
     and reading, again and again (CI saw it): the listing falls back to the manifests."""
     first, second = archive(triage, SMALL), archive(triage, OTHER)
-    original = catalog._read_segment
+    original = catalog.read_segment
     races = iter(range(3 * catalog.READ_ATTEMPTS))
 
     def merged_away(path, schema):
@@ -80,7 +80,7 @@ def test_a_reader_that_keeps_losing_races_with_merges_still_lists_every_run(tria
         path.rename(path.with_name(f"{catalog.SEGMENT_PREFIX}{secrets.token_hex(32)}.parquet"))
         raise FileNotFoundError(path)
 
-    monkeypatch.setattr(catalog, "_read_segment", merged_away)
+    monkeypatch.setattr(catalog, "read_segment", merged_away)
     assert [r["id"] for r in triage.json("ls")] == [second, first]
 
 
