@@ -80,11 +80,12 @@ def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions | None = N
         items += found
     else:
         if run_a.tool == run_b.tool == "nsys":
-            kernels, nsys = diff_nsys(run_a, run_b)
+            kernels, nsys = diff_nsys(run_a, run_b, opts)
             items += [i for i in (nvtx_drift(run_a, run_b),) if i.state != "same"]
         else:
-            # ncu vs nsys: only kernel names and durations are common (mean per launch)
-            kernels = summary_kernels(_summary_rows(run_a), _summary_rows(run_b))
+            # ncu vs nsys: only kernel names and durations are common (mean per launch); ncu
+            # profiles the launches it was told to, so no kernel is paired by a guess
+            kernels = summary_kernels(_summary_rows(run_a), _summary_rows(run_b), opts)
             items.append(drift_item(
                 "tool", MIXED_TOOLS, run_a.tool, run_b.tool, CAUTION,
                 "different tools: only kernel names and durations are compared (ncu replays "

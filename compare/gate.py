@@ -4,7 +4,8 @@ total GPU time.
 A time fails the gate when it is slower by more than PCT (the change of its median) and not
 within noise: its confidence interval lies above 0, or its noise is unknown (too few samples:
 then the percentage alone decides, and the check says `unknown`). `--kernel RE` narrows the gate
-to the matching kernels. Under an `invalid` verdict nothing is judged.
+to the matching kernels. Under an `invalid` verdict nothing is judged, and neither is a kernel
+compared on a guess (two names paired by launch order) until `--pair A=B` confirms it.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def gate_checks(kernels: Sequence[KernelDiff], nsys: NsysDiff | None,
     """Every time the gate judges: matched kernels; without --kernel, the NVTX ranges on both
     sides and the total GPU time of nsys runs with kernel time."""
     checks = [_check(GATE_KERNEL, k.name, k.noise, limit)
-              for k in kernels if k.match == "matched" and k.noise]
+              for k in kernels if k.match == "matched" and k.noise and not k.guessed]
     if nsys is not None and opts.kernel is None:
         checks += [_check(GATE_NVTX, _range_name(e), e.noise, limit)
                    for e in nsys.nvtx if e.change == "changed" and e.noise]
@@ -52,7 +53,8 @@ def regression_gate(verdict: str, kernels: Sequence[KernelDiff], nsys: NsysDiff 
         return None
     if verdict == "invalid":
         return Gate(limit, opts.kernel, False, ())
-    return Gate(limit, opts.kernel, True, gate_checks(kernels, nsys, opts, limit))
+    guesses = tuple((k.name, k.name_b or k.name) for k in kernels if k.guessed)
+    return Gate(limit, opts.kernel, True, gate_checks(kernels, nsys, opts, limit), guesses)
 
 
 def enforce(verdict: str, gate: Gate | None, strict: str | None) -> None:

@@ -19,7 +19,8 @@ from triage.capture.ncu import launches_with_values
 from triage.compare.drift import NOT_COMPARABLE, drift_item, kernel_set_drift, no_data_drift
 from triage.compare.explain import duration_ns
 from triage.compare.explain_tables import METRICS
-from triage.compare.matching import Launch, Match, group_kernels, match_kernels
+from triage.compare.matching import (LAUNCH_ORDER, PAIR, Launch, Match, group_kernels,
+                                     match_kernels)
 from triage.compare.result import (SECTION_ONLY_A, SECTION_ONLY_B, Conclusion, DiffOptions,
                                    DriftItem, FiredRule, KernelDiff, KernelSide, MetricDiff,
                                    RuleChanges, SectionDiff, Value, relative_change)
@@ -36,7 +37,7 @@ def kernel_rows(run: RunData) -> list[dict]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    rows = run.kernels.to_pylist()
+    rows = run.kernels.to_pylist()  # with each launch's grid and block: pairing evidence
     unknown = [r["kernel_index"] for r in rows if r["duration_ns"] is None]
     if not unknown:
         return rows
@@ -257,15 +258,16 @@ def _kernel_head(match: Match, no_data: tuple[str, ...] = ()) -> KernelDiff:
     """A match's names and per-side numbers, without its sections (what the kernel-set drift
     of every kernel reads, before --kernel narrows the kernels shown)."""
     n_pairs = len(match.pairs())
-    renamed = match.matched_by == "launch_order"  # not names that differ only in spacing
+    two_names = match.matched_by in (LAUNCH_ORDER, PAIR)  # not names that differ in spacing
     return KernelDiff(
         match.name, match.kind, match.matched_by,
         _side_summary(match.a.durations, n_pairs) if match.a else None,
         _side_summary(match.b.durations, n_pairs) if match.b else None,
-        name_b=match.b.name if renamed and match.b else None,
+        name_b=match.b.name if two_names and match.b else None,
         short_name=match.group.short_name,
-        short_name_b=match.b.short_name if renamed and match.b else None,
-        paired=n_pairs if match.a and match.b else None, no_data=no_data)
+        short_name_b=match.b.short_name if two_names and match.b else None,
+        paired=n_pairs if match.a and match.b else None, no_data=no_data,
+        pairing=match.evidence)
 
 
 def _kernel_entry(head: KernelDiff, match: Match, side_a: Side, side_b: Side,
@@ -296,7 +298,8 @@ def diff_ncu(run_a: RunData, run_b: RunData,
              opts: DiffOptions) -> tuple[list[KernelDiff], list[DriftItem]]:
     """Kernels (matched, only_a, only_b) and the drift they show. The kernel-set drift is of
     every kernel, so that --kernel narrows what is shown, never the verdict."""
-    matches = match_kernels(group_kernels(kernel_rows(run_a)), group_kernels(kernel_rows(run_b)))
+    matches = match_kernels(group_kernels(kernel_rows(run_a)), group_kernels(kernel_rows(run_b)),
+                            opts.pairs, opts.rename_pairing)
     data_a = launches_with_data(run_a, {p[0] for m in matches for p in m.pairs()})
     data_b = launches_with_data(run_b, {p[1] for m in matches for p in m.pairs()})
     heads = [_kernel_head(m, _no_data(m, data_a, data_b)) for m in matches]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from triage.archive.model import RunRecord
+from triage.compare.matching import PairEvidence
 from triage.compare.noise import Noise
 from triage.base.errors import UsageError
 
@@ -27,6 +28,8 @@ Value = Any  # a recorded value: text, number, flag, or None when unknown
 # field); a kernel's notes use the kernel ones.
 KERNEL_SET, KERNEL_LAUNCHES, KERNEL_RENAMED = "kernels.set", "kernels.launches", "kernels.renamed"
 KERNEL_NO_DATA = "kernels.no_data"  # a side's launches carry no metric values (ncu got nothing)
+KERNEL_PAIRED = "kernels.paired"  # two names paired by the user (--pair A=B): confirmed
+KERNEL_UNPAIRED = "kernels.unpaired"  # a launch-order guess refused: launch config or duration
 SAME_RUN, MIXED_TOOLS = "run.same", "tools.mixed"
 NVTX_RANGES = "nvtx.ranges"  # two nsys runs whose NVTX range names differ
 SECTION_ONLY_A, SECTION_ONLY_B = "section.only_a", "section.only_b"  # collected by one run
@@ -54,6 +57,8 @@ class DiffOptions:
     show_all: bool = False
     threshold_pct: float = 1.0
     max_slowdown_pct: float | None = None
+    pairs: tuple[tuple[str, str], ...] = ()  # --pair A=B: kernel A of run A is kernel B of B
+    rename_pairing: bool = True  # --no-rename-pairing: False, no launch-order guesses
 
     def __post_init__(self) -> None:
         for option, pattern in (("--kernel", self.kernel), ("--metric", self.metric)):
@@ -68,6 +73,10 @@ class DiffOptions:
         slowdown = self.max_slowdown_pct
         if slowdown is not None and (not math.isfinite(slowdown) or slowdown < 0):
             raise UsageError(f"--max-slowdown {slowdown} must be a percentage >= 0")
+        for a, b in self.pairs:
+            if not a.strip() or not b.strip():
+                raise UsageError(f"--pair {a}={b}: give a kernel name on each side of '=' "
+                                 "(--pair 'naive_gemm=sgemm_coalesced')")
 
     def kernel_shown(self, *names: str | None) -> bool:
         """--kernel: whether a kernel (by either side's name) is shown; all are without it."""
@@ -76,7 +85,9 @@ class DiffOptions:
     def to_json(self) -> JsonDict:
         return {"threshold_pct": self.threshold_pct, "sections": list(self.sections),
                 "kernel": self.kernel, "metric": self.metric, "all": self.show_all,
-                "max_slowdown_pct": self.max_slowdown_pct}
+                "max_slowdown_pct": self.max_slowdown_pct,
+                "pairs": [{"a": a, "b": b} for a, b in self.pairs],
+                "rename_pairing": self.rename_pairing}
 
 
 @dataclass(frozen=True)
@@ -248,9 +259,11 @@ class Conclusion:
 @dataclass(frozen=True)
 class KernelDiff:
     """A kernel as compared, on any path: `match` is matched, only_a or only_b; `matched_by`
-    name or launch_order (then `name_b` is B's name); `paired` counts the launches an ncu diff
-    compared one to one (None where whole runs' summaries are compared); `no_data` the sides
-    ("a", "b") whose compared launches carry no metric values (ncu collected nothing)."""
+    name, launch_order (a guess) or pair (the user's --pair; for both, `name_b` is B's name and
+    `pairing` the evidence); `paired` counts the launches an ncu diff compared one to one (None
+    where whole runs' summaries are compared); `no_data` the sides ("a", "b") whose compared
+    launches carry no metric values (ncu collected nothing). An only_a kernel's `pairing` is a
+    launch-order guess that was refused (its `refused` says why)."""
 
     name: str
     match: str
@@ -266,6 +279,12 @@ class KernelDiff:
     conclusion: Conclusion | None = None
     noise: Noise | None = None
     no_data: tuple[str, ...] = ()
+    pairing: PairEvidence | None = None
+
+    @property
+    def guessed(self) -> bool:
+        """Compared as one kernel on a guess (launch order): the gate does not judge it."""
+        return self.matched_by == "launch_order"
 
     @property
     def delta_pct(self) -> float | None:
@@ -290,7 +309,10 @@ class KernelDiff:
     @property
     def notes(self) -> tuple[str, ...]:
         """Codes of what a reader of this kernel's numbers should know (the views word them)."""
-        notes: tuple[str, ...] = (KERNEL_RENAMED,) if self.matched_by == "launch_order" else ()
+        notes: tuple[str, ...] = (KERNEL_RENAMED,) if self.guessed else \
+            (KERNEL_PAIRED,) if self.matched_by == "pair" else ()
+        if self.pairing and self.pairing.refused:
+            notes += (KERNEL_UNPAIRED,)
         if self.paired is not None and self.a and self.b and self.a.launches != self.b.launches:
             notes += (KERNEL_LAUNCHES,)
         return notes + ((KERNEL_NO_DATA,) if self.no_data else ())
@@ -306,7 +328,8 @@ class KernelDiff:
                 "sections": [s.to_json() for s in self.sections], "rules": self.rules.to_json(),
                 "conclusion": {"a": self.conclusion.a, "b": self.conclusion.b}
                 if self.conclusion else None, "notes": list(self.notes),
-                "no_data": list(self.no_data), "noise": _noise_json(self.noise)}
+                "no_data": list(self.no_data), "noise": _noise_json(self.noise),
+                "pairing": self.pairing.to_json() if self.pairing else None}
 
 
 @dataclass(frozen=True)
@@ -406,12 +429,14 @@ class GateCheck:
 @dataclass(frozen=True)
 class Gate:
     """The regression gate: what was checked and what failed; under an invalid verdict
-    nothing is judged (`judged` False, no checks)."""
+    nothing is judged (`judged` False, no checks). `guesses` are the kernels compared on a
+    launch-order guess (A's name, B's name), never judged until --pair confirms them."""
 
     max_slowdown_pct: float
     kernel: str | None
     judged: bool
     checks: tuple[GateCheck, ...]
+    guesses: tuple[tuple[str, str], ...] = ()
 
     @property
     def failed(self) -> tuple[GateCheck, ...]:
@@ -426,7 +451,9 @@ class Gate:
                 "judged": self.judged, "passed": self.passed,
                 "reason": None if self.judged else "verdict.invalid",
                 "checked": [c.to_json() for c in self.checks],
-                "failed": [c.to_json() for c in self.failed]}
+                "failed": [c.to_json() for c in self.failed],
+                "unjudged": [{"kind": GATE_KERNEL, "name": a, "name_b": b,
+                              "reason": "pairing.guess"} for a, b in self.guesses]}
 
 
 @dataclass(frozen=True)

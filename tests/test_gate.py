@@ -179,17 +179,20 @@ def archived(triage, *names: str) -> list[str]:
 
 
 def test_unknown_noise_is_judged_by_the_percentage_alone(triage):
-    """ncu, 2 launches a side: too few for an interval. coalesced -> naive is +3.1% per launch."""
+    """ncu, 2 launches a side: too few for an interval. coalesced -> naive is +3.1% per launch.
+    The two kernels have different names: the gate judges them once --pair confirms them."""
     naive, coalesced = archived(triage, *GEMM)
-    slower = triage("diff", coalesced, naive, "--max-slowdown", "2", expect=4)
+    pair = ("--pair", "sgemm_global_mem_coalesce=naive_gemm")
+    slower = triage("diff", coalesced, naive, "--max-slowdown", "2", *pair, expect=4)
     assert "Gate failed: kernel sgemm_global_mem_coalesce" in slower.stdout
     assert "+3.1% (noise unknown, by % alone) > 2%" in slower.stdout
-    gate = triage.json("diff", coalesced, naive, "--max-slowdown", "5")["gate"]
+    gate = triage.json("diff", coalesced, naive, "--max-slowdown", "5", *pair)["gate"]
     assert gate["passed"] and gate["checked"][0]["significance"] == "unknown"
-    triage("diff", naive, coalesced, "--max-slowdown", "0", expect=0)  # faster: never fails
+    triage("diff", naive, coalesced, "--max-slowdown", "0", "--pair", "naive_gemm="
+           "sgemm_global_mem_coalesce", expect=0)  # faster: never fails
     # --kernel narrows the gate: no kernel matches, nothing fails
     narrowed = triage("diff", coalesced, naive, "--max-slowdown", "2", "--kernel", "sgemm",
-                      expect=4)
+                      *pair, expect=4)
     assert "Gate failed" in narrowed.stdout
     triage("diff", coalesced, naive, "--max-slowdown", "2", "--kernel", "nothing", expect=1)
 
@@ -202,7 +205,7 @@ def test_strict_first_and_an_invalid_verdict_is_not_judged(triage):
     assert "every change below is NOT COMPARABLE" in result.stdout
     gate = triage.json("diff", naive, other_gpu, "--max-slowdown", "0")["gate"]
     assert gate == {"max_slowdown_pct": 0.0, "kernel": None, "judged": False, "passed": True,
-                    "reason": "verdict.invalid", "checked": [], "failed": []}
+                    "reason": "verdict.invalid", "checked": [], "failed": [], "unjudged": []}
     markdown = triage("diff", naive, other_gpu, "--max-slowdown", "0", "--format", "md").stdout
     assert "**Gate not judged" in markdown
     assert "gate" not in triage.json("diff", naive, other_gpu)  # only with --max-slowdown

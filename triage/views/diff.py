@@ -121,7 +121,9 @@ def _kernel_lines(kernel: KernelDiff, detail: bool, totals: bool, width: int,
     lines = [_kernel_head(kernel, totals, width - WIDTH)]
     if kernel.match != "matched":
         lines.append(f"      only in {'A' if kernel.match == 'only_a' else 'B'}")
-    lines += [truncate(f"      note: {n}", width) for n in kernel_notes(kernel)]
+    for note in kernel_notes(kernel):  # wrapped, not cut: a pairing's evidence is the point
+        lines += textwrap.wrap(f"      note: {note}", width, subsequent_indent=" " * 12,
+                               break_on_hyphens=False, break_long_words=False)
     lines += _noise_lines(kernel.noise)
     if detail:
         lines += _section_lines(kernel, width, raw_names)
@@ -210,7 +212,9 @@ def render_diff(diff: DiffResult, limit: int = 20, width: int | None = None,
     metrics by their section labels, or by raw name with `raw_names`."""
     width = width or output_width()
     lines = [f"A: {_run_label(diff, 'a')}", f"B: {_run_label(diff, 'b')}", *_sides_lines(diff)]
-    lines += _verdict_lines(diff, width) + (gate_lines(diff.gate) if diff.gate else [])
+    lines += _verdict_lines(diff, width)
+    for line in gate_lines(diff.gate) if diff.gate else []:
+        lines += textwrap.wrap(line, width, subsequent_indent="  ", break_on_hyphens=False)
     lines += _drift_lines(diff, width)
     kernels = sorted(diff.kernels, key=lambda k: k.time_changed, reverse=True)
     if not kernels:
