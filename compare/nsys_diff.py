@@ -2,7 +2,8 @@
 idle time. Each list is ranked by absolute time changed, new and vanished entries included.
 Kernels match as in the ncu diff (`compare/matching.py`): the user's --pair first, then by name
 up to spacing, then kernels gone from A and new in B, in equal number, by order of first launch
-(a renamed kernel: a guess, with its evidence).
+(a renamed kernel: a guess, with its evidence). A side of several runs is read as one: each
+summary row the median over its runs (`compare/aggregate.py`).
 """
 
 from __future__ import annotations
@@ -13,22 +14,25 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from triage.compare.aggregate import median_gpu, median_rows
 from triage.compare.drift import CAUTION, compared
 from triage.compare.matching import (LAUNCH_ORDER, PAIR, Facts, FirstLaunch, Named, dims,
-                                     match_named)
+                                     match_key, match_named)
 from triage.compare.result import (NVTX_RANGES, DiffOptions, DriftItem, GpuChange, GpuTime,
                                    KernelDiff, KernelSide, NsysDiff, SummaryChange,
                                    relative_change)
 from triage.compare.rundata import RunData
 
 Row = dict[str, Any]
-# summary -> (table, key columns, value columns); each ranks by the change of total_ns
+# summary -> (table, key columns, value columns: the count first); each ranks by the change of
+# total_ns; `runs` is how many of a side's runs have the row
 SUMMARY_DIFFS = {
     "nvtx": ("nvtx_summary", ("domain", "text", "kind"),
-             ("instances", "total_ns", "avg_ns", "median_ns", "share")),
+             ("instances", "total_ns", "avg_ns", "median_ns", "share", "runs")),
     "memops": ("memop_summary", ("op", "kind"), ("count", "total_ns", "avg_ns", "total_bytes",
-                                                 "share")),
-    "api": ("api_summary", ("api", "name"), ("calls", "total_ns", "avg_ns", "median_ns", "share")),
+                                                 "share", "runs")),
+    "api": ("api_summary", ("api", "name"), ("calls", "total_ns", "avg_ns", "median_ns", "share",
+                                             "runs")),
 }
 LAUNCH_COLUMNS = ["name", "start_ns", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
                   "block_z"]
@@ -63,12 +67,26 @@ def join_summaries(rows_a: list[Row], rows_b: list[Row], keys: tuple[str, ...],
 
 
 def _values(row: Row | None, values: tuple[str, ...]) -> dict[str, Any] | None:
-    return {v: row[v] for v in values} if row else None
+    return {v: row.get(v) for v in values} if row else None
 
 
 def _total(row: Row | None) -> float:
     """A summary row's total time; 0 for a row the run does not have."""
     return row["total_ns"] or 0 if row else 0
+
+
+def side_rows(runs: Sequence[RunData], table: str, keys: Sequence[str],
+              count: str) -> list[Row]:
+    """A summary table of a side's runs as one: each row the median over the runs that have
+    it (one run: its rows), keyed by `keys`."""
+    return median_rows([table_rows(run, table) for run in runs],
+                       lambda r: tuple(r[k] for k in keys), (count,))
+
+
+def kernel_rows_of(runs: Sequence[RunData]) -> list[Row]:
+    """The kernel ranking of a side's runs as one (by match key: spacing aside)."""
+    return median_rows([table_rows(run, "kernel_summary") for run in runs],
+                       lambda r: match_key(r["name"]), ("instances",))
 
 
 def gpu_time(run: RunData) -> GpuTime:
@@ -101,11 +119,11 @@ def first_launches(run: RunData) -> Facts:
 
 
 def _side(summary: Row | None) -> KernelSide | None:
-    """A kernel_summary row as one side of a kernel."""
+    """A kernel_summary row (a side's median row) as one side of a kernel."""
     if not summary:
         return None
     return KernelSide(summary["avg_ns"], summary["total_ns"], summary["instances"],
-                      summary.get("median_ns"), summary.get("share"))
+                      summary.get("median_ns"), summary.get("share"), summary.get("runs", 1))
 
 
 def summary_kernels(rows_a: Sequence[Row], rows_b: Sequence[Row], opts: DiffOptions | None = None,
@@ -149,14 +167,15 @@ def nvtx_drift(run_a: RunData, run_b: RunData) -> DriftItem:
                     "different NVTX range set: the program's phases or its annotation changed")
 
 
-def diff_nsys(run_a: RunData, run_b: RunData,
+def diff_nsys(runs_a: Sequence[RunData], runs_b: Sequence[RunData],
               opts: DiffOptions | None = None) -> tuple[list[KernelDiff], NsysDiff]:
-    """The kernel ranking (renamed kernels paired), and the summaries only nsys has."""
-    kernels = summary_kernels(table_rows(run_a, "kernel_summary"),
-                              table_rows(run_b, "kernel_summary"), opts,
-                              (first_launches(run_a), first_launches(run_b)))
-    joined = {name: tuple(join_summaries(table_rows(run_a, table), table_rows(run_b, table),
-                                         keys, values))
+    """The kernel ranking (renamed kernels paired), and the summaries only nsys has; each side
+    the median of its runs."""
+    kernels = summary_kernels(kernel_rows_of(runs_a), kernel_rows_of(runs_b), opts,
+                              (first_launches(runs_a[0]), first_launches(runs_b[0])))
+    joined = {name: tuple(join_summaries(side_rows(runs_a, table, keys, values[0]),
+                                         side_rows(runs_b, table, keys, values[0]), keys, values))
               for name, (table, keys, values) in SUMMARY_DIFFS.items()}
-    return kernels, NsysDiff(joined["nvtx"], joined["memops"], joined["api"],
-                             GpuChange(gpu_time(run_a), gpu_time(run_b)))
+    gpu = GpuChange(median_gpu([gpu_time(r) for r in runs_a]),
+                    median_gpu([gpu_time(r) for r in runs_b]))
+    return kernels, NsysDiff(joined["nvtx"], joined["memops"], joined["api"], gpu)

@@ -136,18 +136,22 @@ def _listed(label: str, names: tuple[str, ...], shorten: Callable[[str], str]) -
 
 @dataclass(frozen=True)
 class KernelSide:
-    """One run's numbers for a kernel: mean duration over the launches compared, total and
-    count over all its launches; nsys adds the median and the share of kernel time."""
+    """One side's numbers for a kernel: mean duration over the launches compared, total and
+    count over all its launches; nsys adds the median and the share of kernel time. For a side
+    of several runs each number is the median of the per-run numbers over the `runs` runs that
+    launched the kernel (a count: the lower median, a count one of the runs had)."""
 
     duration_ns: float | None = None
     total_ns: float | None = None
     launches: int | None = None
     median_ns: float | None = None
     share: float | None = None
+    runs: int = 1
 
     def to_json(self) -> JsonDict:
         return {"duration_ns": self.duration_ns, "total_ns": self.total_ns,
-                "launches": self.launches, "median_ns": self.median_ns, "share": self.share}
+                "launches": self.launches, "median_ns": self.median_ns, "share": self.share,
+                "runs": self.runs}
 
 
 NO_SIDE = KernelSide()  # what views show for a run that lacks the kernel: every number unknown
@@ -357,16 +361,18 @@ class SummaryChange:
 
 @dataclass(frozen=True)
 class GpuTime:
-    """Kernel time, idle gaps between kernels, and the largest gap of one nsys run."""
+    """Kernel time, idle gaps between kernels, and the largest gap of one nsys run; for a side
+    of several runs each the median over its `runs` (gaps: the lower median)."""
 
     kernel_ns: float
     idle_ns: float
     gaps: int
     max_gap_ns: float
+    runs: int = 1
 
     def to_json(self) -> JsonDict:
         return {"kernel_ns": self.kernel_ns, "idle_ns": self.idle_ns, "gaps": self.gaps,
-                "max_gap_ns": self.max_gap_ns}
+                "max_gap_ns": self.max_gap_ns, "runs": self.runs}
 
 
 @dataclass(frozen=True)
@@ -471,6 +477,8 @@ class DiffResult:
     gate: Gate | None = None
     refs: tuple[str, str] = ("", "")  # what the user named A and B by: a label is shown first
     files: tuple[str | None, str | None] = (None, None)  # a side given as a report file: its name
+    # each run of each side by the name it was given (the label a glob matched, the RUN typed)
+    side_names: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 
     def named_labels(self, side: str) -> tuple[str, ...]:
         """The names of a side's run: the report file name it was given as (`triage diff
@@ -488,8 +496,27 @@ class DiffResult:
         return self.sides[0] or (self.run_a.id,), self.sides[1] or (self.run_b.id,)
 
     @property
+    def runs_count(self) -> tuple[int, int]:
+        """How many runs each side has."""
+        return len(self.runs_of[0]), len(self.runs_of[1])
+
+    @property
+    def aggregated(self) -> bool:
+        """A side has several runs: every number shown is the median over a side's runs."""
+        return max(self.runs_count) > 1
+
+    @property
     def tools(self) -> tuple[str, str]:
         return self.run_a.tool, self.run_b.tool
+
+    def aggregate_json(self) -> JsonDict:
+        """What each side's numbers are: the median over its runs (`statistic`, null when
+        every side is one run), with the runs' ids and the names they were given by."""
+        sides = {}
+        for side, ids, names in zip("ab", self.runs_of, self.side_names, strict=True):
+            sides[side] = {"runs": len(ids), "ids": list(ids),
+                           "names": list(names) if len(names) == len(ids) else list(ids)}
+        return {"statistic": "median" if self.aggregated else None, **sides}
 
     def to_json(self) -> JsonDict:
         """The `diff --json` document (schemas/diff.schema.json, version DIFF_FORMAT)."""
@@ -501,6 +528,7 @@ class DiffResult:
                 "runs": {"a": provenance(self.run_a), "b": provenance(self.run_b)},
                 "options": self.options.to_json(),
                 "sides": {"a": list(self.runs_of[0]), "b": list(self.runs_of[1])},
+                "aggregate": self.aggregate_json(),
                 **({"gate": self.gate.to_json()} if self.gate else {})}
 
 

@@ -286,7 +286,7 @@ def test_ncu_names_that_differ_only_in_spacing_match_by_name(triage, store_dir, 
         return rows
 
     monkeypatch.setattr(ncu_diff, "kernel_rows", old_spacing)
-    kernels, _drift = ncu_diff.diff_ncu(a, b, ncu_diff.DiffOptions())
+    kernels, _drift = ncu_diff.diff_ncu([a], [b], ncu_diff.DiffOptions())
     assert [(k.matched_by, k.name_b, k.notes) for k in kernels] == [("name", None, ())]
 
 

@@ -130,6 +130,24 @@ def test_gate_fails_beyond_noise_and_passes_a_wide_gate(triage, captured):
     assert "**Gate passed: 4 time(s) checked" in markdown and "**Is it real?**" in markdown
 
 
+def test_a_side_of_several_runs_shows_their_medians(triage, captured):
+    """base/* (10 runs) against slow/* (5): each range's totals are the medians over the runs,
+    named so, and forward's change has the sign of its significance line (issue 34, item 6)."""
+    diff = diff_json(triage, captured, "base/*", "slow/*")
+    assert diff["aggregate"]["statistic"] == "median"
+    assert (diff["aggregate"]["a"]["runs"], diff["aggregate"]["b"]["runs"]) == (BASE, SLOW)
+    alone = [ranges(diff_json(triage, captured, f"slow/{i}", f"slow/{i}"))["forward"]
+             for i in range(1, SLOW + 1)]
+    forward = ranges(diff)["forward"]
+    assert (forward["a"]["runs"], forward["b"]["runs"]) == (BASE, SLOW)
+    assert forward["b"]["total_ns"] == sorted(e["a"]["total_ns"] for e in alone)[SLOW // 2]
+    assert forward["noise"]["significance"] == "significant"
+    assert forward["delta_pct"] > 5 and forward["noise"]["change_pct"] > 5
+    text = triage("diff", "base/*", "slow/*", "--store", captured).stdout
+    assert "A: 10 runs: base/1..base/10" in text and "B: 5 runs: slow/1..slow/5" in text
+    assert "numbers: A: median of 10 runs, B: median of 5 runs" in text
+
+
 def test_one_run_per_side_measures_launches(triage, captured):
     """One run each: the samples are the 40 launches; a single-launch range (epoch) is unknown
     and says how many samples a verdict needs; the gate judges it by the percentage alone."""

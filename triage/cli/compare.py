@@ -88,9 +88,10 @@ def diff(store, run_a, run_b, sections, kernel, metric, show_all, threshold, str
     ncu metrics go by the labels their sections show (Duration; --raw-names: by raw name); a
     section only one run collected is one line.
 
-    A side may be several runs: RUN,RUN,... or a quoted label glob ('before/*'); each change
-    then carries the noise measured over the runs (one run: over its launches). A RUN may be a
-    report file (`triage diff a.ncu-rep b.ncu-rep`): its run, found by hash or archived now.
+    A side may be several runs: RUN,RUN,... or a quoted label glob ('before/*'); every number
+    is then the median over the side's runs, and each change carries the noise measured over
+    the runs (one run: over its launches). A RUN may be a report file (`triage diff a.ncu-rep
+    b.ncu-rep`): its run, found by hash or archived now.
 
     Kernels match by name; kernels left over on both sides in equal number pair by launch
     order, a guess shown with its evidence and never judged by the gate (not made where their

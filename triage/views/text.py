@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from triage.archive.model import Environment
     from triage.compare.matching import PairEvidence
-    from triage.compare.result import DriftItem, FiredRule, KernelDiff, MetricDiff, SectionDiff
+    from triage.compare.result import (DiffResult, DriftItem, FiredRule, KernelDiff, MetricDiff,
+                                       SectionDiff)
 
 
 def short_id(run_id: str | None, length: int = 12) -> str:
@@ -569,3 +570,39 @@ def _guesses_line(gate) -> str:
     return (f"Gate did not judge {count} kernel{'' if count == 1 else 's'} paired by a guess "
             f"(launch order): {'; '.join(pairs)}{more}; --pair A=B confirms a pairing")
 
+
+# -- a side of several runs ------------------------------------------------------------------
+
+
+def listed_runs(names: Sequence[str]) -> str:
+    """'before/1, before/2' or, past three, 'before/1..before/5': which runs a side holds."""
+    if len(names) > 3:
+        return f"{names[0]}..{names[-1]}"
+    return ", ".join(names)
+
+
+def side_runs_title(diff: DiffResult, side: str) -> str | None:
+    """'5 runs: before/1..before/5' for a side of several runs; None for one run (named as a
+    run is)."""
+    index = 0 if side == "a" else 1
+    ids, names = diff.runs_of[index], diff.side_names[index]
+    if len(ids) < 2:
+        return None
+    shown = names if len(names) == len(ids) else [short_id(i, 8) for i in ids]
+    return f"{len(ids)} runs: {listed_runs(shown)}"
+
+
+def _runs(count: int) -> str:
+    return f"{count} run{'' if count == 1 else 's'}"
+
+
+def aggregate_words(diff: DiffResult) -> str | None:
+    """What a side's numbers are when a side has several runs: 'median of 5 runs a side', or
+    'A: median of 5 runs, B: 1 run'; None when each side is one run."""
+    a, b = diff.runs_count
+    if max(a, b) < 2:
+        return None
+    if a == b:
+        return f"median of {a} runs a side"
+    words = {count: f"median of {_runs(count)}" if count > 1 else _runs(count) for count in (a, b)}
+    return f"A: {words[a]}, B: {words[b]}"
