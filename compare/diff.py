@@ -1,19 +1,24 @@
 """`triage diff A B`: the drift verdict first, then what changed.
 
 Returns a typed `DiffResult` (compare/result.py); the CLI and the report templates render it,
-and `DiffResult.to_json()` is the `diff --json` document.
+and `DiffResult.to_json()` is the `diff --json` document. A side of several runs is read as
+one: every number the median over its runs (compare/aggregate.py); drift, kernel matching and
+the layout of ncu sections come from each side's first run.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 
 from triage.archive.store import Store
+from triage.compare.aggregate import median_rows
 from triage.compare.drift import (INFO, INVALIDATES, UNRECORDED, drift_item, grade,
                                   kernel_set_drift, verdict)
-from triage.compare.matching import group_kernels
+from triage.compare.matching import group_kernels, match_key
 from triage.compare.ncu_diff import diff_ncu, kernel_rows
-from triage.compare.nsys_diff import Row, diff_nsys, nvtx_drift, summary_kernels, table_rows
+from triage.compare.nsys_diff import (Row, diff_nsys, kernel_rows_of, nvtx_drift,
+                                      summary_kernels)
 from triage.compare.result import (MIXED_TOOLS, SAME_RUN, DiffOptions, DiffResult, DriftItem,
                                    KernelDiff, NsysDiff)
 from triage.compare.gate import regression_gate
@@ -35,8 +40,12 @@ def _ncu_summary(run: RunData) -> list[Row]:
     return rows
 
 
-def _summary_rows(run: RunData) -> list[Row]:
-    return table_rows(run, "kernel_summary") if run.tool == "nsys" else _ncu_summary(run)
+def _summary_rows(runs: Sequence[RunData]) -> list[Row]:
+    """A side's kernel ranking (the median of its runs)."""
+    if runs[0].tool == "nsys":
+        return kernel_rows_of(runs)
+    return median_rows([_ncu_summary(run) for run in runs], lambda r: match_key(r["name"]),
+                       ("instances",))
 
 
 def _check_filters(opts: DiffOptions, run_a: RunData, run_b: RunData,
@@ -65,7 +74,7 @@ def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions | None = N
     """Compare two runs: verdict, drift, kernels (and nsys summaries for nsys pairs). `files`:
     the report file name a side was given as, to name it by (the CLI found its run)."""
     opts = opts or DiffOptions()
-    runs_a, runs_b = side_runs(store, ref_a), side_runs(store, ref_b)
+    (runs_a, names_a), (runs_b, names_b) = side_runs(store, ref_a), side_runs(store, ref_b)
     run_a, run_b = runs_a[0], runs_b[0]  # each side's first run: drift and detail
     # fields unknown on both sides stay: unknown is never "same"
     items: list[DriftItem] = [i for i in grade(run_a.record, run_b.record) if i.state != "same"]
@@ -76,16 +85,17 @@ def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions | None = N
                                 "A and B are the same run: nothing below can differ"))
     nsys: NsysDiff | None = None
     if run_a.tool == run_b.tool == "ncu":
-        kernels, found = diff_ncu(run_a, run_b, opts)
+        kernels, found = diff_ncu(runs_a, runs_b, opts)
         items += found
     else:
         if run_a.tool == run_b.tool == "nsys":
-            kernels, nsys = diff_nsys(run_a, run_b)
+            kernels, nsys = diff_nsys(runs_a, runs_b, opts)
             items += [i for i in (nvtx_drift(run_a, run_b),) if i.state != "same"]
         else:
             # ncu vs nsys: two instruments. Kernel names and launches are common; their
-            # durations are not one measurement, so the verdict is invalid (shown, not judged)
-            kernels = summary_kernels(_summary_rows(run_a), _summary_rows(run_b))
+            # durations are not one measurement, so the verdict is invalid (shown, not judged);
+            # ncu profiles the launches it was told to, so no kernel is paired by a guess
+            kernels = summary_kernels(_summary_rows(runs_a), _summary_rows(runs_b), opts)
             items.append(drift_item(
                 "tool", MIXED_TOOLS, run_a.tool, run_b.tool, INVALIDATES,
                 "different instruments: ncu times each kernel replayed alone, clocks locked and "
@@ -100,4 +110,4 @@ def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions | None = N
     return DiffResult(run_a.record, run_b.record, grade_, tuple(items), tuple(kernels), nsys,
                       opts, sides=(tuple(r.id for r in runs_a), tuple(r.id for r in runs_b)),
                       gate=regression_gate(grade_, kernels, nsys, opts), refs=(ref_a, ref_b),
-                      files=files)
+                      files=files, side_names=(names_a, names_b))

@@ -34,7 +34,8 @@ from dataclasses import dataclass, replace
 
 from triage.archive.model import GitState, RunRecord
 from triage.capture.profiler_args import parse_command, split_command_line
-from triage.compare.result import (KERNEL_LAUNCHES, KERNEL_NO_DATA, KERNEL_RENAMED, KERNEL_SET,
+from triage.compare.result import (KERNEL_LAUNCHES, KERNEL_NO_DATA, KERNEL_PAIRED,
+                                   KERNEL_RENAMED, KERNEL_SET, KERNEL_UNPAIRED,
                                    DriftItem, KernelDiff, Value)
 
 INVALIDATES, CAUTION, INFO = "invalidates", "caution", "info"
@@ -353,7 +354,8 @@ def drift_item(field: str, code: str, a: Value, b: Value, severity: str, why: st
 
 def kernel_set_drift(kernels: Sequence[KernelDiff], launches: bool = True) -> list[DriftItem]:
     """Kernels on one side only, matched kernels launched a different number of times, and
-    kernels paired by launch order (renamed: matched, and named as info).
+    kernels of different names compared as one: on a guess by launch order (renamed), by the
+    user's --pair (paired), or not paired although launch order would (unpaired: too unlike).
 
     `launches=False` for ncu vs nsys: ncu profiles the launches it was told to, so counts
     differing between the tools are no sign of a different workload."""
@@ -361,7 +363,9 @@ def kernel_set_drift(kernels: Sequence[KernelDiff], launches: bool = True) -> li
     only_b = [k.name for k in kernels if k.match == "only_b"]
     recounted = [k for k in kernels if launches and k.match == "matched" and k.a and k.b
                  and k.a.launches != k.b.launches]
-    renamed = [k for k in kernels if k.matched_by == "launch_order"]
+    renamed = [k for k in kernels if k.guessed]
+    confirmed = [k for k in kernels if k.matched_by == "pair"]
+    refused = [k.pairing for k in kernels if k.pairing and k.pairing.refused]
     items = []
     if only_a or only_b:
         items.append(drift_item("kernels.set", KERNEL_SET, f"{len(only_a)} only in A",
@@ -373,8 +377,18 @@ def kernel_set_drift(kernels: Sequence[KernelDiff], launches: bool = True) -> li
                                 [k.name_b or k.name for k in recounted]))
     if renamed:  # compared as one kernel on a guess: the reader should know which
         items.append(drift_item("kernels.renamed", KERNEL_RENAMED, None, None, INFO,
-                                "paired by launch order, names differ",
+                                "paired by a guess (launch order; not judged by the gate "
+                                "until --pair A=B confirms it), names differ",
                                 [k.name for k in renamed], [k.name_b or k.name for k in renamed]))
+    if confirmed:
+        items.append(drift_item("kernels.paired", KERNEL_PAIRED, None, None, INFO,
+                                "paired by --pair, names differ", [k.name for k in confirmed],
+                                [k.name_b or k.name for k in confirmed]))
+    if refused:  # launch order would pair them, but they are not one kernel renamed
+        items.append(drift_item("kernels.unpaired", KERNEL_UNPAIRED, None, None, INFO,
+                                "not paired by launch order: launch configuration or duration "
+                                "differs over 100x (--pair A=B pairs them)",
+                                [e.name_a for e in refused], [e.name_b for e in refused]))
     return items
 
 

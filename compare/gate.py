@@ -4,7 +4,8 @@ total GPU time.
 A time fails the gate when it is slower by more than PCT (the change of its median) and not
 within noise: its confidence interval lies above 0, or its noise is unknown (too few samples:
 then the percentage alone decides, and the check says `unknown`). `--kernel RE` narrows the gate
-to the matching kernels. Under an `invalid` verdict nothing is judged.
+to the matching kernels. Under an `invalid` verdict nothing is judged, and neither is a kernel
+compared on a guess (two names paired by launch order) until `--pair A=B` confirms it.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def gate_checks(kernels: Sequence[KernelDiff], nsys: NsysDiff | None,
     """Every time the gate judges: matched kernels; without --kernel, the NVTX ranges on both
     sides and the total GPU time of nsys runs with kernel time."""
     checks = [_check(GATE_KERNEL, k.name, k.noise, limit)
-              for k in kernels if k.match == "matched" and k.noise]
+              for k in kernels if k.match == "matched" and k.noise and not k.guessed]
     if nsys is not None and opts.kernel is None:
         checks += [_check(GATE_NVTX, _range_name(e), e.noise, limit)
                    for e in nsys.nvtx if e.change == "changed" and e.noise]
@@ -56,13 +57,14 @@ def regression_gate(verdict: str, kernels: Sequence[KernelDiff], nsys: NsysDiff 
     if limit is None:
         return None
     if verdict == "invalid":
-        return Gate(limit, opts.kernel, False, (), GATE_INVALID)
+        return Gate(limit, opts.kernel, False, (), reason=GATE_INVALID)
     if nsys is None and not opts.gate_ncu:
-        return Gate(limit, opts.kernel, False, (), GATE_NCU)
+        return Gate(limit, opts.kernel, False, (), reason=GATE_NCU)
+    guesses = tuple((k.name, k.name_b or k.name) for k in kernels if k.guessed)
     checks = gate_checks(kernels, nsys, opts, limit)
     if not checks:
-        return Gate(limit, opts.kernel, False, (), GATE_NOTHING)
-    return Gate(limit, opts.kernel, True, checks)
+        return Gate(limit, opts.kernel, False, (), reason=GATE_NOTHING, guesses=guesses)
+    return Gate(limit, opts.kernel, True, checks, guesses=guesses)
 
 
 def enforce(verdict: str, gate: Gate | None, strict: str | None) -> None:
@@ -77,7 +79,9 @@ def enforce(verdict: str, gate: Gate | None, strict: str | None) -> None:
                             "them anyway)")
     if gate is not None and gate.reason == GATE_NOTHING:
         raise GateNotJudged("the gate judged nothing: no kernel, NVTX range or GPU time was "
-                            "measured in both runs")
+                            "measured in both runs" + (
+                                "; kernels paired by a guess are not judged until --pair A=B "
+                                "confirms them" if gate.guesses else ""))
     if gate is not None and gate.failed:
         first, more = gate.failed[0], len(gate.failed) - 1
         raise RegressionGate(f"Gate failed: {first.name} is slower by more than "

@@ -6,20 +6,25 @@ on both sides. A section or metric on one side only is "not comparable" there an
 drift. A kernel side whose launches carry no metric values (ncu collected nothing) is `no_data`,
 and so are its sections and metrics, and any metric without a value on both sides: nothing was
 renamed there. Numbers of repeated launches are the mean over the launches paired in order.
+A side of several runs is read as one: each kernel's numbers and each metric value the median
+over its runs of each run's mean (`compare/aggregate.py`); the layout of sections, the rules
+that fired and the conclusions are those of each side's first run.
 """
 
 from __future__ import annotations
 
 import re
 import statistics
-from collections.abc import Iterator
-from dataclasses import replace
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 
 from triage.capture.ncu import launches_with_values
+from triage.compare.aggregate import median_side, median_value
 from triage.compare.drift import NOT_COMPARABLE, drift_item, kernel_set_drift, no_data_drift
 from triage.compare.explain import duration_ns
 from triage.compare.explain_tables import METRICS
-from triage.compare.matching import Launch, Match, group_kernels, match_kernels
+from triage.compare.matching import (LAUNCH_ORDER, PAIR, KernelGroup, Launch, Match,
+                                     group_kernels, match_kernels, match_key)
 from triage.compare.result import (SECTION_ONLY_A, SECTION_ONLY_B, Conclusion, DiffOptions,
                                    DriftItem, FiredRule, KernelDiff, KernelSide, MetricDiff,
                                    RuleChanges, SectionDiff, Value, relative_change)
@@ -36,7 +41,7 @@ def kernel_rows(run: RunData) -> list[dict]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    rows = run.kernels.to_pylist()
+    rows = run.kernels.to_pylist()  # with each launch's grid and block: pairing evidence
     unknown = [r["kernel_index"] for r in rows if r["duration_ns"] is None]
     if not unknown:
         return rows
@@ -128,6 +133,56 @@ class Side:
         return " / ".join(dict.fromkeys(label or "none" for label in labels))
 
 
+@dataclass(frozen=True)
+class Reading:
+    """A kernel's compared launches in each run of one side, with that run's tables (the first
+    run's first): a metric is the median over the runs of each run's mean over its launches."""
+
+    parts: tuple[tuple[Side, tuple[Launch, ...]], ...]
+
+    @property
+    def side(self) -> Side:
+        return self.parts[0][0]
+
+    @property
+    def launches(self) -> list[Launch]:
+        return list(self.parts[0][1])
+
+    def metric(self, name: str) -> tuple[Value, str | None]:
+        found = [side.metric(list(launches), name) for side, launches in self.parts]
+        known = [(value, unit) for value, unit in found if value is not None]
+        if not known:
+            return None, None
+        return median_value([value for value, _unit in known]), known[0][1]
+
+
+class SideRuns:
+    """The runs of one side past the first, for the kernels shown: each run's launch groups by
+    match key, its tables for the launches of those kernels."""
+
+    def __init__(self, runs: Sequence[RunData], names: Sequence[str]) -> None:
+        keys = {match_key(n) for n in names}
+        self.groups = [{match_key(g.name): g for g in group_kernels(kernel_rows(run))
+                        if match_key(g.name) in keys} for run in runs]
+        self.sides = [Side(run, {l for g in groups.values() for l in g.launches})
+                      for run, groups in zip(runs, self.groups, strict=True)]
+
+    def of(self, name: str) -> list[tuple[Side, KernelGroup]]:
+        """The kernel's launch group in each run that launched it, with the run's tables."""
+        key = match_key(name)
+        return [(side, groups[key]) for side, groups in zip(self.sides, self.groups, strict=True)
+                if key in groups]
+
+
+def _reading(first: Side, launches: list[Launch], name: str, rest: SideRuns | None,
+             count: int) -> Reading:
+    """The kernel's first `count` launches in each run of the side."""
+    parts = [(first, tuple(launches))]
+    if rest is not None:
+        parts += [(side, tuple(group.launches[:count])) for side, group in rest.of(name)]
+    return Reading(tuple(parts))
+
+
 def _metric_entry(name: str, label: str | None, a: tuple[Value, str | None],
                   b: tuple[Value, str | None], opts: DiffOptions,
                   no_data: tuple[str, ...] = ()) -> MetricDiff:
@@ -174,21 +229,19 @@ def _merged_labels(labels_a: Labels | None, labels_b: Labels | None) -> Labels:
     return {name: a.get(name) or b.get(name) for name in [*a, *b]}
 
 
-def _section_entries(match: Match, side_a: Side, side_b: Side, opts: DiffOptions,
+def _section_entries(reading_a: Reading, reading_b: Reading, opts: DiffOptions,
                      no_data: tuple[str, ...] = ()) -> tuple[SectionDiff, ...]:
-    pairs = match.pairs()
-    launches_a, launches_b = [p[0] for p in pairs], [p[1] for p in pairs]
     metric_filter = re.compile(opts.metric) if opts.metric else None
     entries = []
-    for sid, display, labels_a, labels_b in _merged_layout(side_a, side_b, launches_a[0],
-                                                           launches_b[0]):
+    for sid, display, labels_a, labels_b in _merged_layout(
+            reading_a.side, reading_b.side, reading_a.launches[0], reading_b.launches[0]):
         if not _section_wanted(sid, display, opts):
             continue
         labels = _merged_labels(labels_a, labels_b)
         names = [n for n, label in labels.items() if not metric_filter
                  or metric_filter.search(n) or (label and metric_filter.search(label))]
-        metrics = [_metric_entry(n, labels[n], side_a.metric(launches_a, n),
-                                 side_b.metric(launches_b, n), opts, no_data) for n in names]
+        metrics = [_metric_entry(n, labels[n], reading_a.metric(n), reading_b.metric(n), opts,
+                                 no_data) for n in names]
         entries.append(_section_entry(sid, display, labels_a is not None, labels_b is not None,
                                       metrics, opts, no_data))
     return tuple(entries)
@@ -263,24 +316,43 @@ def _kernel_head(match: Match, no_data: tuple[str, ...] = ()) -> KernelDiff:
     """A match's names and per-side numbers, without its sections (what the kernel-set drift
     of every kernel reads, before --kernel narrows the kernels shown)."""
     n_pairs = len(match.pairs())
-    renamed = match.matched_by == "launch_order"  # not names that differ only in spacing
+    two_names = match.matched_by in (LAUNCH_ORDER, PAIR)  # not names that differ in spacing
     return KernelDiff(
         match.name, match.kind, match.matched_by,
         _side_summary(match.a.durations, n_pairs) if match.a else None,
         _side_summary(match.b.durations, n_pairs) if match.b else None,
-        name_b=match.b.name if renamed and match.b else None,
+        name_b=match.b.name if two_names and match.b else None,
         short_name=match.group.short_name,
-        short_name_b=match.b.short_name if renamed and match.b else None,
-        paired=n_pairs if match.a and match.b else None, no_data=no_data)
+        short_name_b=match.b.short_name if two_names and match.b else None,
+        paired=n_pairs if match.a and match.b else None, no_data=no_data,
+        pairing=match.evidence)
+
+
+def _side_of_runs(head: KernelSide | None, name: str, rest: SideRuns | None,
+                  paired: int | None) -> KernelSide | None:
+    """A kernel's numbers over a side's runs: the median of each run's (its first `paired`
+    launches compared, as in the first run)."""
+    if head is None or rest is None:
+        return head
+    others = [_side_summary(group.durations, paired or 0) for _side, group in rest.of(name)]
+    return median_side([head, *others])
 
 
 def _kernel_entry(head: KernelDiff, match: Match, side_a: Side, side_b: Side,
-                  opts: DiffOptions) -> KernelDiff:
-    """The kernel with its sections, rules and conclusions (matched kernels only have them)."""
+                  opts: DiffOptions, rest: tuple[SideRuns | None, SideRuns | None]
+                  ) -> KernelDiff:
+    """The kernel with its sections, rules and conclusions (matched kernels only have them),
+    each side's numbers over its runs."""
+    name_b = head.name_b or head.name
+    head = replace(head, a=_side_of_runs(head.a, head.name, rest[0], head.paired),
+                   b=_side_of_runs(head.b, name_b, rest[1], head.paired))
     if not (match.a and match.b):
         return head
     pairs = match.pairs()
-    return replace(head, sections=_section_entries(match, side_a, side_b, opts, head.no_data),
+    count = len(pairs)
+    reading_a = _reading(side_a, [p[0] for p in pairs], head.name, rest[0], count)
+    reading_b = _reading(side_b, [p[1] for p in pairs], name_b, rest[1], count)
+    return replace(head, sections=_section_entries(reading_a, reading_b, opts, head.no_data),
                    rules=_rule_entries(match, side_a, side_b),
                    conclusion=Conclusion(side_a.conclusion([p[0] for p in pairs]),
                                          side_b.conclusion([p[1] for p in pairs])))
@@ -298,11 +370,14 @@ def _section_drift(kernels: list[KernelDiff]) -> list[DriftItem]:
                        f"not comparable: {s.why}") for sid, s in seen.items()]
 
 
-def diff_ncu(run_a: RunData, run_b: RunData,
+def diff_ncu(runs_a: Sequence[RunData], runs_b: Sequence[RunData],
              opts: DiffOptions) -> tuple[list[KernelDiff], list[DriftItem]]:
-    """Kernels (matched, only_a, only_b) and the drift they show. The kernel-set drift is of
-    every kernel, so that --kernel narrows what is shown, never the verdict."""
-    matches = match_kernels(group_kernels(kernel_rows(run_a)), group_kernels(kernel_rows(run_b)))
+    """Kernels (matched, only_a, only_b) and the drift they show; kernels match in each side's
+    first run, and a side of several runs has the median of its runs' numbers. The kernel-set
+    drift is of every kernel, so that --kernel narrows what is shown, never the verdict."""
+    run_a, run_b = runs_a[0], runs_b[0]
+    matches = match_kernels(group_kernels(kernel_rows(run_a)), group_kernels(kernel_rows(run_b)),
+                            opts.pairs, opts.rename_pairing)
     data_a = launches_with_data(run_a, {p[0] for m in matches for p in m.pairs()})
     data_b = launches_with_data(run_b, {p[1] for m in matches for p in m.pairs()})
     heads = [_kernel_head(m, _no_data(m, data_a, data_b)) for m in matches]
@@ -311,5 +386,9 @@ def diff_ncu(run_a: RunData, run_b: RunData,
              if opts.kernel_shown(*(g.name for g in (m.a, m.b) if g))]
     side_a = Side(run_a, {p[0] for _h, m in shown for p in m.pairs()})
     side_b = Side(run_b, {p[1] for _h, m in shown for p in m.pairs()})
-    kernels = [_kernel_entry(h, m, side_a, side_b, opts) for h, m in shown]
+    rest = (SideRuns(runs_a[1:], [m.a.name for _h, m in shown if m.a]) if len(runs_a) > 1
+            else None,
+            SideRuns(runs_b[1:], [m.b.name for _h, m in shown if m.b]) if len(runs_b) > 1
+            else None)
+    kernels = [_kernel_entry(h, m, side_a, side_b, opts, rest) for h, m in shown]
     return kernels, _section_drift(kernels) + set_drift

@@ -1,30 +1,41 @@
 """Diff of two nsys runs from their stored summaries: kernels, NVTX, memory operations, API, GPU
 idle time. Each list is ranked by absolute time changed, new and vanished entries included.
-Kernels match as in the ncu diff (`compare/matching.py`): by name up to spacing, and kernels gone
-from A and new in B, in equal number, pair by order of first launch (a renamed kernel).
+Kernels match as in the ncu diff (`compare/matching.py`): the user's --pair first, then by name
+up to spacing, then kernels gone from A and new in B, in equal number, by order of first launch
+(a renamed kernel: a guess, with its evidence). A side of several runs is read as one: each
+summary row the median over its runs (`compare/aggregate.py`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from triage.compare.aggregate import median_gpu, median_rows
 from triage.compare.drift import CAUTION, compared
-from triage.compare.matching import match_key, pair_leftovers
-from triage.compare.result import (NVTX_RANGES, DriftItem, GpuChange, GpuTime, KernelDiff,
-                                   KernelSide, NsysDiff, SummaryChange, relative_change)
+from triage.compare.matching import (LAUNCH_ORDER, PAIR, Facts, FirstLaunch, Named, dims,
+                                     match_key, match_named)
+from triage.compare.result import (NVTX_RANGES, DiffOptions, DriftItem, GpuChange, GpuTime,
+                                   KernelDiff, KernelSide, NsysDiff, SummaryChange,
+                                   relative_change)
 from triage.compare.rundata import RunData
 
 Row = dict[str, Any]
-KERNEL_VALUES = ("instances", "total_ns", "avg_ns", "median_ns", "min_ns", "max_ns", "share")
-# summary -> (table, key columns, value columns); each ranks by the change of total_ns
+# summary -> (table, key columns, value columns: the count first); each ranks by the change of
+# total_ns; `runs` is how many of a side's runs have the row
 SUMMARY_DIFFS = {
     "nvtx": ("nvtx_summary", ("domain", "text", "kind"),
-             ("instances", "total_ns", "avg_ns", "median_ns", "share")),
+             ("instances", "total_ns", "avg_ns", "median_ns", "share", "runs")),
     "memops": ("memop_summary", ("op", "kind"), ("count", "total_ns", "avg_ns", "total_bytes",
-                                                 "share")),
-    "api": ("api_summary", ("api", "name"), ("calls", "total_ns", "avg_ns", "median_ns", "share")),
+                                                 "share", "runs")),
+    "api": ("api_summary", ("api", "name"), ("calls", "total_ns", "avg_ns", "median_ns", "share",
+                                             "runs")),
 }
+LAUNCH_COLUMNS = ["name", "start_ns", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
+                  "block_z"]
 
 
 def table_rows(run: RunData, table: str) -> list[Row]:
@@ -56,12 +67,26 @@ def join_summaries(rows_a: list[Row], rows_b: list[Row], keys: tuple[str, ...],
 
 
 def _values(row: Row | None, values: tuple[str, ...]) -> dict[str, Any] | None:
-    return {v: row[v] for v in values} if row else None
+    return {v: row.get(v) for v in values} if row else None
 
 
 def _total(row: Row | None) -> float:
     """A summary row's total time; 0 for a row the run does not have."""
     return row["total_ns"] or 0 if row else 0
+
+
+def side_rows(runs: Sequence[RunData], table: str, keys: Sequence[str],
+              count: str) -> list[Row]:
+    """A summary table of a side's runs as one: each row the median over the runs that have
+    it (one run: its rows), keyed by `keys`."""
+    return median_rows([table_rows(run, table) for run in runs],
+                       lambda r: tuple(r[k] for k in keys), (count,))
+
+
+def kernel_rows_of(runs: Sequence[RunData]) -> list[Row]:
+    """The kernel ranking of a side's runs as one (by match key: spacing aside)."""
+    return median_rows([table_rows(run, "kernel_summary") for run in runs],
+                       lambda r: match_key(r["name"]), ("instances",))
 
 
 def gpu_time(run: RunData) -> GpuTime:
@@ -73,50 +98,57 @@ def gpu_time(run: RunData) -> GpuTime:
                    max(gap_values) if gap_values else 0)
 
 
-def first_launches(run: RunData) -> dict[str, int]:
-    """Kernel name -> start of its first launch, the order renamed kernels pair in."""
-    table = run.table("kernels", columns=["name", "start_ns"])
-    if table is None:
-        return {}
-    first = table.group_by("name").aggregate([("start_ns", "min")])
-    return dict(zip(first.column("name").to_pylist(), first.column("start_ns_min").to_pylist(),
-                    strict=True))
+def first_launches(run: RunData) -> Facts:
+    """Kernel name -> its first launch (start and launch configuration), read for the names
+    asked only: the order and evidence of renamed kernels."""
+    def read(names: Sequence[str]) -> dict[str, FirstLaunch]:
+        table = run.table("kernels", columns=LAUNCH_COLUMNS)
+        if table is None or not names:
+            return {}
+        table = table.filter(pc.is_in(table["name"], value_set=pa.array(list(names))))
+        order = pc.sort_indices(table, [("start_ns", "ascending")]).to_pylist()
+        firsts: dict[str, int] = {}
+        for index, name in zip(order, table.column("name").take(order).to_pylist(),
+                               strict=True):
+            firsts.setdefault(name, index)
+        rows = table.take(list(firsts.values())).to_pylist()
+        return {row["name"]: FirstLaunch(row["start_ns"], dims(row, "grid"), dims(row, "block"))
+                for row in rows}
+
+    return read
 
 
-def pair_renamed(kernels: list[KernelDiff], run_a: RunData,
-                 run_b: RunData) -> list[KernelDiff]:
-    """Kernels gone from A and new in B, in equal number, paired by first launch: one
-    before/after kernel each (with `name_b`), as the ncu diff pairs them."""
-    gone = [k for k in kernels if k.match == "only_a"]
-    new = [k for k in kernels if k.match == "only_b"]
-    if not gone or len(gone) != len(new):
-        return kernels
-    first = {"a": first_launches(run_a), "b": first_launches(run_b)}
-    pairs, _, _ = pair_leftovers(gone, new, lambda k: first["a" if k.a else "b"].get(
-        k.name, float("inf")))
-    paired = [KernelDiff(a.name, "matched", "launch_order", a.a, b.b, name_b=b.name)
-              for a, b in pairs]
-    kept = [k for k in kernels if k.match == "matched"] + paired
-    return sorted(kept, key=lambda k: -k.time_changed)
-
-
-def _side(summary: Mapping[str, Any] | None) -> KernelSide | None:
-    """A kernel_summary row as one side of a kernel."""
+def _side(summary: Row | None) -> KernelSide | None:
+    """A kernel_summary row (a side's median row) as one side of a kernel."""
     if not summary:
         return None
     return KernelSide(summary["avg_ns"], summary["total_ns"], summary["instances"],
-                      summary["median_ns"], summary["share"])
+                      summary.get("median_ns"), summary.get("share"), summary.get("runs", 1))
 
 
-def summary_kernels(rows_a: Sequence[Row], rows_b: Sequence[Row]) -> list[KernelDiff]:
-    """Two kernel rankings joined by match key: matched, only_a and only_b kernels, by
-    |time changed| (the nsys path, and the nsys side of a mixed pair)."""
-    joined = join_summaries(list(rows_a), list(rows_b), ("name",), KERNEL_VALUES,
-                            lambda r: (match_key(r["name"]),))
-    match = {"new": "only_b", "vanished": "only_a", "changed": "matched"}
-    return [KernelDiff(e.key["name"], match[e.change],
-                       "name" if e.change == "changed" else None, _side(e.a), _side(e.b))
-            for e in joined]
+def summary_kernels(rows_a: Sequence[Row], rows_b: Sequence[Row], opts: DiffOptions | None = None,
+                    facts: tuple[Facts, Facts] | None = None) -> list[KernelDiff]:
+    """Two kernel rankings matched (`matching.match_named`: --pair, names, and with `facts`
+    the renamed kernels by first launch unless --no-rename-pairing): matched, only_a and
+    only_b kernels, by |time changed| (the nsys path, and both sides of a mixed pair)."""
+    opts = opts or DiffOptions()
+
+    def named(rows: Sequence[Row]) -> list[Named]:
+        return [Named(r["name"], r.get("short_name"), r.get("avg_ns"), r) for r in rows]
+
+    found = match_named(named(rows_a), named(rows_b), opts.pairs,
+                        guess=facts is not None and opts.rename_pairing, facts=facts)
+    kernels = []
+    for f in found:
+        first = f.a or f.b
+        assert first is not None  # a kernel found has a side
+        renamed: Row | None = f.b if f.by in (PAIR, LAUNCH_ORDER) else None
+        kernels.append(KernelDiff(
+            first["name"], "matched" if f.a and f.b else "only_a" if f.a else "only_b",
+            f.by, _side(f.a), _side(f.b), name_b=renamed["name"] if renamed else None,
+            short_name=first.get("short_name"),
+            short_name_b=renamed.get("short_name") if renamed else None, pairing=f.evidence))
+    return sorted(kernels, key=lambda k: -k.time_changed)
 
 
 def nvtx_range_names(run: RunData) -> tuple[str, ...] | None:
@@ -135,12 +167,15 @@ def nvtx_drift(run_a: RunData, run_b: RunData) -> DriftItem:
                     "different NVTX range set: the program's phases or its annotation changed")
 
 
-def diff_nsys(run_a: RunData, run_b: RunData) -> tuple[list[KernelDiff], NsysDiff]:
-    """The kernel ranking (renamed kernels paired), and the summaries only nsys has."""
-    kernels = pair_renamed(summary_kernels(table_rows(run_a, "kernel_summary"),
-                                           table_rows(run_b, "kernel_summary")), run_a, run_b)
-    joined = {name: tuple(join_summaries(table_rows(run_a, table), table_rows(run_b, table),
-                                         keys, values))
+def diff_nsys(runs_a: Sequence[RunData], runs_b: Sequence[RunData],
+              opts: DiffOptions | None = None) -> tuple[list[KernelDiff], NsysDiff]:
+    """The kernel ranking (renamed kernels paired), and the summaries only nsys has; each side
+    the median of its runs."""
+    kernels = summary_kernels(kernel_rows_of(runs_a), kernel_rows_of(runs_b), opts,
+                              (first_launches(runs_a[0]), first_launches(runs_b[0])))
+    joined = {name: tuple(join_summaries(side_rows(runs_a, table, keys, values[0]),
+                                         side_rows(runs_b, table, keys, values[0]), keys, values))
               for name, (table, keys, values) in SUMMARY_DIFFS.items()}
-    return kernels, NsysDiff(joined["nvtx"], joined["memops"], joined["api"],
-                             GpuChange(gpu_time(run_a), gpu_time(run_b)))
+    gpu = GpuChange(median_gpu([gpu_time(r) for r in runs_a]),
+                    median_gpu([gpu_time(r) for r in runs_b]))
+    return kernels, NsysDiff(joined["nvtx"], joined["memops"], joined["api"], gpu)

@@ -3,8 +3,10 @@
 A side is one RUN, a comma-separated list of them, or a label glob (`'before/*'`, quoted so
 the shell leaves it alone), in natural order (`before/2` before `before/10`). With one run per
 side, the samples are that run's launches; with several runs on either side, one value per run:
-its median launch (from the stored summaries, robust to the preempted launch a total carries),
-and for the total GPU time each run's total. Statistics: compare/noise.py.
+its median launch (from the stored summaries, robust to the preempted launch a total carries;
+an ncu kernel: its mean launch, the number the ncu diff shows), and for the total GPU time each
+run's total. The numbers shown for such a side are the medians over its runs
+(compare/aggregate.py). Statistics: compare/noise.py.
 """
 
 from __future__ import annotations
@@ -41,17 +43,24 @@ def _natural(label: str) -> list[Any]:
 
 def side_refs(store: Store, side: str) -> list[str]:
     """The run ids a side names: RUN, RUN,RUN,... or a label glob; each run once."""
-    ids: list[str] = []
+    return list(side_named(store, side))
+
+
+def side_named(store: Store, side: str) -> dict[str, str]:
+    """The runs a side names, each once, in order: id -> the name it was given by (the label
+    a glob matched, else the RUN as typed)."""
+    named: dict[str, str] = {}
     for ref in side_parts(side):
         if GLOB.search(ref):
             labels = store.labels.all()
             names = sorted((n for n in labels if fnmatch.fnmatchcase(n, ref)), key=_natural)
             if not names:
                 raise RunNotFound(f"no label matches {ref!r}; `triage ls` lists runs and labels")
-            ids += [resolve(store, n) for n in names]
+            for name in names:
+                named.setdefault(resolve(store, name), name)
         else:
-            ids.append(resolve(store, ref))
-    return list(dict.fromkeys(ids))
+            named.setdefault(resolve(store, ref), ref)
+    return named
 
 
 def array_sample(values: pa.Array) -> Sample | None:
@@ -126,10 +135,15 @@ def _summary_medians(run: RunData, table: str, keys: Sequence[str],
     return {key_of(tuple(row[:-1])): row[-1] for row in zip(*columns, strict=True)}
 
 
-def run_kernel_medians(run: RunData) -> dict[Key, float]:
-    """Per kernel match key, the run's median launch."""
+def run_kernel_values(run: RunData) -> dict[Key, float]:
+    """Per kernel match key, the run's value a side of several runs is tested on: its median
+    launch (nsys: robust to a preempted launch), or for ncu its mean launch, the number an ncu
+    diff shows per run (ncu replays each launch alone, with no other work to preempt it)."""
     if run.tool == "ncu":
-        return {k: s.spread.median for k, s in launch_kernels(run).items() if s}
+        from triage.compare.ncu_diff import kernel_rows
+
+        return {(match_key(g.name),): mean for g in group_kernels(kernel_rows(run))
+                if (mean := g.mean_ns) is not None}
     return _summary_medians(run, "kernel_summary", ("name",), _kernel_key)
 
 
@@ -151,7 +165,7 @@ class SideSamples:
 
     def kernels(self) -> dict[Key, Sample | None]:
         if self.several:
-            return _per_run(run_kernel_medians(r) for r in self.runs)
+            return _per_run(run_kernel_values(r) for r in self.runs)
         return launch_kernels(self.runs[0])
 
     def summary(self, name: str) -> dict[Key, Sample | None]:
@@ -206,14 +220,24 @@ def nsys_with_noise(nsys: NsysDiff, a: SideSamples, b: SideSamples,
     return replace(nsys, nvtx=nvtx, api=api, gpu=gpu)
 
 
-def side_runs(store: Store, side: str) -> list[RunData]:
-    """The runs of one side, all by one tool (a side is one kind of measurement)."""
-    runs = [RunData(store, run_id) for run_id in side_refs(store, side)]
+def side_runs(store: Store, side: str) -> tuple[list[RunData], tuple[str, ...]]:
+    """The runs of one side, all by one tool (a side is one kind of measurement), and the
+    name each was given by."""
+    named = side_named(store, side)
+    runs = [RunData(store, run_id) for run_id in named]
     tools = sorted({r.tool for r in runs})
     if len(tools) > 1:
         raise UsageError(f"{side!r} names {' and '.join(tools)} runs; the runs of a side must "
                          "come from one tool")
-    return runs
+    return runs, tuple(_shown_name(run, named[run.id]) for run in runs)
+
+
+def _shown_name(run: RunData, given: str) -> str:
+    """A run as its side lists it: the name it was given by, unless that is (a prefix of) its
+    id, as for a report file the CLI archived: then its report file's name, else a short id."""
+    if not run.id.startswith(given.lower()):
+        return given
+    return run.record.reports[0].name if run.record.reports else run.id[:12]
 
 
 def with_noise(runs_a: Sequence[RunData], runs_b: Sequence[RunData],

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from triage.archive.model import RunRecord
+from triage.compare.matching import PairEvidence
 from triage.compare.noise import Noise
 from triage.base.errors import UsageError
 
@@ -27,6 +28,8 @@ Value = Any  # a recorded value: text, number, flag, or None when unknown
 # field); a kernel's notes use the kernel ones.
 KERNEL_SET, KERNEL_LAUNCHES, KERNEL_RENAMED = "kernels.set", "kernels.launches", "kernels.renamed"
 KERNEL_NO_DATA = "kernels.no_data"  # a side's launches carry no metric values (ncu got nothing)
+KERNEL_PAIRED = "kernels.paired"  # two names paired by the user (--pair A=B): confirmed
+KERNEL_UNPAIRED = "kernels.unpaired"  # a launch-order guess refused: launch config or duration
 SAME_RUN, MIXED_TOOLS = "run.same", "tools.mixed"
 NVTX_RANGES = "nvtx.ranges"  # two nsys runs whose NVTX range names differ
 SECTION_ONLY_A, SECTION_ONLY_B = "section.only_a", "section.only_b"  # collected by one run
@@ -55,6 +58,8 @@ class DiffOptions:
     threshold_pct: float = 1.0
     max_slowdown_pct: float | None = None
     gate_ncu: bool = False  # --gate-ncu: let --max-slowdown judge ncu durations all the same
+    pairs: tuple[tuple[str, str], ...] = ()  # --pair A=B: kernel A of run A is kernel B of B
+    rename_pairing: bool = True  # --no-rename-pairing: False, no launch-order guesses
 
     def __post_init__(self) -> None:
         for option, pattern in (("--kernel", self.kernel), ("--metric", self.metric)):
@@ -69,6 +74,10 @@ class DiffOptions:
         slowdown = self.max_slowdown_pct
         if slowdown is not None and (not math.isfinite(slowdown) or slowdown < 0):
             raise UsageError(f"--max-slowdown {slowdown} must be a percentage >= 0")
+        for a, b in self.pairs:
+            if not a.strip() or not b.strip():
+                raise UsageError(f"--pair {a}={b}: give a kernel name on each side of '=' "
+                                 "(--pair 'naive_gemm=sgemm_coalesced')")
 
     def kernel_shown(self, *names: str | None) -> bool:
         """--kernel: whether a kernel (by either side's name) is shown; all are without it."""
@@ -77,7 +86,9 @@ class DiffOptions:
     def to_json(self) -> JsonDict:
         return {"threshold_pct": self.threshold_pct, "sections": list(self.sections),
                 "kernel": self.kernel, "metric": self.metric, "all": self.show_all,
-                "max_slowdown_pct": self.max_slowdown_pct}
+                "max_slowdown_pct": self.max_slowdown_pct,
+                "pairs": [{"a": a, "b": b} for a, b in self.pairs],
+                "rename_pairing": self.rename_pairing}
 
 
 @dataclass(frozen=True)
@@ -133,18 +144,22 @@ def _listed(label: str, names: tuple[str, ...], shorten: Callable[[str], str]) -
 
 @dataclass(frozen=True)
 class KernelSide:
-    """One run's numbers for a kernel: mean duration over the launches compared, total and
-    count over all its launches; nsys adds the median and the share of kernel time."""
+    """One side's numbers for a kernel: mean duration over the launches compared, total and
+    count over all its launches; nsys adds the median and the share of kernel time. For a side
+    of several runs each number is the median of the per-run numbers over the `runs` runs that
+    launched the kernel (a count: the lower median, a count one of the runs had)."""
 
     duration_ns: float | None = None
     total_ns: float | None = None
     launches: int | None = None
     median_ns: float | None = None
     share: float | None = None
+    runs: int = 1
 
     def to_json(self) -> JsonDict:
         return {"duration_ns": self.duration_ns, "total_ns": self.total_ns,
-                "launches": self.launches, "median_ns": self.median_ns, "share": self.share}
+                "launches": self.launches, "median_ns": self.median_ns, "share": self.share,
+                "runs": self.runs}
 
 
 NO_SIDE = KernelSide()  # what views show for a run that lacks the kernel: every number unknown
@@ -256,9 +271,11 @@ class Conclusion:
 @dataclass(frozen=True)
 class KernelDiff:
     """A kernel as compared, on any path: `match` is matched, only_a or only_b; `matched_by`
-    name or launch_order (then `name_b` is B's name); `paired` counts the launches an ncu diff
-    compared one to one (None where whole runs' summaries are compared); `no_data` the sides
-    ("a", "b") whose compared launches carry no metric values (ncu collected nothing)."""
+    name, launch_order (a guess) or pair (the user's --pair; for both, `name_b` is B's name and
+    `pairing` the evidence); `paired` counts the launches an ncu diff compared one to one (None
+    where whole runs' summaries are compared); `no_data` the sides ("a", "b") whose compared
+    launches carry no metric values (ncu collected nothing). An only_a kernel's `pairing` is a
+    launch-order guess that was refused (its `refused` says why)."""
 
     name: str
     match: str
@@ -274,6 +291,12 @@ class KernelDiff:
     conclusion: Conclusion | None = None
     noise: Noise | None = None
     no_data: tuple[str, ...] = ()
+    pairing: PairEvidence | None = None
+
+    @property
+    def guessed(self) -> bool:
+        """Compared as one kernel on a guess (launch order): the gate does not judge it."""
+        return self.matched_by == "launch_order"
 
     @property
     def delta_pct(self) -> float | None:
@@ -298,7 +321,10 @@ class KernelDiff:
     @property
     def notes(self) -> tuple[str, ...]:
         """Codes of what a reader of this kernel's numbers should know (the views word them)."""
-        notes: tuple[str, ...] = (KERNEL_RENAMED,) if self.matched_by == "launch_order" else ()
+        notes: tuple[str, ...] = (KERNEL_RENAMED,) if self.guessed else \
+            (KERNEL_PAIRED,) if self.matched_by == "pair" else ()
+        if self.pairing and self.pairing.refused:
+            notes += (KERNEL_UNPAIRED,)
         if self.paired is not None and self.a and self.b and self.a.launches != self.b.launches:
             notes += (KERNEL_LAUNCHES,)
         return notes + ((KERNEL_NO_DATA,) if self.no_data else ())
@@ -314,7 +340,8 @@ class KernelDiff:
                 "sections": [s.to_json() for s in self.sections], "rules": self.rules.to_json(),
                 "conclusion": {"a": self.conclusion.a, "b": self.conclusion.b}
                 if self.conclusion else None, "notes": list(self.notes),
-                "no_data": list(self.no_data), "noise": _noise_json(self.noise)}
+                "no_data": list(self.no_data), "noise": _noise_json(self.noise),
+                "pairing": self.pairing.to_json() if self.pairing else None}
 
 
 @dataclass(frozen=True)
@@ -342,16 +369,18 @@ class SummaryChange:
 
 @dataclass(frozen=True)
 class GpuTime:
-    """Kernel time, idle gaps between kernels, and the largest gap of one nsys run."""
+    """Kernel time, idle gaps between kernels, and the largest gap of one nsys run; for a side
+    of several runs each the median over its `runs` (gaps: the lower median)."""
 
     kernel_ns: float
     idle_ns: float
     gaps: int
     max_gap_ns: float
+    runs: int = 1
 
     def to_json(self) -> JsonDict:
         return {"kernel_ns": self.kernel_ns, "idle_ns": self.idle_ns, "gaps": self.gaps,
-                "max_gap_ns": self.max_gap_ns}
+                "max_gap_ns": self.max_gap_ns, "runs": self.runs}
 
 
 @dataclass(frozen=True)
@@ -420,13 +449,16 @@ GATE_INVALID, GATE_NCU, GATE_NOTHING = "verdict.invalid", "ncu.attribution", "no
 @dataclass(frozen=True)
 class Gate:
     """The regression gate: what was checked and what failed; where it may judge nothing
-    (`reason`: GATE_INVALID, GATE_NCU), `judged` is False and there are no checks."""
+    (`reason`: GATE_INVALID, GATE_NCU, GATE_NOTHING), `judged` is False and there are no checks.
+    `guesses` are the kernels compared on a launch-order guess (A's name, B's name), never
+    judged until --pair confirms them."""
 
     max_slowdown_pct: float
     kernel: str | None
     judged: bool
     checks: tuple[GateCheck, ...]
     reason: str | None = None
+    guesses: tuple[tuple[str, str], ...] = ()
 
     @property
     def failed(self) -> tuple[GateCheck, ...]:
@@ -442,7 +474,9 @@ class Gate:
                 "judged": self.judged, "passed": self.passed,
                 "reason": self.reason,
                 "checked": [c.to_json() for c in self.checks],
-                "failed": [c.to_json() for c in self.failed]}
+                "failed": [c.to_json() for c in self.failed],
+                "unjudged": [{"kind": GATE_KERNEL, "name": a, "name_b": b,
+                              "reason": "pairing.guess"} for a, b in self.guesses]}
 
 
 @dataclass(frozen=True)
@@ -460,6 +494,8 @@ class DiffResult:
     gate: Gate | None = None
     refs: tuple[str, str] = ("", "")  # what the user named A and B by: a label is shown first
     files: tuple[str | None, str | None] = (None, None)  # a side given as a report file: its name
+    # each run of each side by the name it was given (the label a glob matched, the RUN typed)
+    side_names: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 
     def named_labels(self, side: str) -> tuple[str, ...]:
         """The names of a side's run: the report file name it was given as (`triage diff
@@ -477,8 +513,27 @@ class DiffResult:
         return self.sides[0] or (self.run_a.id,), self.sides[1] or (self.run_b.id,)
 
     @property
+    def runs_count(self) -> tuple[int, int]:
+        """How many runs each side has."""
+        return len(self.runs_of[0]), len(self.runs_of[1])
+
+    @property
+    def aggregated(self) -> bool:
+        """A side has several runs: every number shown is the median over a side's runs."""
+        return max(self.runs_count) > 1
+
+    @property
     def tools(self) -> tuple[str, str]:
         return self.run_a.tool, self.run_b.tool
+
+    def aggregate_json(self) -> JsonDict:
+        """What each side's numbers are: the median over its runs (`statistic`, null when
+        every side is one run), with the runs' ids and the names they were given by."""
+        sides = {}
+        for side, ids, names in zip("ab", self.runs_of, self.side_names, strict=True):
+            sides[side] = {"runs": len(ids), "ids": list(ids),
+                           "names": list(names) if len(names) == len(ids) else list(ids)}
+        return {"statistic": "median" if self.aggregated else None, **sides}
 
     def to_json(self) -> JsonDict:
         """The `diff --json` document (schemas/diff.schema.json, version DIFF_FORMAT)."""
@@ -490,6 +545,7 @@ class DiffResult:
                 "runs": {"a": provenance(self.run_a), "b": provenance(self.run_b)},
                 "options": self.options.to_json(),
                 "sides": {"a": list(self.runs_of[0]), "b": list(self.runs_of[1])},
+                "aggregate": self.aggregate_json(),
                 **({"gate": self.gate.to_json()} if self.gate else {})}
 
 

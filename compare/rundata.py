@@ -63,8 +63,16 @@ class RunData:
 
     @cached_property
     def kernels(self) -> pa.Table:
-        return self.table("kernels", columns=["report_index", "kernel_index", "name", "short_name",
-                                              "duration_ns"])
+        """Each launch: its indices, names, duration and launch configuration (grid, block)."""
+        columns = ["report_index", "kernel_index", "name", "short_name", "duration_ns",
+                   *(f"{part}_{axis}" for part in ("grid", "block") for axis in "xyz")]
+        source = self.parquet("kernels")
+        if source is None:
+            return self.table("kernels", columns=columns)  # None: no kernels table
+        schema = arrow_schema("kernels")
+        stored = [c for c in columns if c in source.schema_arrow.names]
+        table = self.table("kernels", columns=stored)
+        return conform(table, pa.schema([schema.field(c) for c in columns]))
 
     def rows_for(self, name: str, kernel_indices, columns=None) -> pa.Table:
         """The row groups of a per-kernel table that can hold these kernels (by the row-group

@@ -14,7 +14,8 @@ def test_demo_tells_the_story_without_nsys(triage, monkeypatch, tmp_path):
     text = triage("demo").stdout
     flat = " ".join(text.split())
     # a valid comparison of five runs a side: forward significant, backward within noise
-    assert "A is 5 runs" in text and "B is 5 runs" in text
+    assert "A: 5 runs: before/1..before/5" in text and "B: 5 runs: after/1..after/5" in text
+    assert "numbers: median of 5 runs a side" in text
     assert re.search(r"forward .*\n .* significant;", text)
     assert re.search(r"backward .*\n .* within noise;", text)
     # the regression gate the other way round, and its exit code

@@ -130,6 +130,24 @@ def test_gate_fails_beyond_noise_and_passes_a_wide_gate(triage, captured):
     assert "**Gate passed: 4 time(s) checked" in markdown and "**Is it real?**" in markdown
 
 
+def test_a_side_of_several_runs_shows_their_medians(triage, captured):
+    """base/* (10 runs) against slow/* (5): each range's totals are the medians over the runs,
+    named so, and forward's change has the sign of its significance line (issue 34, item 6)."""
+    diff = diff_json(triage, captured, "base/*", "slow/*")
+    assert diff["aggregate"]["statistic"] == "median"
+    assert (diff["aggregate"]["a"]["runs"], diff["aggregate"]["b"]["runs"]) == (BASE, SLOW)
+    alone = [ranges(diff_json(triage, captured, f"slow/{i}", f"slow/{i}"))["forward"]
+             for i in range(1, SLOW + 1)]
+    forward = ranges(diff)["forward"]
+    assert (forward["a"]["runs"], forward["b"]["runs"]) == (BASE, SLOW)
+    assert forward["b"]["total_ns"] == sorted(e["a"]["total_ns"] for e in alone)[SLOW // 2]
+    assert forward["noise"]["significance"] == "significant"
+    assert forward["delta_pct"] > 5 and forward["noise"]["change_pct"] > 5
+    text = triage("diff", "base/*", "slow/*", "--store", captured).stdout
+    assert "A: 10 runs: base/1..base/10" in text and "B: 5 runs: slow/1..slow/5" in text
+    assert "numbers: A: median of 10 runs, B: median of 5 runs" in text
+
+
 def test_one_run_per_side_measures_launches(triage, captured):
     """One run each: the samples are the 40 launches; a single-launch range (epoch) is unknown
     and says how many samples a verdict needs; the gate judges it by the percentage alone."""
@@ -196,18 +214,20 @@ def test_ncu_durations_are_not_accepted_on_unless_asked(triage):
 
 
 def test_unknown_noise_is_judged_by_the_percentage_alone(triage):
-    """ncu (with --gate-ncu), 2 launches a side: too few for an interval. coalesced -> naive is
-    +3.1% per launch."""
+    """ncu, 2 launches a side: too few for an interval. coalesced -> naive is +3.1% per launch.
+    The two kernels have different names: the gate judges them once --pair confirms them."""
     naive, coalesced = archived(triage, *GEMM)
-    slower = triage("diff", coalesced, naive, "--max-slowdown", "2", "--gate-ncu", expect=4)
+    pair = ("--pair", "sgemm_global_mem_coalesce=naive_gemm", "--gate-ncu")
+    slower = triage("diff", coalesced, naive, "--max-slowdown", "2", *pair, expect=4)
     assert "Gate failed: kernel sgemm_global_mem_coalesce" in slower.stdout
     assert "+3.1% (noise unknown, by % alone) > 2%" in slower.stdout
-    gate = triage.json("diff", coalesced, naive, "--max-slowdown", "5", "--gate-ncu")["gate"]
+    gate = triage.json("diff", coalesced, naive, "--max-slowdown", "5", *pair)["gate"]
     assert gate["passed"] and gate["checked"][0]["significance"] == "unknown"
-    triage("diff", naive, coalesced, "--max-slowdown", "0", "--gate-ncu", expect=0)  # faster
+    triage("diff", naive, coalesced, "--max-slowdown", "0", "--pair", "naive_gemm="
+           "sgemm_global_mem_coalesce", "--gate-ncu", expect=0)  # faster: never fails
     # --kernel narrows the gate: no kernel matches, nothing fails
     narrowed = triage("diff", coalesced, naive, "--max-slowdown", "2", "--kernel", "sgemm",
-                      "--gate-ncu", expect=4)
+                      *pair, expect=4)
     assert "Gate failed" in narrowed.stdout
     triage("diff", coalesced, naive, "--max-slowdown", "2", "--kernel", "nothing", "--gate-ncu",
            expect=1)
@@ -221,7 +241,7 @@ def test_strict_first_and_an_invalid_verdict_is_not_judged(triage):
     assert "every change below is NOT COMPARABLE" in result.stdout
     gate = triage.json("diff", naive, other_gpu, "--max-slowdown", "0")["gate"]
     assert gate == {"max_slowdown_pct": 0.0, "kernel": None, "judged": False, "passed": False,
-                    "reason": "verdict.invalid", "checked": [], "failed": []}
+                    "reason": "verdict.invalid", "checked": [], "failed": [], "unjudged": []}
     markdown = triage("diff", naive, other_gpu, "--max-slowdown", "0", "--format", "md").stdout
     assert "**Gate not judged" in markdown
     assert "gate" not in triage.json("diff", naive, other_gpu)  # only with --max-slowdown

@@ -24,6 +24,18 @@ class GateChoice(click.Choice):
                      "--strict=invalid)", param, ctx)
 
 
+def _pairs(_ctx, _param, values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """--pair A=B as (A, B): split at the first '=' (a kernel name seldom holds one)."""
+    pairs = []
+    for value in values:
+        a, sep, b = value.partition("=")
+        if not sep or not a.strip() or not b.strip():
+            raise click.BadParameter(f"{value!r} is not A=B (kernel A of run A, kernel B of run "
+                                     "B: --pair 'naive_gemm=sgemm_coalesced')")
+        pairs.append((a.strip(), b.strip()))
+    return tuple(pairs)
+
+
 def diff_options(command):
     """The comparison options `diff` and `report` share (both compute `diff_runs`)."""
     options = [
@@ -43,6 +55,13 @@ def diff_options(command):
         click.option("--raw-names", is_flag=True,
                      help="Name ncu metrics by their raw names (gpu__time_duration.sum), not the "
                      "labels their sections show (Duration); --json always has both."),
+        click.option("--pair", "pairs", multiple=True, metavar="A=B", callback=_pairs,
+                     help="Compare kernel A of run A with kernel B of run B (whole or short "
+                     "names), confirmed: the gate judges it; repeatable."),
+        click.option("--no-rename-pairing", "rename_pairing", is_flag=True, default=True,
+                     flag_value=False,
+                     help="Never pair kernels of different names by launch order (a guess, "
+                     "shown with its evidence and never judged by the gate)."),
     ]
     for option in reversed(options):
         command = option(command)
@@ -67,15 +86,20 @@ def diff_options(command):
 @store_option
 @pass_store
 def diff(store, run_a, run_b, sections, kernel, metric, show_all, threshold, strict, raw_names,
-         limit, max_slowdown, gate_ncu, out):
+         pairs, rename_pairing, limit, max_slowdown, gate_ncu, out):
     """Compare two runs: the drift verdict first (comparable / caution / invalid), then kernels,
     section by section, and for nsys runs the kernel ranking, NVTX, memory ops and GPU idle time.
     ncu metrics go by the labels their sections show (Duration; --raw-names: by raw name); a
     section only one run collected is one line.
 
-    A side may be several runs: RUN,RUN,... or a quoted label glob ('before/*'); each change
-    then carries the noise measured over the runs (one run: over its launches). A RUN may be a
-    report file (`triage diff a.ncu-rep b.ncu-rep`): its run, found by hash or archived now.
+    A side may be several runs: RUN,RUN,... or a quoted label glob ('before/*'); every number
+    is then the median over the side's runs, and each change carries the noise measured over
+    the runs (one run: over its launches). A RUN may be a report file (`triage diff a.ncu-rep
+    b.ncu-rep`): its run, found by hash or archived now.
+
+    Kernels match by name; kernels left over on both sides in equal number pair by launch
+    order, a guess shown with its evidence and never judged by the gate (not made where their
+    grid, block or duration differ over 100x). --pair A=B pairs by hand, confirmed.
 
     Exit codes: 0 when the diff ran; with --strict, 3 when the verdict is invalid; with
     --strict=caution, 3 when it is caution or invalid; with --max-slowdown PCT, 4 when a time
@@ -88,7 +112,7 @@ def diff(store, run_a, run_b, sections, kernel, metric, show_all, threshold, str
 
     opts = DiffOptions(sections=tuple(sections), kernel=kernel, metric=metric,
                        show_all=show_all, threshold_pct=threshold, max_slowdown_pct=max_slowdown,
-                       gate_ncu=gate_ncu)
+                       gate_ncu=gate_ncu, pairs=pairs, rename_pairing=rename_pairing)
     (run_a, run_b), files = runs_and_files(store, [run_a, run_b], sides=True)
     result = diff_runs(store.open(), run_a, run_b, opts, files=(files[0], files[1]))
     out.write(_rendered_diff(result, out, limit, raw_names))
@@ -114,7 +138,8 @@ def _rendered_diff(result: DiffResult, out: Output, limit: int, raw_names: bool)
 @output_options("html", "md", to_file=True)
 @store_option
 @pass_store
-def report(store, runs, sections, kernel, metric, show_all, threshold, strict, raw_names, out):
+def report(store, runs, sections, kernel, metric, show_all, threshold, strict, raw_names, pairs,
+           rename_pairing, out):
     """Review report of RUN B against RUN A: verdict and drift, kernels by time changed, charts,
     sections and rules, provenance. With more runs (A B C ...), a series: each against A.
     html: a self-contained page with charts; md: GitHub Markdown for a PR comment.
@@ -128,7 +153,7 @@ def report(store, runs, sections, kernel, metric, show_all, threshold, strict, r
 
     # Every metric is fetched (charts draw unchanged ones too); --all only decides the listing.
     opts = DiffOptions(sections=tuple(sections), kernel=kernel, metric=metric, show_all=True,
-                       threshold_pct=threshold)
+                       threshold_pct=threshold, pairs=pairs, rename_pairing=rename_pairing)
     refs, files = runs_and_files(store, list(runs), sides=True)
     diffs = diff_series(store.open(), refs, opts, files)
     out.write(render(diffs, out.fmt, show_unchanged=show_all, raw_names=raw_names),

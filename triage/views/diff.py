@@ -12,8 +12,8 @@ from triage.compare.noise import Noise
 from triage.views.text import (drift_change, drift_entries, drift_why, fmt_ns, fmt_pct, fmt_value,
                              kernel_notes, metric_title, one_side_text, output_width, short_id,
                              truncate, field_with_default, side_text)
-from triage.views.text import (NCU_CAVEAT, fmt_noise, fmt_spread, gate_lines, rule_failure,
-                               rule_heading)
+from triage.views.text import (NCU_CAVEAT, aggregate_words, fmt_noise, fmt_spread, gate_lines,
+                               rule_failure, rule_heading, side_runs_title)
 
 WIDTH = 100  # the layout's columns; a wider or narrower terminal widens or narrows the names
 UNRECORDED_LABEL = "not recorded in either run:"
@@ -22,10 +22,18 @@ SEVERITY_LABEL = {"invalidates": "INVALIDATES", "caution": "caution", "info": "i
 
 
 def _run_label(diff: DiffResult, side: str) -> str:
+    """'e9e4eca7a5b7 (before/1) nsys 2022.4.2.1', or for a side of several runs '5 runs:
+    before/1..before/5, nsys 2022.4.2.1' (its ids on the next lines)."""
     run = diff.run_a if side == "a" else diff.run_b
+    tool = f"{run.tool} {run.tool_version or '?'}"
+    several = side_runs_title(diff, side)
+    if several:
+        ids = diff.runs_of[0 if side == "a" else 1]
+        shown = ", ".join(short_id(i, 8) for i in ids[:4]) + (", ..." if len(ids) > 4 else "")
+        return f"{several}, {tool} ({shown})"
     named = diff.named_labels(side)
     labels = f" ({', '.join(named)})" if named else ""
-    return f"{short_id(run.id)}{labels} {run.tool} {run.tool_version or '?'}"
+    return f"{short_id(run.id)}{labels} {tool}"
 
 
 def _verdict_lines(diff: DiffResult, width: int) -> list[str]:
@@ -122,7 +130,9 @@ def _kernel_lines(kernel: KernelDiff, detail: bool, totals: bool, width: int,
     lines = [_kernel_head(kernel, totals, width - WIDTH)]
     if kernel.match != "matched":
         lines.append(f"      only in {'A' if kernel.match == 'only_a' else 'B'}")
-    lines += [truncate(f"      note: {n}", width) for n in kernel_notes(kernel)]
+    for note in kernel_notes(kernel):  # wrapped, not cut: a pairing's evidence is the point
+        lines += textwrap.wrap(f"      note: {note}", width, subsequent_indent=" " * 12,
+                               break_on_hyphens=False, break_long_words=False)
     lines += _noise_lines(kernel.noise)
     if detail:
         lines += _section_lines(kernel, width, raw_names)
@@ -137,13 +147,16 @@ def _noise_lines(noise: Noise | None, indent: str = "      ") -> list[str]:
 
 
 def _sides_lines(diff: DiffResult) -> list[str]:
-    """For a side of several runs, how many and which (its first run is named above)."""
-    lines = []
-    for side, ids in zip("AB", diff.runs_of, strict=True):
-        if len(ids) > 1:
-            shown = ", ".join(short_id(i, 8) for i in ids[:4]) + (", ..." if len(ids) > 4 else "")
-            lines.append(f"   {side} is {len(ids)} runs: {shown}")
-    return lines
+    """For a side of several runs: what every number below is, and what drift reads."""
+    words = aggregate_words(diff)
+    if not words:
+        return []
+    firsts = [names[0] if names else short_id(ids[0], 8)
+              for ids, names in zip(diff.runs_of, diff.side_names, strict=True)]
+    statistic = {("ncu", "ncu"): "mean", ("nsys", "nsys"): "median"}.get(
+        diff.tools, "median (nsys) or mean (ncu)")
+    return [f"   numbers: {words}; noise: over the runs (each run's {statistic} launch)",
+            f"   drift: each side's first run ({firsts[0]} vs {firsts[1]})"]
 
 
 def _section_lines(kernel: KernelDiff, width: int, raw_names: bool) -> list[str]:
@@ -177,11 +190,13 @@ SUMMARIES: tuple[tuple[str, str, Callable[[SummaryChange], str]], ...] = (
     ("API calls", "api", lambda e: str(e.key["name"])))
 
 
-def _nsys_lines(nsys: NsysDiff, extra: int) -> list[str]:
+def _nsys_lines(nsys: NsysDiff, extra: int, words: str | None = None) -> list[str]:
+    """GPU time and the summaries; `words` say what a side's numbers are (several runs)."""
     gpu = nsys.gpu
     lines = []
+    of = f" ({words})" if words else ""  # said beside every table: a reader may start there
     if gpu.a.kernel_ns or gpu.b.kernel_ns:
-        lines += ["", "GPU time:",
+        lines += ["", f"GPU time{of}:",
                   f"  kernel time {fmt_ns(gpu.a.kernel_ns)} -> "
                   f"{fmt_ns(gpu.b.kernel_ns)} ({fmt_pct(gpu.kernel_delta_pct)}); "
                   f"idle between kernels {fmt_ns(gpu.a.idle_ns)} -> "
@@ -190,7 +205,7 @@ def _nsys_lines(nsys: NsysDiff, extra: int) -> list[str]:
     for title, key, label in SUMMARIES:
         entries = getattr(nsys, key)[:10]
         if entries:
-            lines += ["", f"{title} (by time changed):"]
+            lines += ["", f"{title} ({words + '; ' if words else ''}by time changed):"]
             for entry in entries:
                 lines += [_summary_line(label(entry), entry, extra), *_noise_lines(entry.noise)]
     return lines
@@ -211,15 +226,21 @@ def render_diff(diff: DiffResult, limit: int = 20, width: int | None = None,
     metrics by their section labels, or by raw name with `raw_names`."""
     width = width or output_width()
     lines = [f"A: {_run_label(diff, 'a')}", f"B: {_run_label(diff, 'b')}", *_sides_lines(diff)]
-    lines += _verdict_lines(diff, width) + (gate_lines(diff.gate) if diff.gate else [])
+    lines += _verdict_lines(diff, width)
+    for line in gate_lines(diff.gate) if diff.gate else []:
+        lines += textwrap.wrap(line, width, subsequent_indent="  ", break_on_hyphens=False)
     lines += _drift_lines(diff, width)
     kernels = sorted(diff.kernels, key=lambda k: k.time_changed, reverse=True)
     if not kernels:
         lines += ["", "kernels: no kernel activity recorded in either run"]
     totals = diff.tools == ("nsys", "nsys")
     what = "total GPU time and launches" if totals else "mean duration per launch, launches"
+    words = aggregate_words(diff)
+    if words:
+        what += f", {words}"
     if kernels:
-        lines += ["", f"kernels ({len(kernels)}; {what}, ranked by time changed):"]
+        lines += ["", *textwrap.wrap(f"kernels ({len(kernels)}; {what}, ranked by time changed):",
+                                     width, subsequent_indent="  ")]
         lines += [f"  ({NCU_CAVEAT})"] if "ncu" in diff.tools else []
     if diff.verdict == "invalid" and (kernels or diff.nsys):
         lines.append("  (every change below is NOT COMPARABLE: the verdict is invalid)")
@@ -229,5 +250,5 @@ def render_diff(diff: DiffResult, limit: int = 20, width: int | None = None,
     if len(kernels) > limit:
         lines.append(f"  ... {len(kernels) - limit} more (use --json or --kernel REGEX)")
     if diff.nsys:
-        lines += _nsys_lines(diff.nsys, width - WIDTH)
+        lines += _nsys_lines(diff.nsys, width - WIDTH, words)
     return "\n".join(truncate(line, width) for line in lines)

@@ -32,6 +32,7 @@ from triage.views.text import (NCU_CAVEAT, clip_middle, default_phrase, distinct
                                short_id)
 from triage.compare.noise import Noise
 from triage.views.text import cuda_text, fmt_noise, fmt_spread, gate_lines, printable, rule_failure
+from triage.views.text import aggregate_words, side_runs_title
 from triage.base.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -53,6 +54,32 @@ def legend_name(run: RunRecord, labels: tuple[str, ...] | None = None) -> str:
     if labels:
         return labels[0]
     return run.reports[0].name if run.reports else short_id(run.id)
+
+
+def side_name(diff: DiffResult, side: str) -> str:
+    """How a side is called in titles, legends and headers: '5 runs: before/1..before/5' for
+    a side of several runs, else its run's name (`legend_name`)."""
+    run = diff.run_a if side == "a" else diff.run_b
+    return side_runs_title(diff, side) or legend_name(run, diff.named_labels(side))
+
+
+def side_ids(diff: DiffResult, side: str) -> str:
+    """The short id of a side's run, or of its first run and how many more."""
+    ids = diff.runs_of[0 if side == "a" else 1]
+    return short_id(ids[0]) + (f" +{len(ids) - 1} runs" if len(ids) > 1 else "")
+
+
+def provenance_name(diff: DiffResult, side: str) -> str:
+    """A provenance column's header: the run whose record it shows (a side of several runs:
+    its first, said so)."""
+    index = 0 if side == "a" else 1
+    run = (diff.run_a, diff.run_b)[index]
+    first = legend_name(run, diff.named_labels(side))
+    count = len(diff.runs_of[index])
+    if count > 1:
+        names = diff.side_names[index]
+        return f"{names[0] if names else first} (first of {count} runs)"
+    return first
 
 
 def series_runs(diffs: list[DiffResult]) -> list[RunRecord]:
@@ -327,8 +354,9 @@ def _context(diffs: list[DiffResult], show_unchanged: bool | None, charts: bool,
     if not diffs:
         raise UsageError("a report needs at least one comparison (two runs)")
     runs = series_runs(diffs)
-    names = [legend_name(diffs[0].run_a, diffs[0].named_labels("a")),
-             *(legend_name(d.run_b, d.named_labels("b")) for d in diffs)]
+    names = [side_name(diffs[0], "a"), *(side_name(d, "b") for d in diffs)]
+    ids = [side_ids(diffs[0], "a"), *(side_ids(d, "b") for d in diffs)]
+    prov_names = [provenance_name(diffs[0], "a"), *(provenance_name(d, "b") for d in diffs)]
     letters = [run_letter(i) for i in range(len(runs))]
     steps = []
     for i, diff in enumerate(diffs):
@@ -341,10 +369,11 @@ def _context(diffs: list[DiffResult], show_unchanged: bool | None, charts: bool,
                       "details": [kernel_view(r, legend, colors, show_unchanged) for r in rows
                                   if r["kernel"].sections or r["notes"]],
                       "gate": gate_lines(diff.gate) if diff.gate else [],
-                      "noise": noise_rows(diff)})
+                      "noise": noise_rows(diff), "aggregate": aggregate_words(diff)})
     table = series_table(diffs) if len(diffs) > 1 else []
     legend = [chart_legend(letter, name) for letter, name in zip(letters, names, strict=True)]
-    return {"steps": steps, "runs": runs, "names": names, "letters": letters, "series": table,
+    return {"steps": steps, "runs": runs, "names": names, "ids": ids, "prov_names": prov_names,
+            "letters": letters, "series": table, "aggregated": any(d.aggregated for d in diffs),
             "series_charts": svgcharts.series_charts(table, legend) if charts and table else [],
             "verdict": worst_verdict(d.verdict for d in diffs),
             "provenance": provenance_rows(runs), "version": __version__,

@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from triage.archive.model import Environment
-    from triage.compare.result import DriftItem, FiredRule, KernelDiff, MetricDiff, SectionDiff
+    from triage.compare.matching import PairEvidence
+    from triage.compare.result import (DiffResult, DriftItem, FiredRule, KernelDiff, MetricDiff,
+                                       SectionDiff)
 
 
 def short_id(run_id: str | None, length: int = 12) -> str:
@@ -419,14 +421,24 @@ def drift_why(item: DriftItem) -> str:
 
 def kernel_notes(kernel: KernelDiff) -> list[str]:
     """What a reader of a kernel's numbers should know, worded (the diff gives codes)."""
-    from triage.compare.result import KERNEL_LAUNCHES, KERNEL_NO_DATA, KERNEL_RENAMED
+    from triage.compare.result import (KERNEL_LAUNCHES, KERNEL_NO_DATA, KERNEL_PAIRED,
+                                       KERNEL_RENAMED, KERNEL_UNPAIRED)
 
     notes = []
-    if KERNEL_RENAMED in kernel.notes and kernel.name_b:
+    if kernel.name_b and (KERNEL_RENAMED in kernel.notes or KERNEL_PAIRED in kernel.notes):
         shorts = (kernel.short_name, kernel.short_name_b)
-        labels = shorts if shorts[0] and shorts[1] and shorts[0] != shorts[1] else \
-            distinct_names(kernel.name, kernel.name_b)
-        notes.append(f"paired by launch order: {labels[0]} -> {labels[1]}")
+        distinct = bool(shorts[0] and shorts[1] and shorts[0] != shorts[1])
+        labels = shorts if distinct else distinct_names(kernel.name, kernel.name_b)
+        evidence = f" ({pairing_evidence(kernel.pairing)})" if kernel.pairing else ""
+        confirm = f"--pair '{labels[0]}={labels[1]}'" if distinct else \
+            "--pair A=B (whole names: --json)"
+        if KERNEL_RENAMED in kernel.notes:
+            notes.append(f"paired by launch order, a guess: {labels[0]} -> {labels[1]}"
+                         f"{evidence}; not judged by the gate until confirmed with {confirm}")
+        else:
+            notes.append(f"paired by --pair: {labels[0]} -> {labels[1]}{evidence}")
+    if KERNEL_UNPAIRED in kernel.notes and kernel.pairing:
+        notes.append(unpaired_note(kernel.pairing))
     if KERNEL_LAUNCHES in kernel.notes and kernel.a and kernel.b:
         notes.append(f"launch counts differ ({kernel.a.launches} vs {kernel.b.launches}); "
                      f"compared the first {kernel.paired} of each")
@@ -434,6 +446,39 @@ def kernel_notes(kernel: KernelDiff) -> list[str]:
         sides = " and ".join(s.upper() for s in kernel.no_data)
         notes.append(f"no data in {sides}: the profiler collected nothing for these launches")
     return notes
+
+
+def fmt_dims(dims: Sequence[int] | None) -> str:
+    return "x".join(map(str, dims)) if dims else "?"
+
+
+REFUSED_WHAT = {"pairing.grid": "grids", "pairing.block": "blocks",
+                "pairing.duration": "mean durations"}
+
+
+def pairing_evidence(evidence: PairEvidence) -> str:
+    """What says two kernels of different names are one: 'first launch 1st of the unmatched;
+    grid 256x1x1 vs 256x1x1, block 128x1x1 vs 128x1x1, mean 4.79 ms vs 4.65 ms'."""
+    parts = [f"first launch #{evidence.order} of the kernels unmatched by name"] \
+        if evidence.order else []
+    if evidence.grid != (None, None):
+        parts.append(f"grid {fmt_dims(evidence.grid[0])} vs {fmt_dims(evidence.grid[1])}")
+    if evidence.block != (None, None):
+        parts.append(f"block {fmt_dims(evidence.block[0])} vs {fmt_dims(evidence.block[1])}")
+    parts.append(f"mean {fmt_ns(evidence.duration_ns[0])} vs {fmt_ns(evidence.duration_ns[1])}")
+    return "; ".join(parts)
+
+
+def unpaired_note(evidence: PairEvidence) -> str:
+    """Why launch order did not pair a kernel with the other side's: the numbers that differ
+    by orders of magnitude."""
+    from triage.compare.matching import PAIRING_LIMIT
+
+    apart = [f"{REFUSED_WHAT['pairing.' + what]} {ratio:,.0f}x"
+             for what, ratio in evidence.ratios.items() if ratio and ratio > PAIRING_LIMIT]
+    return (f"not paired with B's {clip_middle(evidence.name_b, 60)} by launch order, too unlike"
+            f" to be one kernel renamed ({', '.join(apart) or evidence.refused} apart; "
+            f"{pairing_evidence(evidence)}); --pair A=B pairs them")
 
 
 def metric_title(metric: MetricDiff, raw_names: bool = False) -> str:
@@ -530,19 +575,71 @@ def gate_lines(gate) -> list[str]:
                 "them anyway)"]
     if not gate.judged and gate.reason == GATE_NOTHING:
         return [f"Gate not judged: no kernel, NVTX range or GPU time was measured in both runs "
-                f"(--max-slowdown {limit})"]
+                f"(--max-slowdown {limit})", *([_guesses_line(gate)] if gate.guesses else [])]
     if not gate.judged:
         return [f"Gate not judged: the verdict is invalid, so no time is comparable "
                 f"(--max-slowdown {limit})"]
+    lines = [_guesses_line(gate)] if gate.guesses else []
     if gate.passed:
         return [f"Gate passed: {len(gate.checks)} time(s) checked, none slower than {limit} "
-                "beyond noise"]
-    lines = []
+                "beyond noise", *lines]
     for check in gate.failed:
         what = f"{GATE_KINDS.get(check.kind, check.kind)} {truncate(check.name, 40)}"
         if check.significance == "unknown":
             measured = f"{fmt_pct(check.change_pct)} (noise unknown, by % alone)"
         else:
             measured = f"{fmt_pct(check.change_pct)} {fmt_interval(check.ci_pct)}"
-        lines.append(f"Gate failed: {what} {measured} > {limit}")
+        lines.insert(len(lines) - bool(gate.guesses), f"Gate failed: {what} {measured} > {limit}")
     return lines
+
+
+def _guesses_line(gate) -> str:
+    """The kernels the gate left alone: compared on a guess, until --pair confirms them."""
+    from triage.views.svgcharts import short_kernel
+
+    def names(a: str, b: str) -> str:
+        short = short_kernel(a), short_kernel(b)
+        return " -> ".join(short if short[0] != short[1] else distinct_names(a, b, 40))
+
+    pairs = [names(a, b) for a, b in gate.guesses[:3]]
+    more = f" and {len(gate.guesses) - 3} more" if len(gate.guesses) > 3 else ""
+    count = len(gate.guesses)
+    return (f"Gate did not judge {count} kernel{'' if count == 1 else 's'} paired by a guess "
+            f"(launch order): {'; '.join(pairs)}{more}; --pair A=B confirms a pairing")
+
+
+# -- a side of several runs ------------------------------------------------------------------
+
+
+def listed_runs(names: Sequence[str]) -> str:
+    """'before/1, before/2' or, past three, 'before/1..before/5': which runs a side holds."""
+    if len(names) > 3:
+        return f"{names[0]}..{names[-1]}"
+    return ", ".join(names)
+
+
+def side_runs_title(diff: DiffResult, side: str) -> str | None:
+    """'5 runs: before/1..before/5' for a side of several runs; None for one run (named as a
+    run is)."""
+    index = 0 if side == "a" else 1
+    ids, names = diff.runs_of[index], diff.side_names[index]
+    if len(ids) < 2:
+        return None
+    shown = names if len(names) == len(ids) else [short_id(i, 8) for i in ids]
+    return f"{len(ids)} runs: {listed_runs(shown)}"
+
+
+def _runs(count: int) -> str:
+    return f"{count} run{'' if count == 1 else 's'}"
+
+
+def aggregate_words(diff: DiffResult) -> str | None:
+    """What a side's numbers are when a side has several runs: 'median of 5 runs a side', or
+    'A: median of 5 runs, B: 1 run'; None when each side is one run."""
+    a, b = diff.runs_count
+    if max(a, b) < 2:
+        return None
+    if a == b:
+        return f"median of {a} runs a side"
+    words = {count: f"median of {_runs(count)}" if count > 1 else _runs(count) for count in (a, b)}
+    return f"A: {words[a]}, B: {words[b]}"
