@@ -30,7 +30,7 @@ from triage.archive.store import Store
 from triage.capture import redact, session
 from triage.capture.git_patch import redact_patch
 from triage.capture.git_state import GitSnapshot
-from triage.capture.outputs import output_pattern
+from triage.capture.outputs import OUTPUT_OPTION
 from triage.capture.profiler_args import ParsedCommand
 from triage.capture.progress import ProgressEvent
 from triage.capture.session import CaptureRequest, Captured, CapturedNcuListing
@@ -60,12 +60,12 @@ def check_series(label: str | None, count: int) -> None:
 def check_overwrite(parsed: ParsedCommand, count: int) -> None:
     """Repeats that write one fixed report name need the profiler told to overwrite it: without
     that, nsys keeps the first report and writes the others to $TMPDIR, ncu refuses."""
-    pattern = output_pattern(parsed)
+    pattern = parsed.last(OUTPUT_OPTION[parsed.tool]) if parsed.tool else None
     if count < 2 or not pattern or COUNTER.search(pattern):
-        return
+        return  # nsys's default name is numbered; ncu without -o writes nothing
     if parsed.tool == "nsys" and (parsed.last("--force-overwrite") or "").lower() != "true":
         raise UsageError(f"--repeat {count} writes {pattern} every time: add "
-                         "--force-overwrite true to the nsys options (or put %n in -o)")
+                         "--force-overwrite true to the nsys options (or put %p in -o)")
     if parsed.tool == "ncu" and not parsed.has("--force-overwrite"):
         raise UsageError(f"--repeat {count} writes {pattern} every time: add -f to the ncu "
                          "options (or put %i in -o)")

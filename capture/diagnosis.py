@@ -32,16 +32,19 @@ CAUSES = (
 IMPORTER = ("{tool} left a .qdstrm stream it could not import (its QdstrmImporter is missing; "
             "Debian's nsys needs the link /usr/lib/x86_64-linux-gnu/nsight-systems/"
             "host-linux-x64/QdstrmImporter)")
+ERROR_WORDS = re.compile(r"error|illegal|invalid|fail|cannot|can't|unable|denied|not found|"
+                         r"no such", re.IGNORECASE)
 TEMP_REPORT = re.compile(r"(/\S*nsys-report-[0-9a-f]+\.(?:qdstrm|nsys-rep))")
 
 
 def last_message(tail: list[str]) -> str | None:
-    """The profiler's last line of output that says something (not a progress bar)."""
-    for line in reversed(tail):
-        text = line.strip()
-        if text and not text.startswith("[") and text != "Generated:":
-            return text
-    return None
+    """The profiler's last message that says something: its last line with an error word (a
+    usage hint after it says less), else its last line that is not a progress bar."""
+    said = [line.strip() for line in tail[-40:]
+            if line.strip() and not line.strip().startswith("[") and line.strip() != "Generated:"]
+    errors = [line for line in said if ERROR_WORDS.search(line)]
+    last = errors or said
+    return last[-1] if last else None
 
 
 def cause(tool: str, tail: list[str]) -> tuple[str | None, str | None]:

@@ -208,10 +208,15 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
             if line.final:
                 tail.append(line.text)
 
+    seen: set[int] = set()  # the profiler's processes: their nsys agents are ended after
+
     def tick() -> None:
-        wait = tick_after
+        wait, waited = min(tick_after, 1.0), 0.0
         while not done.wait(wait):
-            on_output(Elapsed(round(time.monotonic() - clock, 1)))
+            seen.update(process_tree.descendants(process.pid))
+            waited += wait
+            if waited >= tick_after:
+                on_output(Elapsed(round(time.monotonic() - clock, 1)))
             wait = 1.0
 
     with subprocess.Popen(command, shell=shell, cwd=cwd, env=dict(env),
@@ -236,6 +241,8 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
             done.set()
             ticker.join()
             watchdog.join()
+            # nsys leaves its agent running after every session (re-parented to init)
+            process_tree.end_agents([process.pid, *seen])
     return Outcome(code, started, utc_now(), round(time.monotonic() - clock, 3), list(tail),
                    interrupted, timeout if expired.is_set() else None)
 
