@@ -15,6 +15,7 @@ redaction takes (about 0.8 s per MB here). Over the limit,
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Callable
 from dataclasses import replace
@@ -29,12 +30,15 @@ from triage.archive.store import Store
 from triage.capture import redact, session
 from triage.capture.git_patch import redact_patch
 from triage.capture.git_state import GitSnapshot
+from triage.capture.outputs import OUTPUT_OPTION
+from triage.capture.profiler_args import ParsedCommand
 from triage.capture.progress import ProgressEvent
 from triage.capture.session import CaptureRequest, Captured, CapturedNcuListing
 from triage.base.errors import CaptureFailed, PatchNotStored, UsageError
 from triage.base.timeutil import utc_now
 from triage.base.units import fmt_bytes
 
+COUNTER = re.compile(r"%[npi]")  # a name that differs on every run: nothing to overwrite
 PATCH_LIMIT = 8_000_000  # bytes of `git diff HEAD` stored with a capture (see the docstring)
 
 
@@ -53,24 +57,52 @@ def check_series(label: str | None, count: int) -> None:
         raise UsageError("--repeat N needs --label NAME: the runs are labelled NAME/1 .. NAME/N")
 
 
+def check_overwrite(parsed: ParsedCommand, count: int) -> None:
+    """Repeats that write one fixed report name need the profiler told to overwrite it: without
+    that, nsys keeps the first report and writes the others to $TMPDIR, ncu refuses."""
+    pattern = parsed.last(OUTPUT_OPTION[parsed.tool]) if parsed.tool else None
+    if count < 2 or not pattern or COUNTER.search(pattern):
+        return  # nsys's default name is numbered; ncu without -o writes nothing
+    if parsed.tool == "nsys" and (parsed.last("--force-overwrite") or "").lower() != "true":
+        raise UsageError(f"--repeat {count} writes {pattern} every time: add "
+                         "--force-overwrite true to the nsys options (or put %p in -o)")
+    if parsed.tool == "ncu" and not parsed.has("--force-overwrite"):
+        raise UsageError(f"--repeat {count} writes {pattern} every time: add -f to the ncu "
+                         "options (or put %i in -o)")
+
+
 def capture_series(request: CaptureRequest, count: int, new_output: Callable[[], OutputSink],
                    on_warning: Callable[[str], None],
                    tick_after: float = 1.0) -> list[ArchiveResult]:
     """`triage capture --repeat N`: the same capture N times, run i labelled LABEL/i and all of
     them grouped under LABEL, so that `triage diff 'LABEL/*' ...` measures their noise. A
-    failed capture ends the series (it was recorded; CaptureFailed says which run)."""
+    failed try ends the series: it is recorded outside the group (no LABEL/i label, no group)
+    and CaptureFailed names it beside the runs that are the group."""
     check_series(request.label, count)
-    results = []
+    if count > 1:
+        check_overwrite(session.plan(request).parsed, count)
+    results: list[ArchiveResult] = []
     for i in range(1, count + 1):
         one = request if count == 1 else replace(
             request, label=series_label(request.label, i, count),
-            group=request.group or request.label)
+            group=request.group or request.label, series=request.label)
         sink = new_output()
         try:
             results.append(capture(one, sink, on_warning, tick_after))
+        except CaptureFailed as failed:
+            if count > 1:
+                failed.args = (_series_failure(str(failed), request.label, i, count, results),)
+            raise
         finally:
             sink.close()
     return results
+
+
+def _series_failure(message: str, label: str | None, i: int, count: int,
+                    results: list[ArchiveResult]) -> str:
+    members = ", ".join(f"{label}/{n} {r.id[:12]}" for n, r in enumerate(results, 1))
+    return (f"try {i} of {count} failed and is not in the group {label!r}: {message}; "
+            f"the group holds {len(results)} run(s){': ' + members if members else ''}")
 
 
 def capture(request: CaptureRequest, on_output: Callable[[ProgressEvent], None],
@@ -86,14 +118,15 @@ def capture(request: CaptureRequest, on_output: Callable[[ProgressEvent], None],
     ready = session.prepare(request, planned, on_warning)
     ncu_lists = _stored_listings(store, ready.listings)
     captured = session.run(request, ready, on_output, tick_after)
+    if captured.failed and request.series:  # a failed try is no sample of the group
+        request = replace(request, label=None, group=None)
     result = _archive(store, request, captured, ncu_lists, from_run)
     for warning in after_run_warnings(captured, result.record):
         on_warning(warning)
         store.annotations.annotate(result.id, utc_now(precise=True), f"warning: {warning}")
-    code = captured.outcome.exit_code
-    if code != 0:
-        raise CaptureFailed(f"{ready.tool} exited {code}; its report was archived as "
-                            f"run {result.id[:12]} (`triage show {result.id[:12]}`)")
+    if captured.failed:
+        raise CaptureFailed(f"{ready.tool} {captured.outcome.status}; its report was archived "
+                            f"as run {result.id[:12]} (`triage show {result.id[:12]}`)")
     return result
 
 
@@ -109,7 +142,7 @@ def _archive(store: Store, request: CaptureRequest, captured: Captured,
     ready = captured.ready
     run.source = "capture-failed"
     provenance = session.attempt_provenance(ready.parsed, ready.version, ready.facts,
-                                            captured.outcome, run.overrides["command"])
+                                            captured, run.overrides["command"])
     result = record_attempt(store, run, provenance)
     failed = CaptureFailed(f"{provenance['notices'][0]}; the attempt is recorded as run "
                            f"{result.id[:12]} (`triage show {result.id[:12]}`)")

@@ -275,6 +275,7 @@ class CaptureInfo:
     rerun_of: str | None = None  # the run `triage rerun` re-executed to make this one
     environ: Mapping[str, Any] = field(default_factory=lambda: EMPTY)  # redacted
     shell: bool = False
+    status: str | None = None  # `exited N`, the interrupting signal, or `timed out after N s`
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> CaptureInfo:
@@ -288,7 +289,7 @@ class CaptureInfo:
                    _strings(raw.get("warnings")), raw.get("group"), raw.get("rank"),
                    raw.get("from_run"), raw.get("nsys_source"), _mapping(raw.get("machine")),
                    _text(raw.get("rerun_of")), _mapping(raw.get("environment")),
-                   bool(raw.get("shell")))
+                   bool(raw.get("shell")), _text(raw.get("status")))
 
 
 def _listing(raw: object) -> StoredNcuListing | None:

@@ -118,3 +118,50 @@ def find_reports(parsed: ParsedCommand, cwd: Path, since: float,
     if found or parsed.tool is None:
         return found
     return new_reports(before, snapshot(cwd, parsed.tool))
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What a report file was before a run: its inode, mtime (ns), size and sha256."""
+
+    inode: int
+    mtime_ns: int
+    size: int
+    sha256: str
+
+
+def fingerprints(parsed: ParsedCommand, cwd: Path) -> dict[str, Fingerprint]:
+    """The files the command's output pattern names that exist before it runs (whatever their
+    age): a report found after the run is new only if it differs from these."""
+    from triage.base.hashing import hash_file
+
+    out = {}
+    for found in expected_reports(parsed, cwd, since=float("-inf")):
+        try:
+            stat = found.path.stat()
+            out[str(found.path)] = Fingerprint(stat.st_ino, stat.st_mtime_ns, stat.st_size,
+                                               hash_file(found.path)[0])
+        except OSError:
+            continue
+    return out
+
+
+def split_fresh(found: list[FoundReport], before: dict[str, Fingerprint]
+                ) -> tuple[list[FoundReport], list[FoundReport]]:
+    """(fresh, stale): a report is stale when the same name held the same inode and mtime
+    before the run, or the same bytes (the sha256 of the run before)."""
+    from triage.base.hashing import hash_file
+
+    fresh: list[FoundReport] = []
+    stale: list[FoundReport] = []
+    for report in found:
+        old = before.get(str(report.path))
+        try:
+            stat = report.path.stat()
+        except OSError:
+            continue
+        same = old is not None and (
+            (stat.st_ino, stat.st_mtime_ns) == (old.inode, old.mtime_ns)
+            or hash_file(report.path)[0] == old.sha256)
+        (stale if same else fresh).append(report)
+    return fresh, stale

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from triage.capture import profilers, redact
+from triage.capture import diagnosis, process_tree, profilers, redact
 from triage.capture.progress import Elapsed, LineCollapser, OutputLine, ProgressEvent
-from triage.capture.outputs import FoundReport, find_reports, output_pattern, snapshot
+from triage.capture.outputs import (FoundReport, find_reports, fingerprints, output_pattern,
+                                    snapshot, split_fresh)
 from triage.capture.profiler_args import ParsedCommand, parse_command
 from triage.base.errors import UsageError
 from triage.base.timeutil import utc_now
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
     from triage.capture.git_state import GitSnapshot
 
 TAIL_LINES = 200
-NO_KERNELS = "No kernels were profiled"
 STOP_SECONDS = 15  # how long an interrupted profiler gets to stop its application and exit
 
 
@@ -56,6 +56,8 @@ class CaptureRequest:
     from_run: str | None = None
     rerun_of: str | None = None  # the run `triage rerun` re-executes (its full id)
     nsys: str | None = None
+    timeout: float | None = None  # seconds the profiler may run before it is ended; None: no limit
+    series: str | None = None  # the --repeat group this capture is one try of
     redact_patterns: tuple[str, ...] = ()
     cwd: Path = field(default_factory=Path.cwd)
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
@@ -75,6 +77,20 @@ class Outcome:
     seconds: float
     tail: list[str]
     interrupted: str | None = None  # the signal that stopped the capture (SIGINT, SIGTERM)
+    timed_out: float | None = None  # the --timeout (seconds) that ended the profiler
+
+    @property
+    def ended_early(self) -> bool:
+        return bool(self.interrupted or self.timed_out)
+
+    @property
+    def status(self) -> str:
+        """How the profiler ended: `exited N`, the signal that interrupted it, or the timeout."""
+        if self.interrupted:
+            return self.interrupted
+        if self.timed_out:
+            return f"timed out after {self.timed_out:g} s"
+        return f"exited {self.exit_code}"
 
 
 @dataclass(frozen=True)
@@ -172,16 +188,18 @@ def _signals_interrupt() -> Iterator[None]:
 
 
 def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str],
-                 on_output: Callable[[ProgressEvent], None], tick_after: float = 1.0) -> Outcome:
+                 on_output: Callable[[ProgressEvent], None], tick_after: float = 1.0,
+                 timeout: float | None = None) -> Outcome:
     """Run the command, streaming its merged output as OutputLines (a `\r` progress bar
     collapsed to one line: capture/progress.py), and an Elapsed tick each second once it has
     run `tick_after` seconds; keep the tail. Interrupted (SIGINT, SIGTERM), the profiler is
     passed the signal and given STOP_SECONDS to stop its application, then killed; the Outcome
-    says which signal."""
+    says which signal. Past `timeout` seconds it is ended with everything it started
+    (capture/process_tree.py) and the Outcome says so."""
     started, clock = utc_now(), time.monotonic()
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     command = " ".join(argv) if shell else argv
-    interrupted = None
+    interrupted, expired = None, threading.Event()
     done = threading.Event()
 
     def emit(lines: list[OutputLine]) -> None:
@@ -190,10 +208,15 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
             if line.final:
                 tail.append(line.text)
 
+    seen: set[int] = set()  # the profiler's processes: their nsys agents are ended after
+
     def tick() -> None:
-        wait = tick_after
+        wait, waited = min(tick_after, 1.0), 0.0
         while not done.wait(wait):
-            on_output(Elapsed(round(time.monotonic() - clock, 1)))
+            seen.update(process_tree.descendants(process.pid))
+            waited += wait
+            if waited >= tick_after:
+                on_output(Elapsed(round(time.monotonic() - clock, 1)))
             wait = 1.0
 
     with subprocess.Popen(command, shell=shell, cwd=cwd, env=dict(env),
@@ -202,6 +225,9 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
         collapser, decoder = LineCollapser(), codecs.getincrementaldecoder("utf-8")("replace")
         ticker = threading.Thread(target=tick, daemon=True)
         ticker.start()
+        watchdog = threading.Thread(target=_watch, args=(process, timeout, done, expired),
+                                    daemon=True)
+        watchdog.start()
         try:
             with _signals_interrupt():
                 while chunk := process.stdout.read1(65536):  # type: ignore[attr-defined]
@@ -214,20 +240,35 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
         finally:
             done.set()
             ticker.join()
+            watchdog.join()
+            # nsys leaves its agent running after every session (re-parented to init)
+            process_tree.end_agents([process.pid, *seen])
     return Outcome(code, started, utc_now(), round(time.monotonic() - clock, 3), list(tail),
-                   interrupted)
+                   interrupted, timeout if expired.is_set() else None)
+
+
+def _watch(process: subprocess.Popen, timeout: float | None, done: threading.Event,
+           expired: threading.Event) -> None:
+    """Past `timeout`, end the profiler with its whole tree (which closes the output pipe the
+    reading loop waits on)."""
+    if timeout is None or done.wait(timeout):
+        return
+    expired.set()
+    process_tree.end_tree(process.pid, lambda: process.poll() is not None)
 
 
 def _stop(process: subprocess.Popen, signum: int, tail: deque[str]) -> int:
     """Pass the signal on (a Ctrl-C reached the profiler already; a kill of triage did not),
     keep what it still says, and kill it if it does not exit in time."""
+    tree = [process.pid, *process_tree.descendants(process.pid)]
     with contextlib.suppress(ProcessLookupError):
         process.send_signal(signum)
     try:
         rest, _ = process.communicate(timeout=STOP_SECONDS)  # bytes
     except subprocess.TimeoutExpired:
-        process.kill()
+        process_tree.end_tree(process.pid, lambda: process.poll() is not None, grace=0)
         rest, _ = process.communicate()
+    process_tree.end_agents(tree)
     tail.extend(line.text for line in LineCollapser().feed(rest.decode("utf-8", "replace") if rest
                                                             else "") if line.final)
     return process.returncode
@@ -293,15 +334,15 @@ def _fact(facts: dict, *path: str) -> Any:
 
 
 def attempt_provenance(parsed: ParsedCommand, version: str | None, facts: dict,
-                       outcome: Outcome, command: str) -> dict:
+                       captured: Captured, command: str) -> dict:
     """The manifest parts of a capture that left no report, from what the machine says."""
     settings, sources = _settings(parsed, version)
     return {
-        "tool": parsed.tool, "tool_version": version, "created": outcome.started,
+        "tool": parsed.tool, "tool_version": version, "created": captured.outcome.started,
         "command": command, "environment": environment_of(facts),
         "application": {"argv": parsed.application} if parsed.application else None,
         "settings": settings, "settings_source": sources, "evidence": {},
-        "notices": [_no_report_notice(parsed, outcome)],
+        "notices": [no_report_notice(parsed, captured)],
     }
 
 
@@ -319,23 +360,29 @@ def environment_of(facts: dict) -> dict:
         "working_directory": None, "variables": None}
 
 
-def _no_report_notice(parsed: ParsedCommand, outcome: Outcome) -> str:
+def no_report_notice(parsed: ParsedCommand, captured: Captured) -> str:
+    """Why there is no report: the end (signal, timeout, exit status) and the profiler's own
+    last message decide (capture/diagnosis.py); each cause with its fix."""
+    outcome, tool = captured.outcome, parsed.tool or "the profiler"
     if outcome.interrupted:
         return (f"interrupted ({outcome.interrupted}) after {outcome.seconds:.1f} s: "
-                f"{parsed.tool} was stopped and no report was kept")
-    if any(".qdstrm" in line for line in outcome.tail) and parsed.tool == "nsys":
-        return ("no report was produced: nsys left a .qdstrm stream it could not import "
-                "(its QdstrmImporter is missing; Debian's nsys needs the link /usr/lib/"
-                "x86_64-linux-gnu/nsight-systems/host-linux-x64/QdstrmImporter)")
-    if any("File exists" in line for line in outcome.tail):
-        return (f"no report was produced where asked: {parsed.tool} said the output file exists; "
-                "add --force-overwrite true (nsys) or -f (ncu)")
-    if any(NO_KERNELS in line for line in outcome.tail):
-        return (f"no report was produced: {parsed.tool} exited {outcome.exit_code} and said "
-                f"'{NO_KERNELS}' (no GPU, or the filters matched no kernel)")
-    if parsed.tool == "ncu" and not output_pattern(parsed):
-        return "no report was produced: ncu was run without -o/--export"
-    return f"no report was produced: {parsed.tool} exited {outcome.exit_code}"
+                f"{tool} was stopped and no report was kept")
+    if outcome.timed_out:
+        return (f"timed out after {outcome.timed_out:g} s: {tool} and the processes it started "
+                "were ended and no report was kept (capture --timeout sets the limit)")
+    said, why = diagnosis.cause(tool, outcome.tail)
+    text = f"no report was produced: {tool} {outcome.status}"
+    if said:
+        text += f" and said {said!r}"
+    if captured.stale:
+        text += f"; {diagnosis.stale_text(captured.stale)}"
+    if why is None and parsed.tool == "ncu" and not output_pattern(parsed):
+        why = "ncu was run without -o/--export: add -o NAME"
+    if why:
+        text += f"; {why}"
+    if captured.removed:
+        text += f" (removed its stray report {', '.join(captured.removed)})"
+    return text
 
 
 def capture_record(request: CaptureRequest, parsed: ParsedCommand, executable: str,
@@ -346,7 +393,8 @@ def capture_record(request: CaptureRequest, parsed: ParsedCommand, executable: s
         "argv": redact.redact_argv(list(request.argv), patterns),
         "shell": request.shell, "cwd": str(request.cwd),
         "started": outcome.started, "ended": outcome.ended, "seconds": outcome.seconds,
-        "exit_code": outcome.exit_code,
+        "exit_code": None if outcome.ended_early else outcome.exit_code,
+        "status": outcome.status,
         "output_tail": [redact.redact_value(line) for line in outcome.tail[-60:]],
         "tool_path": executable, "tool_version_text": version_text,
         "environment": redact.redact_mapping(dict(request.environ), patterns),
@@ -396,6 +444,13 @@ class Captured:
     outcome: Outcome
     found: list[FoundReport]
     git: GitSnapshot
+    stale: list[FoundReport] = field(default_factory=list)  # reports left from before the run
+    removed: list[str] = field(default_factory=list)  # stray temporary reports removed
+
+    @property
+    def failed(self) -> bool:
+        """No fresh report, or the profiler did not end by itself with status 0."""
+        return not self.found or self.outcome.ended_early or self.outcome.exit_code != 0
 
     def record(self, request: CaptureRequest, ncu_lists: dict, git: dict,
                from_run: str | None) -> dict:
@@ -416,8 +471,11 @@ def run(request: CaptureRequest, ready: Prepared, on_output: Callable[[ProgressE
     from triage.capture.git_state import git_snapshot
 
     before, since = snapshot(request.cwd, ready.tool), time.time()
+    existing = fingerprints(ready.parsed, request.cwd)
     outcome = run_profiler(request.argv, request.shell, request.cwd, request.environ, on_output,
-                           tick_after)
+                           tick_after, request.timeout)
     # an interrupted profiler's report, if any, may be cut short: the attempt is what is kept
-    found = [] if outcome.interrupted else find_reports(ready.parsed, request.cwd, since, before)
-    return Captured(ready, outcome, found, git_snapshot(request.cwd))
+    found = [] if outcome.ended_early else find_reports(ready.parsed, request.cwd, since, before)
+    fresh, stale = split_fresh(found, existing)
+    removed = diagnosis.remove_temporary_reports(outcome.tail, request.environ)
+    return Captured(ready, outcome, fresh, git_snapshot(request.cwd), stale, removed)

@@ -43,6 +43,16 @@ def wait_for_application(pid: int, name: str, limit: float = 120) -> None:
     pytest.fail(f"{name} never started under the capture")
 
 
+def agents_left(pids: list[int], limit: float = 60) -> list[int]:
+    """nsys agents of sessions these processes started still running after `limit` seconds."""
+    from triage.capture.process_tree import _alive, agents_of
+
+    deadline = time.monotonic() + limit
+    while (left := [p for p in agents_of(pids) if _alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_capture_is_recorded_as_a_failed_attempt(triage, nsys_exe, tmp_path,
                                                                 store_dir, signum):
@@ -53,6 +63,7 @@ def test_an_interrupted_capture_is_recorded_as_a_failed_attempt(triage, nsys_exe
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_application(capture.pid, "sleep")
+        profiler = descendants(capture.pid)  # nsys and what it started
         capture.send_signal(signum)
         _out, err = capture.communicate(timeout=120)
     finally:
@@ -66,5 +77,8 @@ def test_an_interrupted_capture_is_recorded_as_a_failed_attempt(triage, nsys_exe
     assert run["id"][:12] in err and run["source"] == "capture-failed"
     assert run["notices"][0].startswith(f"interrupted ({name}) after ")
     assert run["capture"]["argv"] == command and run["capture"]["seconds"] > 0
+    # the signal is the status, not nsys's exit code (0 after it stopped its application)
+    assert run["capture"]["status"] == name and run["capture"]["exit_code"] is None
+    assert not agents_left(profiler)  # the agent nsys detached is ended too
     assert run["capture"]["environment"]["TRIAGE_STORE"] == str(store_dir)
     assert [r["source"] for r in triage.json("ls")] == ["capture-failed"]

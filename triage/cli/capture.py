@@ -9,6 +9,8 @@ import click
 from triage.cli.options import output_options, pass_store, runs_named, store_option, warn
 from triage.views import text as textview
 
+DEFAULT_TIMEOUT = "6h"  # ends a hung profiler; docs/capture.md states it
+
 
 @click.command(context_settings={"ignore_unknown_options": True,
                                  "allow_interspersed_args": False})
@@ -24,15 +26,20 @@ from triage.views import text as textview
               help="Run the capture N times, labelled LABEL/1 .. LABEL/N and grouped under "
               "LABEL (needs --label; the profiler must be told to overwrite its report: "
               "ncu -f, nsys --force-overwrite true). Compare with: triage diff 'LABEL/*' ...")
+@click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True, metavar="DURATION",
+              help="End the profiler, the processes it started and its temporary reports after "
+              "DURATION (90s, 30m, 6h; 0: no limit) and record the try as timed out.")
 @output_options("text", "json")
 @store_option
 @pass_store
-def capture(store, command, label, note, shell, group, from_run, nsys, redact, repeat, out):
+def capture(store, command, label, note, shell, group, from_run, nsys, redact, repeat, timeout,
+            out):
     """Run `ncu ...` or `nsys profile ...` as given and archive what it wrote, with everything
     needed to reproduce it: argv, versions, --list-sections, settings, GPUs and clocks, git state.
 
     Example: triage capture -- nsys profile -o step ./train.py"""
     from triage.archive.captured import capture_series, check_series
+    from triage.archive.integrity import parse_duration
     from triage.capture.session import CaptureRequest
     from triage.views.progress import CaptureOutput, progress_after
     from triage.views.runs import archive_line, archive_lines
@@ -42,7 +49,8 @@ def capture(store, command, label, note, shell, group, from_run, nsys, redact, r
         from_run = runs_named(store, [from_run])[0]
     request = CaptureRequest(list(command), store=store.path, label=label, note=note,
                              shell=shell, group=group, from_run=from_run, nsys=nsys,
-                             redact_patterns=tuple(redact))
+                             redact_patterns=tuple(redact),
+                             timeout=parse_duration(timeout) or None)
     stream = out.stream()
     results = capture_series(
         request, repeat, lambda: CaptureOutput(stream, stream.isatty() and not out.json,

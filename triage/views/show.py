@@ -114,7 +114,8 @@ def _capture_lines(capture: CaptureInfo, run_id: str) -> list[str]:
     lines = ["capture",
              _line("argv", " ".join(capture.argv)),
              _line("cwd", capture.cwd),
-             _line("exit code", capture.exit_code),
+             _line("exit code", capture.exit_code) if capture.status is None
+             else _line("status", capture.status),
              _line("ran", f"{capture.started} for {capture.seconds} s"),
              _line("git", _git_text(capture.git))]
     patch = _patch_text(capture.git, run_id)
