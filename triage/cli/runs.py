@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from triage.base.errors import UsageError
+from triage.base.errors import TriageError, UsageError
 from triage.cli.options import (echo_chunks, output_options, pass_store, runs_named,
                                 store_option, warn, width_options)
 from triage.views import text as textview
@@ -27,22 +27,34 @@ if TYPE_CHECKING:
               "redact (also $TRIAGE_REDACT, comma-separated).")
 @click.option("--repair", is_flag=True, help="Rewrite every object of a run already archived "
               "from the report (default: only those missing or of the wrong size).")
+@click.option("--fail-fast", is_flag=True, help="Stop at the first report refused and archive "
+              "none (default: archive every readable one, name each refused, exit 1).")
 @output_options("text", "json")
 @store_option
 @pass_store
-def archive(store, reports, label, note, nsys, redact, repair, out):
+def archive(store, reports, label, note, nsys, redact, repair, fail_fast, out):
     """File existing reports (.ncu-rep, .nsight-cuprof-report, .nsys-rep, .qdrep, .sqlite).
 
     One run per report; archiving the same file again finds the same run and adds no bytes,
-    but rewrites its objects that are missing or damaged (`triage verify` names them)."""
-    from triage.archive.ingest import archive_files
+    but rewrites its objects that are missing or damaged (`triage verify` names them). Of
+    several reports, each readable one is archived and each refused one named on a line of
+    its own, with a summary; the exit status is then 1 (--fail-fast: none is archived). One
+    report refused is the error it is."""
+    from triage.archive.ingest import archive_batch
     from triage.views.progress import status_line
-    from triage.views.runs import archive_lines
+    from triage.views.runs import archive_lines, refusal_lines
 
     with status_line(out.json) as progress:
-        results = archive_files(store.path, list(reports), label=label, note=note, nsys=nsys,
-                                redact_patterns=tuple(redact), repair=repair, progress=progress)
-    out.show(results, archive_lines)
+        batch = archive_batch(store.path, list(reports), label=label, note=note, nsys=nsys,
+                              redact_patterns=tuple(redact), repair=repair, progress=progress,
+                              keep_going=not fail_fast and len(reports) > 1)
+    if batch.results:
+        out.show(batch.results, archive_lines)
+    elif out.json:
+        out.write("[]")
+    if batch.refused:
+        click.echo(refusal_lines(batch, len(reports)), err=True)
+        raise click.exceptions.Exit(TriageError.exit_code)
 
 
 @click.command(name="ls")

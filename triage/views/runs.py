@@ -9,7 +9,7 @@ from triage.views import text as textview
 
 if TYPE_CHECKING:
     from triage.archive.listing import RunList
-    from triage.archive.model import ArchiveResult
+    from triage.archive.model import ArchiveBatch, ArchiveResult
 
 # the columns `triage ls` reads for its text table (--json and --csv read every column)
 LS_TEXT_COLUMNS = ("id", "archived", "tool", "tool_version", "gpu", "kernels", "report_names")
@@ -29,6 +29,16 @@ def archive_line(result: ArchiveResult) -> str:
 
 def archive_lines(results: list[ArchiveResult]) -> str:
     return "\n".join(map(archive_line, results))
+
+
+def refusal_lines(batch: ArchiveBatch, given: int) -> str:
+    """Each report an archive set aside, one line each (its message escaped: a file name may
+    hold a newline), and the count of what was done."""
+    lines = [f"triage: refused: {textview.printable(r.message)}" for r in batch.refused]
+    archived = len(batch.results)
+    lines.append(f"triage: archived {archived} of {given} report{'' if given == 1 else 's'}; "
+                 f"{len(batch.refused)} refused (named above)")
+    return "\n".join(lines)
 
 
 def ls_text(found: RunList, width: int | None = None) -> str:
