@@ -18,7 +18,9 @@ for a remote one (`spool`, one folder per process: a dead writer's is removed, `
 uploaded by `publish`.
 
 Credentials and endpoint come the standard AWS way: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY
-(or a profile, AWS_PROFILE), AWS_REGION, and AWS_ENDPOINT_URL for an S3-compatible server. Time-
+(or a profile, AWS_PROFILE), AWS_REGION, and AWS_ENDPOINT_URL for an S3-compatible server;
+an s3:// URL's own settings (`?endpoint=...&region=...&profile=...`, a remote's: `S3Place`) win
+over them. Time-
 outs are short and retries few, so an unreachable or refusing server is one line within seconds
 (`remote_error`), not a retry storm.
 """
@@ -100,27 +102,27 @@ class StoreFiles:
     def s3(cls, url: str) -> StoreFiles:
         from pyarrow import fs
 
-        parsed = urlparse(url)
-        bucket, prefix = parsed.netloc, parsed.path.strip("/")
-        if not bucket:
-            raise StoreError(f"store {url}: no bucket; give s3://bucket/prefix")
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        place = S3Place.parse(url)
+        bucket, prefix = place.bucket, place.prefix
+        # The URL's own settings (a remote's: `triage remote add`) win over the environment.
+        endpoint = place.endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") \
+            or os.environ.get("AWS_ENDPOINT_URL")
         # allow_delayed_open: an object smaller than a part is one PutObject at close (pyarrow
         # otherwise starts a multipart upload per write: three requests instead of one, about
         # 3x the time of each small write); failures still surface inside `_errors`, at close.
         options: dict = {"connect_timeout": CONNECT_TIMEOUT, "request_timeout": REQUEST_TIMEOUT,
                          "retry_strategy": fs.AwsStandardS3RetryStrategy(max_attempts=ATTEMPTS),
                          "allow_delayed_open": True}
-        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        region = place.region or os.environ.get("AWS_REGION") \
+            or os.environ.get("AWS_DEFAULT_REGION")
         if endpoint:
             address = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
             options.update(endpoint_override=address.netloc, scheme=address.scheme or "https")
             region = region or "us-east-1"  # an S3-compatible server takes any region
         if region:
             options["region"] = region
-        if os.environ.get("AWS_PROFILE") and not os.environ.get("AWS_ACCESS_KEY_ID"):
-            options.update(_profile_keys(os.environ["AWS_PROFILE"]))
         where = f"s3://{bucket}/{prefix}".rstrip("/") + f" at {endpoint or 'AWS S3'}"
+        options.update(_credentials(place, where))
         try:
             filesystem = fs.S3FileSystem(**options)
         except (OSError, ValueError) as exc:
@@ -396,15 +398,141 @@ def first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
 
 
+# What an s3:// URL may set after its `?` (a remote's settings): name -> the setting it is.
+S3_SETTINGS = {"endpoint": "endpoint", "endpoint_override": "endpoint",
+               "endpoint_url": "endpoint", "region": "region", "profile": "profile",
+               "credentials": "credentials"}
+CREDENTIAL_SOURCES = ("environment", "anonymous")  # besides profile=NAME
+# Query names that would carry a secret: refused (a remote's URL is kept in the store, pushed
+# and printed), and masked where an older store kept one.
+SECRET_RE = re.compile(r"secret|password|passwd|token|access.?key|credential_", re.I)
+REGION_RE = re.compile(r"^[a-z]{2}(-[a-z0-9]+)+-\d+$|^[a-z0-9-]{1,40}$")
+
+
+@dataclass(frozen=True)
+class S3Place:
+    """An s3://bucket/prefix URL and the settings it carries after `?`: the server's endpoint
+    (an S3-compatible one), its region, and where credentials come from: a named profile of
+    ~/.aws/credentials, none (`credentials=anonymous`), or the environment (the default: the
+    AWS_* variables, AWS_PROFILE). Secrets never: they stay in the profile or environment."""
+
+    bucket: str
+    prefix: str
+    endpoint: str | None = None
+    region: str | None = None
+    profile: str | None = None
+    credentials: str = "environment"
+
+    @classmethod
+    def parse(cls, url: str) -> S3Place:
+        """The place and its settings, each checked; every refusal names the URL with any
+        secret in it masked (`shown_url`)."""
+        from urllib.parse import parse_qsl
+
+        shown = shown_url(url)
+        parsed = urlparse(url)
+        if "@" in parsed.netloc:
+            raise StoreError(f"store {shown}: keys do not belong in a store URL; put them in a "
+                             "profile (~/.aws/credentials) and add ?profile=NAME")
+        if not parsed.netloc:
+            raise StoreError(f"store {shown}: no bucket; give s3://bucket/prefix")
+        settings: dict[str, str] = {}
+        for key, value in parse_qsl(parsed.query, keep_blank_values=True):
+            settings.update(_setting(shown, key, value, settings))
+        place = cls(parsed.netloc, parsed.path.strip("/"), **settings)
+        if place.profile and "credentials" in settings:
+            raise StoreError(f"store {shown}: profile= and credentials= both say where "
+                             "credentials come from; give one")
+        return place
+
+    def settings(self) -> dict[str, str]:
+        """What the URL sets, as `triage remote list` shows it (never a secret: none is kept)."""
+        found = {"endpoint": self.endpoint, "region": self.region, "profile": self.profile,
+                 "credentials": None if self.credentials == "environment" else self.credentials}
+        return {key: value for key, value in found.items() if value}
+
+
+def _setting(shown: str, key: str, value: str, settings: dict[str, str]) -> dict[str, str]:
+    """One `key=value` of an s3:// URL as the setting it names, or why it is refused."""
+    if SECRET_RE.search(key):
+        raise StoreError(f"store {shown}: a secret ({key}) does not belong in a store URL; put "
+                         "the keys in a profile (~/.aws/credentials) and add ?profile=NAME")
+    name = S3_SETTINGS.get(key.lower())
+    if name is None:
+        raise StoreError(f"store {shown}: unknown setting {key!r}; an s3:// URL takes "
+                         "endpoint, region, profile and credentials (environment or anonymous)")
+    if name in settings:
+        raise StoreError(f"store {shown}: {name} given twice; give it once")
+    if name == "endpoint":
+        address = urlparse(value)
+        if address.scheme not in ("http", "https") or not address.hostname \
+                or address.path.strip("/") or address.query:
+            raise StoreError(f"store {shown}: endpoint {value!r} is not a server's address; "
+                             "give http(s)://HOST[:PORT]")
+        return {name: f"{address.scheme}://{address.netloc}"}
+    if name == "region" and not REGION_RE.match(value):
+        raise StoreError(f"store {shown}: region {value!r} is not a region name (us-east-1)")
+    if name == "profile" and not re.match(r"^[\w.+@-]{1,64}$", value):
+        raise StoreError(f"store {shown}: profile {value!r} is not a profile name")
+    if name == "credentials" and value not in CREDENTIAL_SOURCES:
+        raise StoreError(f"store {shown}: credentials={value!r}; give one of "
+                         f"{', '.join(CREDENTIAL_SOURCES)}, or profile=NAME")
+    return {name: value}
+
+
+def shown_url(url: str) -> str:
+    """A store URL as it may be printed: keys before the host and secret-named settings (an
+    older store may have kept one) masked."""
+    from urllib.parse import parse_qsl, urlencode
+
+    parsed = urlparse(url)
+    if not URL_RE.match(url) or (not parsed.query and "@" not in parsed.netloc):
+        return url
+    netloc = parsed.netloc.rpartition("@")[2]
+    if "@" in parsed.netloc:
+        netloc = "***@" + netloc
+    query = urlencode([(k, "***" if SECRET_RE.search(k) else v)
+                       for k, v in parse_qsl(parsed.query, keep_blank_values=True)], safe=":/*")
+    return parsed._replace(netloc=netloc, query=query).geturl()
+
+
+def _credentials(place: S3Place, where: str) -> dict:
+    """The S3 client's credentials options: the URL's source (profile, anonymous), else the
+    environment's (AWS_PROFILE where no keys are set; pyarrow reads the keys itself)."""
+    if place.credentials == "anonymous":
+        return {"anonymous": True}
+    if place.profile:
+        keys = _profile_keys(place.profile)
+        if not keys:
+            raise StoreError(f"store {where}: no profile {place.profile!r} with keys in "
+                             f"{credentials_file()}; add it there, or point "
+                             "AWS_SHARED_CREDENTIALS_FILE at the file that has it")
+        return keys
+    if os.environ.get("AWS_PROFILE") and not os.environ.get("AWS_ACCESS_KEY_ID"):
+        return _profile_keys(os.environ["AWS_PROFILE"])
+    return {}
+
+
+def check_profile(profile: str) -> None:
+    """Refuse a profile ~/.aws/credentials (or $AWS_SHARED_CREDENTIALS_FILE) has no keys for."""
+    if not _profile_keys(profile):
+        raise StoreError(f"no profile {profile!r} with keys in {credentials_file()}; add it "
+                         "there (aws configure --profile NAME), or point "
+                         "AWS_SHARED_CREDENTIALS_FILE at the file that has it")
+
+
+def credentials_file() -> Path:
+    return Path(os.environ.get("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials")).expanduser()
+
+
 def _profile_keys(profile: str) -> dict[str, str]:
     """Keys of a named profile in ~/.aws/credentials (pyarrow's client reads the default profile
     and AWS_PROFILE itself; passed explicitly so that AWS_SHARED_CREDENTIALS_FILE is honoured the
     same way everywhere)."""
     import configparser
 
-    path = Path(os.environ.get("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials")).expanduser()
     parser = configparser.ConfigParser()
-    parser.read(path)
+    parser.read(credentials_file())
     if not parser.has_section(profile):
         return {}
     section = parser[profile]

@@ -31,7 +31,7 @@ from triage.base.hashing import hash_file
 from triage.archive.manifest import MANIFEST_KIND, version_for
 from triage.archive.canonical import canonical_json
 from triage.archive.labels import check_label
-from triage.archive.model import ArchiveResult, RunRecord
+from triage.archive.model import ArchiveBatch, ArchiveResult, Refusal, RunRecord
 from triage.archive.objects import Staged
 from triage.archive.run_manifests import manifest_file, run_parts
 from triage.archive.store import STORE_MARKER, Store, store_files
@@ -78,9 +78,24 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
                   note: str | None = None, nsys: str | None = None,
                   redact_patterns: tuple[str, ...] = (),
                   repair: bool = False, progress: Progress = no_progress) -> list[ArchiveResult]:
-    """`triage archive REPORT...`: one run per report; every file is validated first.
+    """`triage archive --fail-fast REPORT...`: one run per report, all or none: every file is
+    validated first, and the first refused stops the archive before the store is touched.
 
     A store this call creates is removed again when the archive fails and leaves it empty."""
+    return archive_batch(store_path, paths, label=label, note=note, nsys=nsys,
+                         redact_patterns=redact_patterns, repair=repair, progress=progress,
+                         keep_going=False).results
+
+
+def archive_batch(store_path, paths: list[str], label: str | None = None,
+                  note: str | None = None, nsys: str | None = None,
+                  redact_patterns: tuple[str, ...] = (), repair: bool = False,
+                  progress: Progress = no_progress, keep_going: bool = True) -> ArchiveBatch:
+    """`triage archive REPORT...`: one run per readable report. Every file is validated before
+    the store is touched; with `keep_going` a refused one (unreadable, not a report, an nsys
+    too old to export it) is set aside with its error and the others are archived, else the
+    first refusal is raised and nothing is archived. A failure of the store itself (full,
+    read-only) stops every report: the store guarantees hold for the runs written."""
     if label and len(paths) > 1:
         raise UsageError("--label names one run; archive one report at a time to label it")
     if label:
@@ -88,8 +103,8 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
     patterns = redact.user_patterns(redact_patterns)
     requests = [RunRequest([ReportInput(Path(p))], label=label, note=note, nsys=nsys,
                            redact_patterns=patterns, repair=repair) for p in paths]
-    for request in requests:
-        check_readable(request.inputs[0].path)
+    refused: list[Refusal] = []
+    requests = _readable(requests, refused, keep_going)
     before = _existing(store_path)  # opened once: on S3 each open is a few requests
     found = [_archived_before(before, request) for request in requests]
     prepared: list[list[PreparedReport]] = []
@@ -98,53 +113,112 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
     # What to undo in a local store made for nothing (a remote one is never removed).
     root_existed, new_store = (files.is_dir(""), not files.exists(STORE_MARKER)) \
         if files.local_root is not None else (True, False)
-    try:
-        # Every report is validated before the store is opened (or created; only an nsys
-        # export, staged in it, makes it sooner): a bad input, even the last of several,
-        # leaves the store untouched, and a store made for nothing is removed again.
-        for number, (request, seen) in enumerate(zip(requests, found, strict=True)):
-            progress(Step(f"reading {request.inputs[0].path.name}", number, len(requests)))
-            prepared.append([] if seen.whole else [prepare_report(i.path, nsys=request.nsys,
-                                                              sha256=seen.sha256,
-                                                              staging=_staging(store_path,
-                                                                               exports))
-                                               for i in request.inputs])
-        store = before or Store.open(store_path, create=True)
-        store.check_writable()
-        progress(Step("storing", len(requests), len(requests)))
-        rows: list[dict] = []  # catalog rows: one segment for every run, written in the lease
-        maybe_written: set[str] = set()  # the runs whose manifests this call may have written
-        with lease.held(store, "archive") as held:  # one for every run (on S3, 4 requests)
-            try:
-                results = _archive_all(
-                    _Steps(_found_steps(store, f.run_id, r, rows) if f.whole and f.run_id
-                           else _run_steps(store, r, p, f, rows, maybe_written))
-                    for r, p, f in zip(requests, prepared, found, strict=True))
-            except BaseException:
-                # A run whose manifest may be written and whose row is not: the lease stays,
-                # so readers reconcile the catalog with runs/ until gc finds this writer gone
-                # and indexes it first.
-                if maybe_written - {row["id"] for row in rows} or not _index_quietly(store, rows):
-                    lease.keep(held)
-                raise
-            try:
-                if rows:
-                    catalog.add_rows(store, rows)
-            except BaseException:
-                lease.keep(held)
-                raise
-            return results
-    except BaseException as exc:
+
+    def undo() -> None:
         _close(prepared)  # first: an nsys export staged in the new store is a file in it
         exports.close()  # and its lease
         if new_store and files.local_root is not None:
             _remove_new_store(files.local_root, keep_root=root_existed)
+
+    try:
+        # Every report is validated before the store is opened (or created; only an nsys
+        # export, staged in it, makes it sooner): a bad input, even the last of several,
+        # leaves the store untouched (or, kept going, out of it), and a store made for
+        # nothing is removed again.
+        requests, found = _prepared(store_path, requests, found, prepared, exports, refused,
+                                    keep_going, progress)
+        order = {path: number for number, path in reversed(list(enumerate(paths)))}
+        refused.sort(key=lambda refusal: order.get(refusal.path, len(paths)))
+        if not requests:
+            undo()
+            return ArchiveBatch([], refused)
+        return ArchiveBatch(_stored(store_path, before, requests, prepared, found, progress),
+                            refused)
+    except BaseException as exc:
+        undo()
         if space.is_disk_full(exc):  # a small write after the objects (manifest, catalog)
             raise space.sized(exc, Store(files).disk, space.COMMIT_BYTES) from None
         raise
     finally:
         _close(prepared)
         exports.close()
+
+
+def _readable(requests: list[RunRequest], refused: list[Refusal],
+              keep_going: bool) -> list[RunRequest]:
+    """The requests whose file is a readable file; the others refused (or the first raised)."""
+    kept = []
+    for request in requests:
+        try:
+            check_readable(request.inputs[0].path)
+        except TriageError as exc:
+            if not keep_going:
+                raise
+            refused.append(Refusal(str(request.inputs[0].path), str(exc)))
+        else:
+            kept.append(request)
+    return kept
+
+
+def _prepared(store_path, requests: list[RunRequest], found: list[Seen],
+              prepared: list[list[PreparedReport]], exports: ExitStack,
+              refused: list[Refusal], keep_going: bool,
+              progress: Progress) -> tuple[list[RunRequest], list[Seen]]:
+    """Each report read (into `prepared`) unless archived whole before; a report refused is
+    set aside in `refused` with its error (or, not `keep_going`, raised)."""
+    kept: list[tuple[RunRequest, Seen]] = []
+    for number, (request, seen) in enumerate(zip(requests, found, strict=True)):
+        progress(Step(f"reading {request.inputs[0].path.name}", number, len(requests)))
+        reports: list[PreparedReport] = []
+        try:
+            if not seen.whole:
+                for item in request.inputs:
+                    reports.append(prepare_report(item.path, nsys=request.nsys,
+                                                  sha256=seen.sha256,
+                                                  staging=_staging(store_path, exports)))
+        except TriageError as exc:
+            _close([reports])
+            if not keep_going:
+                raise
+            refused.append(Refusal(str(request.inputs[0].path), str(exc)))
+            continue
+        except BaseException:
+            _close([reports])
+            raise
+        prepared.append(reports)
+        kept.append((request, seen))
+    return [r for r, _ in kept], [f for _, f in kept]
+
+
+def _stored(store_path, before: Store | None, requests: list[RunRequest],
+            prepared: list[list[PreparedReport]], found: list[Seen],
+            progress: Progress) -> list[ArchiveResult]:
+    """The validated reports written as runs, under one lease, and indexed."""
+    store = before or Store.open(store_path, create=True)
+    store.check_writable()
+    progress(Step("storing", len(requests), len(requests)))
+    rows: list[dict] = []  # catalog rows: one segment for every run, written in the lease
+    maybe_written: set[str] = set()  # the runs whose manifests this call may have written
+    with lease.held(store, "archive") as held:  # one for every run (on S3, 4 requests)
+        try:
+            results = _archive_all(
+                _Steps(_found_steps(store, f.run_id, r, rows) if f.whole and f.run_id
+                       else _run_steps(store, r, p, f, rows, maybe_written))
+                for r, p, f in zip(requests, prepared, found, strict=True))
+        except BaseException:
+            # A run whose manifest may be written and whose row is not: the lease stays,
+            # so readers reconcile the catalog with runs/ until gc finds this writer gone
+            # and indexes it first.
+            if maybe_written - {row["id"] for row in rows} or not _index_quietly(store, rows):
+                lease.keep(held)
+            raise
+        try:
+            if rows:
+                catalog.add_rows(store, rows)
+        except BaseException:
+            lease.keep(held)
+            raise
+        return results
 
 
 def _found_steps(store: Store, run_id: str, request: RunRequest, rows: list[dict]

@@ -455,3 +455,20 @@ class ArchiveResult:
                 "tool_version": record.tool_version, "gpu": record.gpu_name,
                 "kernels": record.kernels, "reports": [r.name for r in record.reports],
                 "notices": list(record.notices)}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A report an archive of several set aside, and why (the error's one-line message)."""
+
+    path: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ArchiveBatch:
+    """`triage archive REPORT...`: the runs archived, in the order given, and the reports
+    refused (each named with its reason) while the others went on."""
+
+    results: list[ArchiveResult]
+    refused: list[Refusal]

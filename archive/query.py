@@ -249,8 +249,26 @@ def run_query(store: Store, sql: str, runs: list[str] | None = None) -> pa.Table
             with sealed_connection() as con:
                 _check_read_only(con, sql)
                 build_views(con, store, sql, runs, found.result())
-                return fetch_arrow(con, sql)
+                table = fetch_arrow(con, sql)
+                return table.rename_columns(unique_names(table.column_names))
         except duckdb.Error as exc:
             first_line = str(exc).strip().splitlines()[0]
             raise TriageError(f"query failed: {first_line}; views: "
                               f"{', '.join(view_names())}") from None
+
+
+def unique_names(names: list[str]) -> list[str]:
+    """Column names made distinct the way a reader can follow: a repeated `x` becomes `x_1`,
+    `x_2` (skipping any name the result already has), so no format drops or merges a column."""
+    used = set(names)
+    seen: set[str] = set()
+    result = []
+    for name in names:
+        new, number = name, 0
+        while new in seen or (new != name and new in used):
+            number += 1
+            new = f"{name}_{number}"
+        seen.add(new)
+        used.add(new)
+        result.append(new)
+    return result

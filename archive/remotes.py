@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from triage.archive.files import S3Place, check_profile, shown_url
 from triage.archive.remote_config import REMOTE_RE
 from triage.archive.store import STORE_VERSION, Store
 from triage.base.errors import StoreError, UnknownRemote, UsageError
@@ -21,14 +22,32 @@ URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 @dataclass(frozen=True)
 class Remote:
-    """A remote as `triage remote list` shows it: its name and where its store is."""
+    """A remote as `triage remote list` shows it: its name and where its store is (an s3://
+    URL with its settings: endpoint, region, where credentials come from)."""
 
     name: str
     url: str
 
-    def to_json(self) -> dict[str, str]:
+    @property
+    def shown(self) -> str:
+        """The URL as it may be printed: a secret an older store kept in it masked."""
+        return shown_url(self.url)
+
+    def settings(self) -> dict[str, str]:
+        """The settings its URL carries (none for a directory); {} where they cannot be read
+        (the remote's use names what is wrong)."""
+        if not self.url.lower().startswith("s3://"):
+            return {}
+        try:
+            return S3Place.parse(self.url).settings()
+        except StoreError:
+            return {}
+
+    def to_json(self) -> dict[str, object]:
         """One item of `triage remote list --json` (schemas/remotes.schema.json)."""
-        return {"name": self.name, "url": self.url}
+        settings = self.settings()
+        return {"name": self.name, "url": self.shown} | ({"settings": settings} if settings
+                                                          else {})
 
 
 def location(url: str) -> str:
@@ -39,20 +58,46 @@ def location(url: str) -> str:
     return os.path.abspath(os.path.expanduser(url))
 
 
-def add_remote(store: Store, name: str, url: str) -> Remote:
-    """Record a remote; one that exists is not replaced silently."""
+def add_remote(store: Store, name: str, url: str,
+               settings: dict[str, str] | None = None) -> Remote:
+    """Record a remote; one that exists is not replaced silently. `settings` (endpoint, region,
+    profile, credentials: `remote add --endpoint ...`) join those of an s3:// URL; each is
+    checked here, the profile against the credentials file, so that a typo is refused now
+    rather than ignored or found at the first push."""
     if not REMOTE_RE.match(name):
         raise UsageError(f"invalid remote name {name!r}: use at most 64 letters, digits, '.', "
                          "'_' and '-', starting with a letter or digit")
     if not url.strip():
         raise UsageError(f"remote {name}: an empty URL; give a store directory or URL")
+    url = with_settings(name, url, {k: v for k, v in (settings or {}).items() if v})
     remotes = store.remotes.all()
     if name in remotes:
-        raise UsageError(f"remote {name} exists ({remotes[name]}); `triage remote remove {name}` "
-                         "first to point it elsewhere")
+        raise UsageError(f"remote {name} exists ({shown_url(remotes[name])}); `triage remote "
+                         f"remove {name}` first to point it elsewhere")
     remote = Remote(name, location(url))
     store.remotes.write(name, remote.url)
     return remote
+
+
+def with_settings(name: str, url: str, settings: dict[str, str]) -> str:
+    """The URL with `settings` added to its query, each setting of an s3:// URL checked."""
+    from urllib.parse import urlencode
+
+    is_s3 = url.lower().startswith("s3://")
+    if settings and not is_s3:
+        raise UsageError(f"remote {name}: --{', --'.join(settings)} set(s) an s3:// remote's "
+                         "server; a directory takes none")
+    if not is_s3:
+        return url
+    if settings:
+        url += ("&" if "?" in url else "?") + urlencode(settings, safe=":/")
+    try:
+        place = S3Place.parse(url)
+        if place.profile:
+            check_profile(place.profile)
+    except StoreError as exc:
+        raise UsageError(f"remote {name}: {exc}") from None
+    return url
 
 
 def remove_remote(store: Store, name: str) -> Remote:
@@ -136,10 +181,10 @@ def open_remote(remote: Remote, create: bool = False) -> Store:
     except StoreError as exc:
         raise type(exc)(f"remote {remote.name}: {exc}") from None
     if store.migrating():
-        raise StoreError(f"remote {remote.name} ({remote.url}) is being migrated; run `triage "
-                         f"migrate --store {remote.url}` to finish")
+        raise StoreError(f"remote {remote.name} ({remote.shown}) is being migrated; run `triage "
+                         f"migrate --store {remote.shown}` to finish")
     if store.format_version() < STORE_VERSION:
-        raise StoreError(f"remote {remote.name} ({remote.url}) has store format version "
-                         f"{store.format_version()}; run `triage migrate --store {remote.url}` "
+        raise StoreError(f"remote {remote.name} ({remote.shown}) has store format version "
+                         f"{store.format_version()}; run `triage migrate --store {remote.shown}` "
                          f"once to upgrade it to {STORE_VERSION}")
     return store

@@ -73,7 +73,7 @@ class SyncResult:
     @classmethod
     def from_runs(cls, direction: str, remote: Remote, runs: list[RunSent],
                   labels: Mapping[str, str | None]) -> SyncResult:
-        return cls(direction, remote.name, remote.url,
+        return cls(direction, remote.name, remote.shown,
                    tuple(r.run_id for r in runs if r.sent),
                    tuple(r.run_id for r in runs if not r.sent),
                    sum(r.objects_sent for r in runs), sum(r.objects_skipped for r in runs),
@@ -262,7 +262,7 @@ def pull(store_path: str | os.PathLike[str] | None, remote: Remote, refs: list[s
          label_glob: str | None, progress: Progress = no_progress) -> SyncResult:
     """Fetch runs of a remote (default: all) into the store at `store_path` (made if need be)."""
     source = open_remote(remote)
-    chosen = select(source, refs, label_glob, f"`triage ls --store {remote.url}`")
+    chosen = select(source, refs, label_glob, f"`triage ls --store {remote.shown}`")
     dest = Store.open(store_path, create=True)
     dest.check_writable()
     return transfer(source, dest, chosen, "pull", remote, progress)

@@ -267,6 +267,18 @@ def check_refused(result, message: str, click_usage: bool = False) -> None:
         result.stderr
 
 
+def check_kept_going(result, message: str) -> None:
+    """An archive of a good report and a bad one: the good one archived, the bad one refused on
+    one line, a summary, exit status 1."""
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    assert REPORT in result.stdout and "(new)" in result.stdout, result.stdout
+    refused = [line for line in result.stderr.splitlines() if line.startswith("triage: refused")]
+    assert len(refused) == 1 and message.lower() in refused[0].lower(), result.stderr
+    assert result.stderr.splitlines()[-1] == \
+        "triage: archived 1 of 2 reports; 1 refused (named above)", result.stderr
+
+
 @pytest.mark.parametrize("case", list(INPUTS))
 def test_bad_input_leaves_the_store_untouched(case, store, tmp_path):
     if case in NEEDS_DROP:
@@ -278,12 +290,16 @@ def test_bad_input_leaves_the_store_untouched(case, store, tmp_path):
         result = run_triage(["archive", bad], store, unprivileged=case in NEEDS_DROP)
         check_refused(result, message, case in CLICK_USAGE)
         assert listing(store) == before
-        # Nor does a bad input create a store, even alongside a good report.
+        # With --fail-fast a bad input does not create a store, even alongside a good report.
         fresh = tmp_path / "new-store"
-        result = run_triage(["archive", corpus_file(REPORT), bad], fresh,
+        result = run_triage(["archive", "--fail-fast", corpus_file(REPORT), bad], fresh,
                             unprivileged=case in NEEDS_DROP)
         check_refused(result, message, case in CLICK_USAGE)
         assert not fresh.exists()
+        # Without it the good report is archived and the bad one named on a line of its own.
+        result = run_triage(["archive", corpus_file(REPORT), bad], fresh,
+                            unprivileged=case in NEEDS_DROP)
+        check_kept_going(result, message)
     finally:
         for path in (bad, bad.parent):
             if path.exists() and path != tmp_path:

@@ -200,11 +200,16 @@ def test_the_text_listing_fits_the_terminal_width(archive_store, columns):
         assert lines[2].split()[-2:] == ["after/1", RUNS["async"][0]]
 
 
-def test_piped_text_is_100_columns_whatever_columns_says(archive_store, monkeypatch):
+def test_piped_text_is_whole_whatever_columns_says(archive_store, monkeypatch):
+    """Nothing is cut when stdout is no terminal (`triage ls | grep ...` finds whole names);
+    --width cuts to fit where asked."""
     store, _ids = archive_store
-    monkeypatch.setenv("COLUMNS", "300")
+    monkeypatch.setenv("COLUMNS", "60")
     lines = run_cli("--store", store, "ls").stdout.splitlines()
-    assert max(map(len, lines)) <= textview.PIPED_WIDTH < 150
+    assert "…" not in "\n".join(lines)
+    assert all(RUNS[n][0] in "\n".join(lines) for n in RUNS)
+    narrow = run_cli("--store", store, "ls", "--width", "90").stdout.splitlines()
+    assert max(map(len, narrow)) <= 90 < max(map(len, lines))
 
 
 def test_a_run_indexed_again_is_listed_once_with_its_newest_row(archive_store, tmp_path):

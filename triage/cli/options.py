@@ -176,6 +176,25 @@ def _output_params(formats: tuple[str, ...], to_file: bool) -> list[Callable]:
     return params
 
 
+def width_options(command: Callable) -> Callable:
+    """--no-trunc and --width N of a command whose text table cuts values to fit a terminal
+    (nothing is cut when stdout is not one). The command receives `width: int | None`, the
+    table's width, None for no cut (`textview.fit_width`)."""
+
+    @functools.wraps(command)
+    def with_width(*args: Any, no_trunc: bool = False, width: int | None = None,
+                   **kwargs: Any) -> Any:
+        if no_trunc and width is not None:
+            raise UsageError("--no-trunc and --width ask for two widths; give one")
+        return command(*args, width=textview.fit_width(width, no_trunc), **kwargs)
+
+    with_width = click.option("--width", type=click.IntRange(min=20), metavar="N",
+                              help="Cut text values to fit N columns (default: the terminal's "
+                              "width; nothing is cut when output is not a terminal).")(with_width)
+    return click.option("--no-trunc", is_flag=True,
+                        help="Print every value whole, even on a terminal.")(with_width)
+
+
 def echo_chunks(chunks: Iterator[str], newline: bool = False) -> None:
     """Output written as it is made (a listing of every run streams), and a newline after it
     where the text has none of its own (JSON; CSV rows end in one)."""

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from triage.base.errors import UsageError
+from triage.base.errors import TriageError, UsageError
 from triage.cli.options import (echo_chunks, output_options, pass_store, runs_named,
-                                store_option, warn)
+                                store_option, warn, width_options)
 from triage.views import text as textview
 
 if TYPE_CHECKING:
@@ -27,22 +27,34 @@ if TYPE_CHECKING:
               "redact (also $TRIAGE_REDACT, comma-separated).")
 @click.option("--repair", is_flag=True, help="Rewrite every object of a run already archived "
               "from the report (default: only those missing or of the wrong size).")
+@click.option("--fail-fast", is_flag=True, help="Stop at the first report refused and archive "
+              "none (default: archive every readable one, name each refused, exit 1).")
 @output_options("text", "json")
 @store_option
 @pass_store
-def archive(store, reports, label, note, nsys, redact, repair, out):
+def archive(store, reports, label, note, nsys, redact, repair, fail_fast, out):
     """File existing reports (.ncu-rep, .nsight-cuprof-report, .nsys-rep, .qdrep, .sqlite).
 
     One run per report; archiving the same file again finds the same run and adds no bytes,
-    but rewrites its objects that are missing or damaged (`triage verify` names them)."""
-    from triage.archive.ingest import archive_files
+    but rewrites its objects that are missing or damaged (`triage verify` names them). Of
+    several reports, each readable one is archived and each refused one named on a line of
+    its own, with a summary; the exit status is then 1 (--fail-fast: none is archived). One
+    report refused is the error it is."""
+    from triage.archive.ingest import archive_batch
     from triage.views.progress import status_line
-    from triage.views.runs import archive_lines
+    from triage.views.runs import archive_lines, refusal_lines
 
     with status_line(out.json) as progress:
-        results = archive_files(store.path, list(reports), label=label, note=note, nsys=nsys,
-                                redact_patterns=tuple(redact), repair=repair, progress=progress)
-    out.show(results, archive_lines)
+        batch = archive_batch(store.path, list(reports), label=label, note=note, nsys=nsys,
+                              redact_patterns=tuple(redact), repair=repair, progress=progress,
+                              keep_going=not fail_fast and len(reports) > 1)
+    if batch.results:
+        out.show(batch.results, archive_lines)
+    elif out.json:
+        out.write("[]")
+    if batch.refused:
+        click.echo(refusal_lines(batch, len(reports)), err=True)
+        raise click.exceptions.Exit(TriageError.exit_code)
 
 
 @click.command(name="ls")
@@ -56,10 +68,11 @@ def archive(store, reports, label, note, nsys, redact, repair, out):
 @click.option("--since", metavar="WHEN",
               help="Only runs archived since WHEN: a UTC date or time (2026-01-31, "
               "2026-01-31T12:00) or an age (90m, 12h, 7d, 2w).")
+@width_options
 @output_options("text", "json", "csv")
 @store_option
 @pass_store
-def ls_command(store, count, tool, gpu, label_glob, since, out):
+def ls_command(store, count, tool, gpu, label_glob, since, width, out):
     """List runs, newest first: the newest 50 as text, every run with --json or --csv (-n
     changes either). A run with a damaged file is listed as far as it can be, and named on
     stderr."""
@@ -78,7 +91,7 @@ def ls_command(store, count, tool, gpu, label_glob, since, out):
         echo_chunks(textview.csv_chunks([*listing.LIST_COLUMNS, "labels"],
                                         ([r.values() for r in b] for b in found.batches())))
     else:
-        out.write(ls_text(found))
+        out.write(ls_text(found, width))
     for problem in found.problems:
         warn(problem)
 
@@ -173,16 +186,18 @@ def label(store, name, run, delete, history):
 @click.command(context_settings={"ignore_unknown_options": True})  # SQL may open with `--`
 @click.argument("sql", nargs=-1, required=True)
 @click.option("--run", "runs", multiple=True, help="Limit per-run views to these runs.")
+@width_options
 @output_options("text", "json", "csv")
 @store_option
 @pass_store
-def query(store, sql, runs, out):
+def query(store, sql, runs, width, out):
     """Run SQL over the views runs, kernel_summary, kernels, metrics, sections, rules,
     api_calls, memops, nvtx_ranges, osrt_calls, api_summary, memop_summary, nvtx_summary,
     gpu_gaps (each has a run_id column; `runs` also has `id`, its old name, deprecated).
 
     SQL is one quoted argument or several words, joined by spaces; quote it where the shell
-    would expand it (* ( ) ; < > |)."""
+    would expand it (* ( ) ; < > |). A repeated column name is kept apart as `x`, `x_1` in
+    every format; on a terminal, text values are cut to fit it (--no-trunc, --width)."""
     from triage.archive.query import run_query
 
     statement = _one_statement(sql)  # a usage error before a report path is archived
@@ -196,8 +211,17 @@ def query(store, sql, runs, out):
                   newline=False)
     else:
         body = textview.fmt_values_apart(r.values() for r in rows)
-        out.write(textview.table(body, result.column_names,
-                                 max_widths={i: 60 for i in range(result.num_columns)}))
+        out.write(query_text(body, result.column_names, None if out.path else width))
+
+
+def query_text(body: list[list[str]], columns: list[str], width: int | None) -> str:
+    """The result as a table: whole where nothing needs to fit; on a terminal (or --width)
+    each column gives way, widest first, down to 12 characters, then the table wraps."""
+    if width is None:
+        return textview.table(body, columns)
+    order = sorted(range(len(columns)), key=lambda i: -max([len(columns[i])] + [
+        len(textview.printable(str(r[i]))) for r in body]))
+    return textview.fitted_table(body, columns, width, give_way=[(i, 12) for i in order])
 
 
 _OPTION_LIKE = re.compile(r"^--?[A-Za-z]\S*$")

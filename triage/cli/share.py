@@ -53,14 +53,28 @@ def remote():
 @remote.command(name="add")
 @click.argument("name")
 @click.argument("url")
+@click.option("--endpoint", metavar="URL", help="s3:// remote: its S3-compatible server, "
+              "http(s)://HOST[:PORT] (default: $AWS_ENDPOINT_URL, else AWS S3).")
+@click.option("--region", help="s3:// remote: its region (default: $AWS_REGION).")
+@click.option("--profile", help="s3:// remote: the profile of ~/.aws/credentials whose keys "
+              "it uses (default: the AWS_* variables, AWS_PROFILE).")
+@click.option("--anonymous", is_flag=True, help="s3:// remote: send no credentials (a public "
+              "bucket).")
 @store_option
 @pass_store
-def remote_add(store, name, url):
-    """Add remote NAME: a store directory (local, or on a shared filesystem) or a store URL."""
+def remote_add(store, name, url, endpoint, region, profile, anonymous):
+    """Add remote NAME: a store directory (local, or on a shared filesystem) or a store URL.
+
+    An s3:// remote keeps its own server settings, given as options or in the URL
+    (s3://bucket/prefix?endpoint=http://HOST:PORT&region=R&profile=P, or credentials=anonymous);
+    they win over the AWS_* variables for this remote. Each is checked now; keys are never
+    kept: they stay in the profile or the environment."""
     from triage.archive.remotes import add_remote
 
-    added = add_remote(store.open(create=True), name, url)
-    click.echo(f"remote {added.name} -> {textview.printable(added.url)}")
+    settings = {"endpoint": endpoint, "region": region, "profile": profile,
+                "credentials": "anonymous" if anonymous else None}
+    added = add_remote(store.open(create=True), name, url, settings)
+    click.echo(f"remote {added.name} -> {textview.printable(added.shown)}")
 
 
 @remote.command(name="list")
@@ -84,7 +98,7 @@ def remote_remove(store, name):
     from triage.archive.remotes import remove_remote
 
     gone = remove_remote(store.open(), name)
-    click.echo(f"removed remote {gone.name} ({textview.printable(gone.url)})")
+    click.echo(f"removed remote {gone.name} ({textview.printable(gone.shown)})")
 
 
 @click.command()

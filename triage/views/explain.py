@@ -8,7 +8,7 @@ import textwrap
 from triage.compare.explain_result import (NOT_COLLECTED, Cite, ExplainResult, KernelExplained,
                                            Step)
 from triage.compare.explain_tables import NS_PER_UNIT
-from triage.views.text import fmt_ns, fmt_value, short_id, truncate
+from triage.views.text import fmt_ns, fmt_value, printable, short_id, truncate
 
 WIDTH = 100
 
@@ -84,4 +84,6 @@ def render_explain(result: ExplainResult) -> str:
              "stalls, 5 conclusion"]
     for kernel in result.kernels:
         lines += _kernel_lines(kernel)
-    return "\n".join(lines)
+    # Kernel, NVTX and rule names come from the report: each line escaped (ESC, BEL, U+202E,
+    # a newline), so none reaches the terminal as a control or fakes a line.
+    return "\n".join(map(printable, lines))

@@ -9,7 +9,7 @@ from triage.views import text as textview
 
 if TYPE_CHECKING:
     from triage.archive.listing import RunList
-    from triage.archive.model import ArchiveResult
+    from triage.archive.model import ArchiveBatch, ArchiveResult
 
 # the columns `triage ls` reads for its text table (--json and --csv read every column)
 LS_TEXT_COLUMNS = ("id", "archived", "tool", "tool_version", "gpu", "kernels", "report_names")
@@ -31,8 +31,19 @@ def archive_lines(results: list[ArchiveResult]) -> str:
     return "\n".join(map(archive_line, results))
 
 
-def ls_text(found: RunList) -> str:
-    """The listing as a table as wide as the terminal, and what it left out."""
+def refusal_lines(batch: ArchiveBatch, given: int) -> str:
+    """Each report an archive set aside, one line each (its message escaped: a file name may
+    hold a newline), and the count of what was done."""
+    lines = [f"triage: refused: {textview.printable(r.message)}" for r in batch.refused]
+    archived = len(batch.results)
+    lines.append(f"triage: archived {archived} of {given} report{'' if given == 1 else 's'}; "
+                 f"{len(batch.refused)} refused (named above)")
+    return "\n".join(lines)
+
+
+def ls_text(found: RunList, width: int | None = None) -> str:
+    """The listing as a table `width` wide (the terminal's: `textview.fit_width`), each value
+    whole where `width` is None; and what it left out."""
     if found.total == 0:
         return "no runs yet; `triage archive REPORT` adds one"
     if found.matched == 0:
@@ -43,10 +54,10 @@ def ls_text(found: RunList) -> str:
              ",".join(r["labels"]), r["report_names"]] for r in rows]
     # what gives way to a narrow terminal, in turn: the GPU's name (it opens with NVIDIA),
     # the version, the reports' and labels' names; then they are left out
-    text = textview.fitted_table(
-        body, ["id", "archived", "tool", "version", "gpu", "kernels", "labels", "reports"],
-        textview.output_width(), give_way=[(4, 20), (3, 0), (7, 16), (6, 10), (4, 12), (7, 0),
-                                           (6, 0), (4, 0)], align_right={5})
+    headers = ["id", "archived", "tool", "version", "gpu", "kernels", "labels", "reports"]
+    give_way = [(4, 20), (3, 0), (7, 16), (6, 10), (4, 12), (7, 0), (6, 0), (4, 0)]
+    text = textview.table(body, headers, align_right={5}) if width is None else \
+        textview.fitted_table(body, headers, width, give_way=give_way, align_right={5})
     if found.matched > len(rows):
         text += (f"\n{found.matched - len(rows):,} older not shown (the newest {len(rows)} of "
                  f"{found.matched:,}); add -n all to list every one")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from triage.archive.model import CaptureInfo, ClockEvidence, GitState, Gpu, RunRecord, Setting
-from triage.views.text import cuda_text, default_phrase
+from triage.views.text import cuda_text, default_phrase, printable
 from triage.base.units import fmt_bytes
 
 
@@ -78,7 +78,9 @@ def render_show(record: RunRecord) -> str:
     lines += [f"note ({note.time[:10]}): {note.text}" for note in record.notes]
     if record.capture is not None:
         lines += _capture_lines(record.capture, record.id)
-    return "\n".join(lines)
+    # Names, notes and commands come from a report or a user: each line escaped (ESC, BEL,
+    # U+202E, a newline), so none reaches the terminal as a control or fakes a line.
+    return "\n".join(map(printable, lines))
 
 
 def _git_text(git: GitState | None) -> str | None:

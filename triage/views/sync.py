@@ -34,7 +34,9 @@ def render_remotes(remotes: list[Remote]) -> str:
     if not remotes:
         return "no remotes yet; `triage remote add NAME URL` adds one"
     width = max(len(r.name) for r in remotes)
-    return "\n".join(f"{r.name:<{width}}  {textview.printable(r.url)}" for r in remotes)
+    return "\n".join(f"{r.name:<{width}}  {textview.printable(r.shown)}" + "".join(
+        f"  {key}={textview.printable(value)}" for key, value in r.settings().items())
+        for r in remotes)
 
 
 def render_import(result: ImportResult) -> str:

@@ -106,16 +106,18 @@ def _escaped(ch: str) -> str:
                               if code < 0x10000 else f"\\U{code:08x}")
 
 
-def truncate(text: str | None, width: int) -> str:
+def truncate(text: str | None, width: int | None) -> str:
+    """The text escaped (`printable`) and, given a width, cut to it with an ellipsis."""
     text = printable("" if text is None else str(text))
-    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+    return text if width is None or len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
 def table(rows: list[list], headers: list[str], max_widths: dict[int, int] | None = None,
           align_right: Collection[int] = frozenset()) -> str:
-    """An aligned text table; columns listed in max_widths are truncated to fit."""
+    """An aligned text table; columns listed in max_widths are truncated to fit, the others
+    are whole."""
     max_widths = max_widths or {}
-    cells = [[truncate(c, max_widths.get(i, 200)) for i, c in enumerate(row)] for row in rows]
+    cells = [[truncate(c, max_widths.get(i)) for i, c in enumerate(row)] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
 
     def line(values):
@@ -264,6 +266,18 @@ def output_width() -> int:
     if not sys.stdout.isatty():
         return PIPED_WIDTH
     return max(shutil.get_terminal_size((PIPED_WIDTH, 24)).columns, 60)
+
+
+def fit_width(width: int | None = None, no_trunc: bool = False) -> int | None:
+    """How wide a table whose values may be cut is made: `--width N` where given, else the
+    terminal's width; None (nothing cut) with `--no-trunc` or when stdout is no terminal (a
+    pipe, a file: `triage ls | grep 4090` must find the whole GPU name)."""
+    if no_trunc:
+        return None
+    if width is not None:
+        return width
+    return output_width() if sys.stdout.isatty() else None
+
 
 
 def _tokens(value: object) -> list[str]:

@@ -1,0 +1,154 @@
+"""Output that cannot lie or inject (issue 36, item 4), through the CLI on real corpus reports:
+a repeated column name is kept in every format; nothing is cut when stdout is not a terminal
+(`--no-trunc` and `--width` where it is one); a report's or a user's control characters are
+escaped in `show` and `explain`.
+
+The hostile report is derived from a real one by code: the ncu report of an RTX 4090 with its
+kernel's name `readOffset` and the GPU's `GeForce` rewritten, byte for byte the same length,
+to ESC, BEL and U+202E (ncu stores names as plain strings, so the edited copy reads as the
+original does).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import corpus_file
+
+RTX_4090 = "Lashi0812__CudaProgramming__readWriteOffset_cg.ncu-rep"
+HOSTILE_NAME = "\x1b\x07\u202effset"  # as long in UTF-8 as readOffset: 10 bytes
+HOSTILE_GPU = "\x1b[5mGe\x07"  # as long as GeForce
+CONTROLS = ("\x1b", "\x07", "\u202e")
+
+
+@pytest.fixture
+def hostile_report(tmp_path) -> Path:
+    data = corpus_file(RTX_4090).read_bytes()
+    assert data.count(b"readOffset") >= 2
+    path = tmp_path / "hostile.ncu-rep"
+    data = data.replace(b"readOffset", HOSTILE_NAME.encode())
+    path.write_bytes(data.replace(b"GeForce", HOSTILE_GPU.encode()))
+    return path
+
+
+def on_a_terminal(args: list[str], env: dict[str, str]) -> list[str]:
+    """`triage ARGS` in a new process whose stdout is a pseudo-terminal."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "triage", *args], stdout=follower,
+                            stderr=subprocess.PIPE, env={**os.environ, **env})
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(leader)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
+    return out.decode().replace("\r\n", "\n").splitlines()
+
+
+# -- duplicate column names ----------------------------------------------------------------------
+
+DUPLICATES = ["query", "select 1 as x, 2 as x, 3 as x_1"]
+
+
+def test_duplicate_columns_are_kept_apart_as_text(triage, store_dir):
+    triage("archive", corpus_file(RTX_4090))
+    lines = triage(*DUPLICATES).stdout.splitlines()
+    assert lines[0].split() == ["x", "x_2", "x_1"]
+    assert lines[2].split() == ["1", "2", "3"]
+
+
+def test_duplicate_columns_are_kept_apart_as_csv(triage, store_dir):
+    triage("archive", corpus_file(RTX_4090))
+    rows = list(csv.reader(io.StringIO(triage(*DUPLICATES, "--csv").stdout)))
+    assert rows == [["x", "x_2", "x_1"], ["1", "2", "3"]]
+
+
+def test_duplicate_columns_are_kept_apart_as_json(triage, store_dir):
+    triage("archive", corpus_file(RTX_4090))
+    assert json.loads(triage(*DUPLICATES, "--json").stdout) == [{"x": 1, "x_2": 2, "x_1": 3}]
+
+
+# -- nothing cut where nothing needs to fit ------------------------------------------------------
+
+
+def test_piped_ls_keeps_the_whole_gpu_name(triage, store_dir, monkeypatch):
+    """`triage ls | grep 4090`: the report's long name once made the GPU's give way."""
+    monkeypatch.setenv("COLUMNS", "60")
+    triage("archive", corpus_file(RTX_4090))
+    found = [line for line in triage("ls").stdout.splitlines() if "4090" in line]
+    assert len(found) == 1 and "NVIDIA GeForce RTX 4090" in found[0]
+    assert RTX_4090 in found[0]
+
+
+def test_ls_width_fits_and_no_trunc_keeps_all_on_a_terminal(triage, store_dir):
+    triage("archive", corpus_file(RTX_4090))
+    env = {"TRIAGE_STORE": str(store_dir), "COLUMNS": "60"}
+    assert max(map(len, on_a_terminal(["ls"], env))) <= 60
+    assert max(map(len, triage("ls", "--width", "70").stdout.splitlines())) <= 70
+    whole = on_a_terminal(["ls", "--no-trunc"], env)
+    assert "NVIDIA GeForce RTX 4090" in whole[2] and RTX_4090 in whole[2]
+
+
+def test_piped_query_keeps_values_longer_than_60(triage, store_dir):
+    triage("archive", corpus_file(RTX_4090))
+    out = triage("query", "select command from runs").stdout
+    assert "./build/readWriteOffset_cg 0,11,128 512" in out
+    assert "…" not in out
+
+
+def test_query_on_a_terminal_fits_it_unless_no_trunc(triage, store_dir):
+    triage("archive", corpus_file(RTX_4090))
+    env = {"TRIAGE_STORE": str(store_dir), "COLUMNS": "80"}
+    cut = on_a_terminal(["query", "select command, 1 as one from runs"], env)
+    assert max(map(len, cut)) <= 80 and cut[2].endswith("1") and "…" in cut[2]
+    whole = on_a_terminal(["query", "--no-trunc", "select command from runs"], env)
+    assert whole[2].endswith("./build/readWriteOffset_cg 0,11,128 512")
+
+
+def test_no_trunc_and_width_together_are_refused(triage, store_dir):
+    result = triage("ls", "--no-trunc", "--width", "80", expect=2)
+    assert "give one" in result.stderr
+
+
+# -- control characters escaped ------------------------------------------------------------------
+
+
+def test_show_escapes_a_note_and_a_command(triage, store_dir, hostile_report):
+    note = "slow\x1b[2J\x07 \u202etxt.exe"
+    triage("archive", hostile_report, "--note", note)
+    out = triage("show", "latest").stdout
+    assert not any(c in out for c in CONTROLS)
+    assert "slow\\x1b[2J\\x07 \\u202etxt.exe" in out
+
+
+def test_explain_escapes_the_gpu_and_kernel_names(triage, store_dir, hostile_report):
+    triage("archive", hostile_report)
+    out = triage("explain", "latest").stdout
+    assert not any(c in out for c in CONTROLS)
+    assert "\\x1b\\x07\\u202effset(float *" in out
+    assert "NVIDIA \\x1b[5mGe\\x07 RTX 4090" in out.splitlines()[0]
+
+
+def test_ls_and_query_escape_the_kernel_and_file_name(triage, store_dir, hostile_report,
+                                                    tmp_path):
+    named = tmp_path / "bell\x07.ncu-rep"
+    named.write_bytes(hostile_report.read_bytes())
+    triage("archive", named)
+    for args in (["ls"], ["query", "select name from kernels"]):
+        out = triage(*args).stdout
+        assert not any(c in out for c in CONTROLS), args
