@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import csv
 import os
+import pty
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -144,3 +147,23 @@ def grown(dest: Path, rows: int, table: str = "CUPTI_ACTIVITY_KIND_KERNEL") -> P
         con.execute(f"DELETE FROM {table} WHERE rowid > ?", (rows,))
         con.commit()
     return dest
+
+
+def on_a_terminal(args: list[str], env: dict[str, str]) -> list[str]:
+    """`triage ARGS` in a new process whose stdout is a pseudo-terminal."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "triage", *args], stdout=follower,
+                            stderr=subprocess.PIPE, env={**os.environ, **env})
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(leader)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
+    return out.decode().replace("\r\n", "\n").splitlines()

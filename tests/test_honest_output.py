@@ -14,15 +14,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import pty
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import corpus_file
+from helpers import corpus_file, on_a_terminal
 
 RTX_4090 = "Lashi0812__CudaProgramming__readWriteOffset_cg.ncu-rep"
 HOSTILE_NAME = "\x1b\x07\u202effset"  # as long in UTF-8 as readOffset: 10 bytes
@@ -40,24 +36,6 @@ def hostile_report(tmp_path) -> Path:
     return path
 
 
-def on_a_terminal(args: list[str], env: dict[str, str]) -> list[str]:
-    """`triage ARGS` in a new process whose stdout is a pseudo-terminal."""
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "triage", *args], stdout=follower,
-                            stderr=subprocess.PIPE, env={**os.environ, **env})
-    os.close(follower)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # EIO: the process closed the terminal
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(leader)
-    assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
-    return out.decode().replace("\r\n", "\n").splitlines()
 
 
 # -- duplicate column names ----------------------------------------------------------------------

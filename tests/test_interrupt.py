@@ -13,20 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from triage.capture.process_tree import descendants
 
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid`, from /proc (children of each of its threads)."""
-    found, todo = [], [pid]
-    while todo:
-        parent = todo.pop()
-        for task in Path(f"/proc/{parent}/task").glob("*"):
-            try:
-                children = [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                continue
-            found += children
-            todo += children
-    return found
+
 
 
 def wait_for_application(pid: int, name: str, limit: float = 120) -> None:

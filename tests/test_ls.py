@@ -12,7 +12,6 @@ import csv
 import io
 import json
 import os
-import pty
 import re
 import shutil
 import subprocess
@@ -24,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from helpers import REPO, corpus_file
+from helpers import REPO, corpus_file, on_a_terminal
 from triage.views import text as textview
 from triage.archive import catalog, catalogview, ingest, lease, listing, query
 from triage.archive.annotations import Annotations
@@ -171,23 +170,7 @@ def test_json_keys_are_the_ones_the_docs_list(archive_store):
 
 def ls_on_a_terminal(store: Path, columns: str) -> list[str]:
     """`triage ls` in a new process whose stdout is a pseudo-terminal, with $COLUMNS set."""
-    leader, follower = pty.openpty()
-    env = {**os.environ, "TRIAGE_STORE": str(store), "COLUMNS": columns}
-    proc = subprocess.Popen([sys.executable, "-m", "triage", "ls"], stdout=follower, env=env,
-                            stderr=subprocess.PIPE)
-    os.close(follower)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # EIO: the process closed the terminal
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(leader)
-    assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
-    return out.decode().replace("\r\n", "\n").splitlines()
+    return on_a_terminal(["ls"], {"TRIAGE_STORE": str(store), "COLUMNS": columns})
 
 
 @pytest.mark.parametrize("columns", ["60", "72", "90", "200"])
