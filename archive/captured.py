@@ -76,12 +76,16 @@ def capture_series(request: CaptureRequest, count: int, new_output: Callable[[],
                    tick_after: float = 1.0) -> list[ArchiveResult]:
     """`triage capture --repeat N`: the same capture N times, run i labelled LABEL/i and all of
     them grouped under LABEL, so that `triage diff 'LABEL/*' ...` measures their noise. A
-    failed try ends the series: it is recorded outside the group (no LABEL/i label, no group)
-    and CaptureFailed names it beside the runs that are the group."""
+    failed try is recorded outside the group (no LABEL/i label, no group; its capture block's
+    `series` says LABEL/i, which diff and history list beside the group) and the series goes
+    on; at the end CaptureFailed names every failed try beside the runs that are the group.
+    An interrupted try ends the series: the user asked it to stop."""
     check_series(request.label, count)
     if count > 1:
         check_overwrite(session.plan(request).parsed, count)
     results: list[ArchiveResult] = []
+    tries: list[int] = []  # the try each result is
+    failures: list[tuple[int, CaptureFailed]] = []
     for i in range(1, count + 1):
         one = request if count == 1 else replace(
             request, label=series_label(request.label, i, count),
@@ -89,20 +93,32 @@ def capture_series(request: CaptureRequest, count: int, new_output: Callable[[],
         sink = new_output()
         try:
             results.append(capture(one, sink, on_warning, tick_after))
+            tries.append(i)
         except CaptureFailed as failed:
-            if count > 1:
-                failed.args = (_series_failure(str(failed), request.label, i, count, results),)
-            raise
+            if count == 1:
+                raise
+            failures.append((i, failed))
+            if failed.exit_code != CaptureFailed.exit_code:  # interrupted: stop here
+                break
         finally:
             sink.close()
+    if failures:
+        members = list(zip(tries, results, strict=True))
+        raise _series_failure(request.label, count, failures, members)
     return results
 
 
-def _series_failure(message: str, label: str | None, i: int, count: int,
-                    results: list[ArchiveResult]) -> str:
-    members = ", ".join(f"{label}/{n} {r.id[:12]}" for n, r in enumerate(results, 1))
-    return (f"try {i} of {count} failed and is not in the group {label!r}: {message}; "
-            f"the group holds {len(results)} run(s){': ' + members if members else ''}")
+def _series_failure(label: str | None, count: int, failures: list[tuple[int, CaptureFailed]],
+                    results: list[tuple[int, ArchiveResult]]) -> CaptureFailed:
+    """One error naming each failed try (with its own message) and the runs of the group; its
+    exit code is the last failure's (an interrupted try's signal code)."""
+    members = ", ".join(f"{label}/{i} {r.id[:12]}" for i, r in results)
+    tries = "; ".join(f"try {i} of {count} failed and is not in the group {label!r}: {failed}"
+                      for i, failed in failures)
+    error = CaptureFailed(f"{tries}; the group holds {len(results)} run(s)"
+                          f"{': ' + members if members else ''}")
+    error.exit_code = failures[-1][1].exit_code
+    return error
 
 
 def capture(request: CaptureRequest, on_output: Callable[[ProgressEvent], None],
@@ -118,9 +134,10 @@ def capture(request: CaptureRequest, on_output: Callable[[ProgressEvent], None],
     ready = session.prepare(request, planned, on_warning)
     ncu_lists = _stored_listings(store, ready.listings)
     captured = session.run(request, ready, on_output, tick_after)
+    tried = None
     if captured.failed and request.series:  # a failed try is no sample of the group
-        request = replace(request, label=None, group=None)
-    result = _archive(store, request, captured, ncu_lists, from_run)
+        tried, request = request.label, replace(request, label=None, group=None)
+    result = _archive(store, request, captured, ncu_lists, from_run, tried)
     for warning in after_run_warnings(captured, result.record):
         on_warning(warning)
         store.annotations.annotate(result.id, utc_now(precise=True), f"warning: {warning}")
@@ -132,11 +149,16 @@ def capture(request: CaptureRequest, on_output: Callable[[ProgressEvent], None],
 
 @lease.holding("capture")
 def _archive(store: Store, request: CaptureRequest, captured: Captured,
-             ncu_lists: dict[str, dict], from_run: str | None) -> ArchiveResult:
+             ncu_lists: dict[str, dict], from_run: str | None,
+             tried: str | None = None) -> ArchiveResult:
     """The run, or the attempt when no report came, with its patch blob: under one lease, since
-    the blob is referenced by nothing until the manifest lands and gc must not take it."""
+    the blob is referenced by nothing until the manifest lands and gc must not take it. `tried`:
+    the label a failed try of a series would have had (LABEL/i), kept as the capture block's
+    `series` (only there: an ordinary run's manifest, and so its id, is as before)."""
     git = _stored_git(store, captured.git, request.redaction())
     run = _run_request(request, captured, ncu_lists, git, from_run)
+    if tried:
+        run.capture = {**(run.capture or {}), "series": tried}
     if captured.found:
         return archive_run(store, run)
     ready = captured.ready

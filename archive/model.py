@@ -276,6 +276,7 @@ class CaptureInfo:
     environ: Mapping[str, Any] = field(default_factory=lambda: EMPTY)  # redacted
     shell: bool = False
     status: str | None = None  # `exited N`, the interrupting signal, or `timed out after N s`
+    series: str | None = None  # a failed try of `capture --repeat`: the label it would have had
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> CaptureInfo:
@@ -289,7 +290,7 @@ class CaptureInfo:
                    _strings(raw.get("warnings")), raw.get("group"), raw.get("rank"),
                    raw.get("from_run"), raw.get("nsys_source"), _mapping(raw.get("machine")),
                    _text(raw.get("rerun_of")), _mapping(raw.get("environment")),
-                   bool(raw.get("shell")), _text(raw.get("status")))
+                   bool(raw.get("shell")), _text(raw.get("status")), _text(raw.get("series")))
 
 
 def _listing(raw: object) -> StoredNcuListing | None:

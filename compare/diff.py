@@ -22,7 +22,7 @@ from triage.compare.nsys_diff import (Row, diff_nsys, kernel_rows_of, nvtx_drift
 from triage.compare.result import (MIXED_TOOLS, SAME_RUN, DiffOptions, DiffResult, DriftItem,
                                    KernelDiff, NsysDiff)
 from triage.compare.gate import regression_gate
-from triage.compare.repeats import side_runs, with_noise
+from triage.compare.repeats import failed_tries, side_runs, with_noise
 from triage.compare.rundata import RunData
 from triage.base.errors import TriageError, UsageError
 
@@ -110,4 +110,5 @@ def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions | None = N
     return DiffResult(run_a.record, run_b.record, grade_, tuple(items), tuple(kernels), nsys,
                       opts, sides=(tuple(r.id for r in runs_a), tuple(r.id for r in runs_b)),
                       gate=regression_gate(grade_, kernels, nsys, opts), refs=(ref_a, ref_b),
-                      files=files, side_names=(names_a, names_b))
+                      files=files, side_names=(names_a, names_b),
+                      failed=(failed_tries(store, ref_a), failed_tries(store, ref_b)))

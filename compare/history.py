@@ -35,8 +35,8 @@ from triage.archive.store import Store
 from triage.compare import steps as step_method
 from triage.compare.drift import CAUTION, INVALIDATES, UNKNOWN, VERDICT_OF, grade, workload
 from triage.compare.noise import LAUNCHES, Noise, Sample, Spread, compare, sample_of
-from triage.compare.repeats import array_sample, side_refs
-from triage.compare.result import DriftItem, JsonDict
+from triage.compare.repeats import array_sample, failed_tries, side_refs
+from triage.compare.result import DriftItem, FailedTry, JsonDict
 from triage.compare.rundata import RunData
 from triage.base.errors import TriageError, UsageError
 
@@ -151,6 +151,7 @@ class HistoryResult:
     segments: tuple[tuple[int, int], ...]
     steps: tuple[HistoryStep, ...]
     min_step_pct: float = step_method.MIN_STEP_PCT
+    failed: tuple[FailedTry, ...] = ()  # failed tries of a series the selector's glob matches
 
     def to_json(self) -> JsonDict:
         """The `history --json` document (schemas/history.schema.json)."""
@@ -165,7 +166,8 @@ class HistoryResult:
                            "split_at": INVALIDATES},
                 "points": [p.to_json() for p in self.points],
                 "segments": [list(s) for s in self.segments],
-                "steps": [s.to_json() for s in self.steps]}
+                "steps": [s.to_json() for s in self.steps],
+                "failed": [t.to_json() for t in self.failed]}
 
 
 # -- the series ----------------------------------------------------------------------------------
@@ -374,7 +376,8 @@ def history(store: Store, selector: str, measure: Measure, workload_of: bool = F
         raise TriageError(f"no run of {selector!r} has {measure.describe()}; {_listing(measure)}")
     segments = _segments(points)
     return HistoryResult(selector, measure, tuple(points), tuple(segments),
-                         tuple(_steps(points, segments, min_step_pct)), min_step_pct)
+                         tuple(_steps(points, segments, min_step_pct)), min_step_pct,
+                         () if workload_of else failed_tries(store, selector))
 
 
 def _listing(measure: Measure) -> str:

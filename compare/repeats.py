@@ -26,7 +26,7 @@ from triage.archive.store import Store
 from triage.compare.matching import group_kernels, match_key
 from triage.compare.noise import (LAUNCHES, MAX_SAMPLES, RUNS, Sample, Spread, compare,
                                   sample_of, thin_positions)
-from triage.compare.result import GpuChange, KernelDiff, NsysDiff, SummaryChange
+from triage.compare.result import FailedTry, GpuChange, KernelDiff, NsysDiff, SummaryChange
 from triage.compare.rundata import RunData
 from triage.base.errors import RunNotFound, UsageError
 
@@ -61,6 +61,28 @@ def side_named(store: Store, side: str) -> dict[str, str]:
         else:
             named.setdefault(resolve(store, ref), ref)
     return named
+
+
+def failed_tries(store: Store, side: str) -> tuple[FailedTry, ...]:
+    """The failed tries of a series that the side's label globs match, in natural order (none
+    for a side without a glob). Only runs outside any group are read: a failed try has none."""
+    globs = [ref for ref in side_parts(side) if GLOB.search(ref)]
+    if not globs:
+        return ()
+    from triage.archive.catalog import scan_unordered
+    from triage.archive.model import CaptureInfo
+
+    rows = scan_unordered(store, ["id", "source", "capture_group"]).table.to_pylist()
+    found: dict[str, FailedTry] = {}
+    for row in rows:
+        if row["capture_group"] is not None or not str(row["source"]).startswith("capture"):
+            continue
+        raw = store.runs.read_manifest(row["id"]).get("capture")
+        capture = CaptureInfo.from_dict(raw) if isinstance(raw, dict) else None
+        if capture is not None and capture.series and \
+                any(fnmatch.fnmatchcase(capture.series, ref) for ref in globs):
+            found[row["id"]] = FailedTry(row["id"], capture.series, capture.status)
+    return tuple(sorted(found.values(), key=lambda t: _natural(t.name)))
 
 
 def array_sample(values: pa.Array) -> Sample | None:

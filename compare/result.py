@@ -480,6 +480,19 @@ class Gate:
 
 
 @dataclass(frozen=True)
+class FailedTry:
+    """A failed try of `capture --repeat N --label L` that a side's label glob would have named
+    (as L/i): no member of the group, listed beside it."""
+
+    id: str
+    name: str  # L/i, the label it would have had
+    status: str | None  # how the profiler ended (`exited 1`, `timed out after N s`, SIGINT)
+
+    def to_json(self) -> JsonDict:
+        return {"id": self.id, "name": self.name, "status": self.status}
+
+
+@dataclass(frozen=True)
 class DiffResult:
     """Two runs compared: the verdict over every kernel, the drift, the kernels shown."""
 
@@ -496,6 +509,8 @@ class DiffResult:
     files: tuple[str | None, str | None] = (None, None)  # a side given as a report file: its name
     # each run of each side by the name it was given (the label a glob matched, the RUN typed)
     side_names: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+    # the failed tries of a series each side's label glob matched: listed, never sampled
+    failed: tuple[tuple[FailedTry, ...], tuple[FailedTry, ...]] = ((), ())
 
     def named_labels(self, side: str) -> tuple[str, ...]:
         """The names of a side's run: the report file name it was given as (`triage diff
@@ -530,9 +545,11 @@ class DiffResult:
         """What each side's numbers are: the median over its runs (`statistic`, null when
         every side is one run), with the runs' ids and the names they were given by."""
         sides = {}
-        for side, ids, names in zip("ab", self.runs_of, self.side_names, strict=True):
+        for side, ids, names, failed in zip("ab", self.runs_of, self.side_names, self.failed,
+                                            strict=True):
             sides[side] = {"runs": len(ids), "ids": list(ids),
-                           "names": list(names) if len(names) == len(ids) else list(ids)}
+                           "names": list(names) if len(names) == len(ids) else list(ids),
+                           "failed": [t.to_json() for t in failed]}
         return {"statistic": "median" if self.aggregated else None, **sides}
 
     def to_json(self) -> JsonDict:

@@ -189,3 +189,32 @@ wait
 def test_a_bad_timeout_is_a_usage_error(triage, nsys_exe):
     refused = triage("capture", "--timeout", "soon", "--", "nsys", "profile", "./a", expect=2)
     assert "invalid duration 'soon'" in refused.stderr
+
+
+def test_the_series_goes_on_after_a_failed_try_and_lists_it_beside_the_group(
+        triage, tmp_path, nsys_exe, prog, on_path):
+    """The second of three tries stands for an nsys that fails (the real nsys refusing
+    --trace=bogus). Before: the series stopped at try 2, and `diff`/`history` of 'rep/*' did
+    not say that a try of the series had failed."""
+    wrapper(on_path, nsys_exe, f'[ $n = 2 ] && rm -f {tmp_path}/rep.nsys-rep && '
+            'exec "$REAL" profile --trace=bogus true')
+    failed = repeat(triage, tmp_path, 3, expect=1)
+    assert "try 2 of 3 failed and is not in the group 'rep'" in failed.stderr
+    assert "the group holds 2 run(s): rep/1" in failed.stderr and "rep/3" in failed.stderr
+    labels = by_label(triage)
+    assert sorted(labels) == ["-", "rep/1", "rep/3"]
+    attempt = labels["-"]["id"]
+    assert triage.json("show", attempt)["capture"]["series"] == "rep/2"
+    for ordinary in ("rep/1", "rep/3"):
+        assert "series" not in triage.json("show", ordinary)["capture"]
+    listed = {"id": attempt, "name": "rep/2", "status": "exited 1"}
+    diff = triage.json("diff", "rep/*", "rep/1")
+    assert diff["aggregate"]["a"]["failed"] == [listed] and diff["aggregate"]["b"]["failed"] == []
+    assert diff["sides"]["a"] == [labels["rep/1"]["id"], labels["rep/3"]["id"]]
+    line = f"1 failed try of the series, not in the group: rep/2 (exited 1, {attempt[:8]})"
+    assert f"A failed: {line}" in triage("diff", "rep/*", "rep/1").stdout
+    assert line in triage("diff", "rep/*", "rep/1", "--format", "md").stdout
+    history = ("history", "rep/*", "--nvtx", "forward")
+    assert triage.json(*history)["failed"] == [listed]
+    assert f"Failed: {line}" in triage(*history).stdout
+    assert line in triage(*history, "--format", "md").stdout

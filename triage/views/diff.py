@@ -12,7 +12,8 @@ from triage.compare.noise import Noise
 from triage.views.text import (drift_change, drift_entries, drift_why, fmt_ns, fmt_pct, fmt_value,
                              kernel_notes, metric_title, one_side_text, output_width, short_id,
                              truncate, field_with_default, side_text)
-from triage.views.text import (NCU_CAVEAT, aggregate_words, fmt_noise, fmt_spread, gate_lines,
+from triage.views.text import (NCU_CAVEAT, aggregate_words, failed_tries_words, fmt_noise,
+                               fmt_spread, gate_lines,
                                rule_failure, rule_heading, side_runs_title)
 
 WIDTH = 100  # the layout's columns; a wider or narrower terminal widens or narrows the names
@@ -147,16 +148,19 @@ def _noise_lines(noise: Noise | None, indent: str = "      ") -> list[str]:
 
 
 def _sides_lines(diff: DiffResult) -> list[str]:
-    """For a side of several runs: what every number below is, and what drift reads."""
+    """For a side of several runs: what every number below is, and what drift reads; for a
+    side whose series had failed tries, which."""
+    failed = [f"   {side} failed: {words}" for side, tries in zip("AB", diff.failed, strict=True)
+              if (words := failed_tries_words(tries))]
     words = aggregate_words(diff)
     if not words:
-        return []
+        return failed
     firsts = [names[0] if names else short_id(ids[0], 8)
               for ids, names in zip(diff.runs_of, diff.side_names, strict=True)]
     statistic = {("ncu", "ncu"): "mean", ("nsys", "nsys"): "median"}.get(
         diff.tools, "median (nsys) or mean (ncu)")
     return [f"   numbers: {words}; noise: over the runs (each run's {statistic} launch)",
-            f"   drift: each side's first run ({firsts[0]} vs {firsts[1]})"]
+            f"   drift: each side's first run ({firsts[0]} vs {firsts[1]})", *failed]
 
 
 def _section_lines(kernel: KernelDiff, width: int, raw_names: bool) -> list[str]:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from triage.compare.history import HistoryPoint, HistoryResult, HistoryStep
 from triage.views.text import (drift_change, fmt_interval, fmt_noise, fmt_ns, fmt_pct, fmt_value,
-                             printable, short_id, table, to_json, value_text)
+                             failed_tries_words, printable, short_id, table, to_json,
+                             value_text)
 
 METHOD_TEXT = ("Pettitt change-point test by binary segmentation (permutation p <= 5%), each step "
                "confirmed by the Hodges-Lehmann shift between the levels with its 95% interval "
@@ -113,8 +114,13 @@ def title(result: HistoryResult) -> str:
             f"({printable(result.selector)}), in capture order")
 
 
+def failed_line(result: HistoryResult) -> list[str]:
+    words = failed_tries_words(result.failed)
+    return [f"Failed: {words}"] if words else []
+
+
 def render_history(result: HistoryResult) -> str:
-    lines = [title(result), "",
+    lines = [title(result), *failed_line(result), "",
              table(rows(result), HEADERS, max_widths={2: 24, 8: 40}, align_right={0, 5}), "",
              "Boundaries (the comparison with the run before breaks or needs care):"]
     lines += [f"  {line}" for line in boundary_lines(result)]
@@ -135,7 +141,8 @@ def render_history_markdown(result: HistoryResult) -> str:
     head = "| " + " | ".join(HEADERS) + " |"
     rule = "|" + "|".join("---:" if i in (0, 5) else "---" for i in range(len(HEADERS))) + "|"
     body = ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows(result)]
-    lines = [f"### {_md_cell(title(result))}", "", head, rule, *body, "",
+    failed = [f"\n{_md_cell(line)}" for line in failed_line(result)]
+    lines = [f"### {_md_cell(title(result))}", *failed, "", head, rule, *body, "",
              "**Boundaries**", ""]
     lines += [f"- {_md_cell(line)}" for line in boundary_lines(result)]
     lines += ["", "**Steps**", ""] + [f"- {_md_cell(line)}" for line in step_lines(result)]

@@ -32,7 +32,7 @@ from triage.views.text import (NCU_CAVEAT, clip_middle, default_phrase, distinct
                                short_id)
 from triage.compare.noise import Noise
 from triage.views.text import cuda_text, fmt_noise, fmt_spread, gate_lines, printable, rule_failure
-from triage.views.text import aggregate_words, side_runs_title
+from triage.views.text import aggregate_words, failed_tries_words, side_runs_title
 from triage.base.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -369,7 +369,10 @@ def _context(diffs: list[DiffResult], show_unchanged: bool | None, charts: bool,
                       "details": [kernel_view(r, legend, colors, show_unchanged) for r in rows
                                   if r["kernel"].sections or r["notes"]],
                       "gate": gate_lines(diff.gate) if diff.gate else [],
-                      "noise": noise_rows(diff), "aggregate": aggregate_words(diff)})
+                      "noise": noise_rows(diff), "aggregate": aggregate_words(diff),
+                      "failed": [f"{side}: {words}" for side, tries in zip("AB", diff.failed,
+                                                                           strict=True)
+                                 if (words := failed_tries_words(tries))]})
     table = series_table(diffs) if len(diffs) > 1 else []
     legend = [chart_legend(letter, name) for letter, name in zip(letters, names, strict=True)]
     return {"steps": steps, "runs": runs, "names": names, "ids": ids, "prov_names": prov_names,

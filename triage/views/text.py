@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from triage.archive.model import Environment
     from triage.compare.matching import PairEvidence
-    from triage.compare.result import (DiffResult, DriftItem, FiredRule, KernelDiff, MetricDiff,
-                                       SectionDiff)
+    from triage.compare.result import (DiffResult, DriftItem, FailedTry, FiredRule, KernelDiff,
+                                       MetricDiff, SectionDiff)
 
 
 def short_id(run_id: str | None, length: int = 12) -> str:
@@ -645,6 +645,17 @@ def side_runs_title(diff: DiffResult, side: str) -> str | None:
 
 def _runs(count: int) -> str:
     return f"{count} run{'' if count == 1 else 's'}"
+
+
+def failed_tries_words(tries: Sequence[FailedTry]) -> str | None:
+    """'2 failed tries, not in the group: rep/3 (exited 1, 1a2b3c4d), ...' for the failed tries
+    of a series beside a side (None when none failed)."""
+    if not tries:
+        return None
+    listed = ", ".join(f"{printable(t.name)} ({printable(t.status or 'failed')}, "
+                       f"{short_id(t.id, 8)})" for t in tries)
+    count = f"{len(tries)} failed tr{'y' if len(tries) == 1 else 'ies'}"
+    return f"{count} of the series, not in the group: {listed}"
 
 
 def aggregate_words(diff: DiffResult) -> str | None:
