@@ -82,3 +82,31 @@ def remove_temporary_reports(tail: list[str], environ) -> list[str]:
                     path.unlink()
                     removed.append(str(path))
     return list(dict.fromkeys(removed))
+
+
+def remove_abandoned_reports(environ, since: float) -> list[str]:
+    """After the capture ended the profiler (interrupt, timeout): nsys's temporary reports
+    (`$TMPDIR/nsys-report-*`) made since `since` that no live process holds open, which it
+    never got to name in its output; returns their paths. One held open belongs to a profiler
+    still at work (another capture's), and stays."""
+    temp = Path(os.path.realpath(environ.get("TMPDIR") or "/tmp"))
+    with contextlib.suppress(OSError):
+        made = [p for p in temp.glob("nsys-report-*") if p.is_file() and p.stat().st_mtime >= since]
+        held = _open_files() if made else set()
+        removed = []
+        for path in made:
+            if str(path) not in held:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                    removed.append(str(path))
+        return removed
+    return []
+
+
+def _open_files() -> set[str]:
+    """The paths open in the processes this user may read the descriptors of."""
+    held = set()
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        with contextlib.suppress(OSError):
+            held.add(os.readlink(fd))
+    return held

@@ -478,4 +478,6 @@ def run(request: CaptureRequest, ready: Prepared, on_output: Callable[[ProgressE
     found = [] if outcome.ended_early else find_reports(ready.parsed, request.cwd, since, before)
     fresh, stale = split_fresh(found, existing)
     removed = diagnosis.remove_temporary_reports(outcome.tail, request.environ)
+    if outcome.ended_early:  # ended before it could name its temporary report
+        removed += diagnosis.remove_abandoned_reports(request.environ, since)
     return Captured(ready, outcome, fresh, git_snapshot(request.cwd), stale, removed)

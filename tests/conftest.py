@@ -7,6 +7,8 @@ TRIAGE_CORPUS to point elsewhere.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,33 @@ def pytest_sessionstart(session):
     if not (CORPUS / "MANIFEST.csv").is_file():
         pytest.exit(f"the report corpus is not at {CORPUS}: the tests read ../shared/corpus "
                     "beside the checkout; set TRIAGE_CORPUS to its path", returncode=1)
+
+
+@pytest.fixture(scope="session")
+def private_temp(tmp_path_factory) -> Path:
+    """$TMPDIR of the suite: a folder of its own (so that only its leftovers are seen on a
+    shared machine), with the marker its processes inherit (tests/leftovers.py)."""
+    import leftovers
+
+    temp = tmp_path_factory.getbasetemp() / "tmpdir"
+    temp.mkdir()
+    os.environ["TMPDIR"] = str(temp)
+    os.environ[leftovers.MARKER] = str(os.getpid())
+    tempfile.tempdir = None  # gettempdir() caches its first answer
+    return temp
+
+
+@pytest.fixture(scope="module", autouse=True)
+def leaves_nothing(private_temp):
+    """Issue 36 item 6: at the end of each module, no process the suite started and no
+    temporary file of triage's is left that was not there before it."""
+    import leftovers
+
+    before = leftovers.snapshot(private_temp)
+    yield
+    left = leftovers.left_behind(before, private_temp)
+    if left:
+        pytest.fail("left behind by this module:\n" + "\n".join(left), pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -137,8 +166,12 @@ def s3_server(tmp_path_factory):
     the end."""
     import s3server
 
+    import leftovers
+
     server = s3server.S3Server(tmp_path_factory.mktemp("seaweedfs"), weed_or_skip())
     server.start()
+    assert server.process is not None
+    leftovers.SESSION_GROUPS.add(os.getpgid(server.process.pid))  # not a module's leftover
     try:
         yield server
     finally:
