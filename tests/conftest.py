@@ -169,9 +169,8 @@ def s3_server(tmp_path_factory):
     import leftovers
 
     server = s3server.S3Server(tmp_path_factory.mktemp("seaweedfs"), weed_or_skip())
+    leftovers.SESSION_FOLDERS.add(f"={server.directory}/")  # not a module's leftover
     server.start()
-    assert server.process is not None
-    leftovers.SESSION_GROUPS.add(os.getpgid(server.process.pid))  # not a module's leftover
     try:
         yield server
     finally:

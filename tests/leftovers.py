@@ -24,9 +24,10 @@ MARKER = "TRIAGE_TESTS_SESSION"
 # report (capture/diagnosis.py)
 TEMP_PREFIXES = ("triage-", "nsys-report-")
 EXIT_WAIT = 10.0  # seconds a process that is exiting gets before it counts as left behind
-# processes a session fixture owns for the whole run (the SeaweedFS server of `s3_server`): not
-# a module's leftover, and ended by that fixture at the end of the session
-SESSION_GROUPS: set[int] = set()
+# processes a session fixture owns for the whole run (the SeaweedFS server of `s3_server`, by
+# its data folder: a test may restart it, so its pid changes): not a module's leftover, and
+# ended by that fixture at the end of the session
+SESSION_FOLDERS: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -35,13 +36,13 @@ class Snapshot:
     temp: frozenset[str]
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """A live process's start time (pids are reused) and its process group."""
+def _started(pid: int) -> str | None:
+    """A live process's start time (pids are reused); None when gone or a zombie."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    return (fields[19], int(fields[2])) if fields[0] != "Z" else None
+    return fields[19] if fields[0] != "Z" else None
 
 
 def _marked(pid: int, marker: bytes) -> bool:
@@ -60,7 +61,7 @@ def _command(pid: int) -> str:
 
 
 def suite_processes() -> dict[tuple[int, str], str]:
-    """The live processes of this suite, less the session fixtures' (SESSION_GROUPS)."""
+    """The live processes of this suite, less the session fixtures' (SESSION_FOLDERS)."""
     me = os.getpid()
     marker = f"{MARKER}={me}".encode()
     pids = set(process_tree.descendants(me))
@@ -68,9 +69,9 @@ def suite_processes() -> dict[tuple[int, str], str]:
              if int(e.name) != me and _marked(int(e.name), marker)}
     found = {}
     for pid in pids:
-        stat = _stat(pid)
-        if stat is not None and stat[1] not in SESSION_GROUPS:
-            found[(pid, stat[0])] = _command(pid)
+        started, command = _started(pid), _command(pid)
+        if started is not None and not any(f in command for f in SESSION_FOLDERS):
+            found[(pid, started)] = command
     return found
 
 
