@@ -74,12 +74,13 @@ def git_snapshot(path: str | Path) -> GitSnapshot:
         repo = git.Repo(path, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         return _none("not a git repository")
-    if repo.bare or repo.working_tree_dir is None:
-        return _none("bare repository (no working tree)")
-    try:
-        return _describe(repo)
-    except git.GitError as error:
-        return _none(f"git failed: {_first_line(getattr(error, 'stderr', '') or str(error))}")
+    with repo:  # closing it ends the `git cat-file` processes GitPython keeps for it
+        if repo.bare or repo.working_tree_dir is None:
+            return _none("bare repository (no working tree)")
+        try:
+            return _describe(repo)
+        except git.GitError as error:
+            return _none(f"git failed: {_first_line(getattr(error, 'stderr', '') or str(error))}")
 
 
 def _none(reason: str) -> GitSnapshot:

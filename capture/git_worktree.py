@@ -45,6 +45,7 @@ def temporary_worktree(repository: str, commit: str, patch: bytes) -> Iterator[P
             repo.git.worktree("remove", "--force", str(tree))
         with contextlib.suppress(git.GitCommandError):
             repo.git.worktree("prune")
+        repo.close()  # ends the git processes GitPython keeps for the repository
         shutil.rmtree(place, ignore_errors=True)
 
 

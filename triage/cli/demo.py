@@ -31,6 +31,6 @@ def demo(keep, page, out):
         if keep:
             click.echo(f"\nstore kept: triage ls --store {outcome.store}", err=True)
     finally:
-        if not keep:
-            shutil.rmtree(outcome.store, ignore_errors=True)
+        if not keep:  # what stays is the page: the folder only where the page is in it
+            shutil.rmtree(root if page else outcome.store, ignore_errors=True)
             shutil.rmtree(root / "captures", ignore_errors=True)
