@@ -25,7 +25,8 @@ DEFAULT_TIMEOUT = "6h"  # ends a hung profiler; docs/capture.md states it
 @click.option("--repeat", default=1, type=click.IntRange(min=1), metavar="N",
               help="Run the capture N times, labelled LABEL/1 .. LABEL/N and grouped under "
               "LABEL (needs --label; the profiler must be told to overwrite its report: "
-              "ncu -f, nsys --force-overwrite true). Compare with: triage diff 'LABEL/*' ...")
+              "ncu -f, nsys --force-overwrite true). A failed try stays out of the group and the "
+              "series goes on. Compare with: triage diff 'LABEL/*' ...")
 @click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True, metavar="DURATION",
               help="End the profiler, the processes it started and its temporary reports after "
               "DURATION (90s, 30m, 6h; 0: no limit) and record the try as timed out.")
