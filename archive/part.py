@@ -3,6 +3,7 @@ the store it belongs to, and the file of a key in a local store."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -14,13 +15,12 @@ if TYPE_CHECKING:
 class StorePart:
     """One thing a store keeps, as a view on the store's files; `Store` composes one of each."""
 
+    # The store key of a name (an object's hash, a run id): each part that names its files by
+    # key says where, as a staticmethod; `path` needs it.
+    key: Callable[[str], str]
+
     def __init__(self, store: Store) -> None:
         self.store = store
-
-    @staticmethod
-    def key(name: str) -> str:
-        """The store key of `name` (an object's hash, a run id): each part says where."""
-        raise NotImplementedError
 
     def path(self, name: str) -> Path:
         """The file of `name` in a local store (tests and tools that damage one on purpose)."""
