@@ -16,8 +16,8 @@ from triage.base.errors import NewerFormat, StoreError
 # 3: a setting may be sourced "derived" (what the report's data proves). A manifest is written
 # at the lowest version that can hold it, so every run without a derived setting keeps its
 # version 2 document and its id, and only a triage that knows "derived" reads the others.
-MANIFEST_VERSION = 3
-DERIVED_VERSION, IDENTITY_VERSION = 3, 2
+IDENTITY_VERSION, DERIVED_VERSION = 2, 3
+MANIFEST_VERSION = DERIVED_VERSION  # the newest this triage reads
 MANIFEST_KIND = "triage.run"
 
 

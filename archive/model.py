@@ -14,12 +14,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-EMPTY: Mapping[str, Any] = MappingProxyType({})
+from triage.base.records import EMPTY, mapping_of
 
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    """A dict field of a manifest, or an empty mapping when it is absent, null or not a dict."""
-    return value if isinstance(value, dict) else EMPTY
 
 
 def _strings(value: object) -> tuple[str, ...]:
@@ -93,8 +89,8 @@ class Environment:
     def from_dict(cls, raw: Mapping[str, Any]) -> Environment:
         return cls(raw.get("driver_version"), raw.get("cuda_version"),
                    tuple(Gpu.from_dict(g) for g in _dicts(raw.get("gpus"))),
-                   Host.from_dict(_mapping(raw.get("host"))), raw.get("working_directory"),
-                   _mapping(raw.get("variables")), raw.get("cuda_version_of"))
+                   Host.from_dict(mapping_of(raw.get("host"))), raw.get("working_directory"),
+                   mapping_of(raw.get("variables")), raw.get("cuda_version_of"))
 
     @property
     def gpu(self) -> Gpu | None:
@@ -221,7 +217,7 @@ class GitState:
     def from_dict(cls, raw: Mapping[str, Any]) -> GitState:
         return cls(raw.get("repository"), raw.get("reason"), _text(raw.get("commit")),
                    raw.get("branch"), raw.get("dirty"), raw.get("untracked_count"),
-                   _text(_mapping(raw.get("remote")).get("url")),
+                   _text(mapping_of(raw.get("remote")).get("url")),
                    GitPatch.from_dict(raw.get("patch")), _text(raw.get("patch_note")),
                    "patch" in raw)
 
@@ -281,15 +277,15 @@ class CaptureInfo:
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> CaptureInfo:
         git = raw.get("git")
-        lists = _mapping(raw.get("ncu_lists"))
+        lists = mapping_of(raw.get("ncu_lists"))
         return cls(_strings(raw.get("argv")), raw.get("cwd"), raw.get("exit_code"),
                    raw.get("started"), raw.get("ended"), raw.get("seconds"),
                    raw.get("tool_version"),
                    GitState.from_dict(git) if isinstance(git, dict) else None,
                    _listing(lists.get("sections")), _listing(lists.get("sets")),
                    _strings(raw.get("warnings")), raw.get("group"), raw.get("rank"),
-                   raw.get("from_run"), raw.get("nsys_source"), _mapping(raw.get("machine")),
-                   _text(raw.get("rerun_of")), _mapping(raw.get("environment")),
+                   raw.get("from_run"), raw.get("nsys_source"), mapping_of(raw.get("machine")),
+                   _text(raw.get("rerun_of")), mapping_of(raw.get("environment")),
                    bool(raw.get("shell")), _text(raw.get("status")), _text(raw.get("series")))
 
 
@@ -349,15 +345,15 @@ class RunRecord:
             command=manifest.get("command"),
             application_argv=_strings(application.get("argv"))
             if isinstance(application, dict) and application.get("argv") else None,
-            environment=Environment.from_dict(_mapping(manifest.get("environment"))),
-            settings=_settings(_mapping(manifest.get("settings")),
-                               _mapping(manifest.get("settings_source"))),
-            clock=ClockEvidence.from_dict(_mapping(_mapping(manifest.get("evidence"))
+            environment=Environment.from_dict(mapping_of(manifest.get("environment"))),
+            settings=_settings(mapping_of(manifest.get("settings")),
+                               mapping_of(manifest.get("settings_source"))),
+            clock=ClockEvidence.from_dict(mapping_of(mapping_of(manifest.get("evidence"))
                                                    .get("clock"))),
-            versions=_mapping(manifest.get("versions")),
+            versions=mapping_of(manifest.get("versions")),
             reports=tuple(ReportRef.from_dict(r) for r in _dicts(manifest.get("reports"))),
             tables=MappingProxyType({str(name): TableRef.from_dict(ref) for name, ref
-                                     in _mapping(manifest.get("tables")).items()
+                                     in mapping_of(manifest.get("tables")).items()
                                      if isinstance(ref, dict)}),
             kernels=_int(manifest.get("kernels")),
             notices=_strings(manifest.get("notices")),
@@ -384,7 +380,7 @@ class RunRecord:
         driver installed). An archived report listing no GPU says nothing either way."""
         if self.gpu is not None or self.capture is None:
             return False
-        seen = _mapping(_mapping(self.capture.machine.get("gpu")).get("gpus"))
+        seen = mapping_of(mapping_of(self.capture.machine.get("gpu")).get("gpus"))
         reason = seen.get("reason")
         return seen.get("value") == [] or (seen.get("value") is None and isinstance(reason, str)
                                            and reason.startswith("nvidia-smi not found"))

@@ -9,15 +9,13 @@ a local directory, one on a shared filesystem, or a store URL.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
-from triage.archive.files import S3Place, check_profile, shown_url
+from triage.archive.files import URL_RE, S3Place, check_profile, shown_url
 from triage.archive.remote_config import REMOTE_RE
 from triage.archive.store import STORE_VERSION, Store
 from triage.base.errors import StoreError, UnknownRemote, UsageError
 
-URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 @dataclass(frozen=True)
@@ -154,9 +152,10 @@ def push_target(store: Store, words: list[str]) -> tuple[Remote, list[str]]:
     """`triage push [NAME] [RUN...]`: the remote and the RUNs. The first word is the remote
     when it is one of the store's remotes or a store's place (not a file: a RUN may be a
     report path); otherwise every word is a RUN and the remote is the default one."""
-    if words and (words[0] in store.remotes.all()
+    remotes = store.remotes.all()
+    if words and (words[0] in remotes
                   or (is_location(words[0]) and not os.path.isfile(words[0]))):
-        return named_remote(store.remotes.all(), words[0]), words[1:]
+        return named_remote(remotes, words[0]), words[1:]
     return default_remote(store), words
 
 

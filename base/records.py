@@ -1,9 +1,20 @@
-"""A typed result's row whose JSON is simply its fields: one `to_json` for all of them."""
+"""What typed records share: reading a stored document's parts, and rows whose JSON is simply
+their fields (one `to_json` for all of them)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
+from types import MappingProxyType
 from typing import Any
+
+EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def mapping_of(value: object) -> Mapping[str, Any]:
+    """A dict part of a stored document (a manifest, machine facts), or an empty mapping where
+    it is absent, null or not a dict: readers never chain `(x or {}).get`."""
+    return value if isinstance(value, dict) else EMPTY
 
 
 class AsJson:

@@ -69,10 +69,16 @@ def stale_text(stale: list[FoundReport]) -> str:
             "is not archived again")
 
 
+def _temp_dir(environ) -> Path:
+    """The temporary directory nsys writes its own reports to, as the capture's environment
+    sets it."""
+    return Path(os.path.realpath(environ.get("TMPDIR") or "/tmp"))
+
+
 def remove_temporary_reports(tail: list[str], environ) -> list[str]:
     """Remove the reports nsys wrote to the temporary directory instead of where it was asked
     (named in its output); returns their paths."""
-    temp = os.path.realpath(environ.get("TMPDIR") or "/tmp")
+    temp = str(_temp_dir(environ))
     removed = []
     for line in tail:
         for match in TEMP_REPORT.finditer(line):
@@ -89,7 +95,7 @@ def remove_abandoned_reports(environ, since: float) -> list[str]:
     (`$TMPDIR/nsys-report-*`) made since `since` that no live process holds open, which it
     never got to name in its output; returns their paths. One held open belongs to a profiler
     still at work (another capture's), and stays."""
-    temp = Path(os.path.realpath(environ.get("TMPDIR") or "/tmp"))
+    temp = _temp_dir(environ)
     with contextlib.suppress(OSError):
         made = [p for p in temp.glob("nsys-report-*") if p.is_file() and p.stat().st_mtime >= since]
         held = _open_files() if made else set()

@@ -10,19 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 from triage.base.errors import ToolMissing
-from triage.base.records import AsJson
+from triage.base.records import AsJson, mapping_of
 from triage.capture import profilers
 
 TOOLS = ("ncu", "nsys")
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    """A dict of the facts, or an empty mapping where a part is absent or not a dict."""
-    return value if isinstance(value, dict) else MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -76,16 +70,16 @@ class MachineFacts:
 
     @classmethod
     def from_facts(cls, facts: Mapping[str, Any]) -> MachineFacts:
-        gpu, counters = _mapping(facts.get("gpu")), _mapping(facts.get("profiling_counters"))
-        dcgm, scheduler = _mapping(facts.get("dcgm")), _mapping(facts.get("scheduler"))
+        gpu, counters = mapping_of(facts.get("gpu")), mapping_of(facts.get("profiling_counters"))
+        dcgm, scheduler = mapping_of(facts.get("dcgm")), mapping_of(facts.get("scheduler"))
         gpus = Fact.of(gpu.get("gpus"))
-        return cls(facts, {name: Fact.of(v) for name, v in _mapping(facts.get("host")).items()},
+        return cls(facts, {name: Fact.of(v) for name, v in mapping_of(facts.get("host")).items()},
                    Fact.of(gpu.get("driver_version")), Fact.of(gpu.get("cuda_driver_version")),
                    tuple(GpuState.from_dict(g) for g in gpus.value or () if isinstance(g, dict)),
                    gpus.reason, Fact.of(counters.get("admin_only")),
                    bool(counters.get("is_root")), counters.get("advice"),
                    Fact.of(dcgm.get("running")), dcgm.get("advice"), scheduler.get("scheduler"),
-                   _mapping(scheduler.get("variables")))
+                   mapping_of(scheduler.get("variables")))
 
 
 @dataclass(frozen=True)

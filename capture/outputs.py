@@ -149,7 +149,8 @@ def fingerprints(parsed: ParsedCommand, cwd: Path) -> dict[str, Fingerprint]:
 def split_fresh(found: list[FoundReport], before: dict[str, Fingerprint]
                 ) -> tuple[list[FoundReport], list[FoundReport]]:
     """(fresh, stale): a report is stale when the same name held the same inode and mtime
-    before the run, or the same bytes (the sha256 of the run before)."""
+    before the run, or the same bytes (the sha256 of the run before; hashed only when the
+    sizes agree, since a report of another size is new whatever its bytes)."""
     from triage.base.hashing import hash_file
 
     fresh: list[FoundReport] = []
@@ -162,6 +163,6 @@ def split_fresh(found: list[FoundReport], before: dict[str, Fingerprint]
             continue
         same = old is not None and (
             (stat.st_ino, stat.st_mtime_ns) == (old.inode, old.mtime_ns)
-            or hash_file(report.path)[0] == old.sha256)
+            or (stat.st_size == old.size and hash_file(report.path)[0] == old.sha256))
         (stale if same else fresh).append(report)
     return fresh, stale

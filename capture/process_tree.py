@@ -58,9 +58,9 @@ def _signal_all(pids: list[int], signum: int) -> None:
             os.kill(pid, signum)
 
 
-def end_tree(pid: int, is_done, grace: float = TERM_GRACE) -> list[int]:
+def end_tree(pid: int, is_done, grace: float = TERM_GRACE) -> None:
     """SIGTERM the process `pid`, everything below it and its nsys agents; SIGKILL what is left
-    after `grace` seconds (`is_done()` says the top one has exited). Returns the pids ended."""
+    after `grace` seconds (`is_done()` says the top one has exited)."""
     tree = [pid, *descendants(pid)]
     everything = tree + agents_of(tree)
     _signal_all(everything, signal.SIGTERM)
@@ -70,7 +70,6 @@ def end_tree(pid: int, is_done, grace: float = TERM_GRACE) -> list[int]:
     # whatever is still there (the tree may have grown while it stopped)
     late = [p for p in [pid, *descendants(pid)] if p not in everything]
     _signal_all([p for p in everything + late + agents_of(late) if _alive(p)], signal.SIGKILL)
-    return everything + late
 
 
 def end_agents(pids: list[int]) -> None:

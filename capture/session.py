@@ -227,7 +227,8 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
         ticker.start()
         watchdog = threading.Thread(target=_watch, args=(process, timeout, done, expired),
                                     daemon=True)
-        watchdog.start()
+        if timeout is not None:
+            watchdog.start()
         try:
             with _signals_interrupt():
                 while chunk := process.stdout.read1(65536):  # type: ignore[attr-defined]
@@ -240,18 +241,19 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
         finally:
             done.set()
             ticker.join()
-            watchdog.join()
+            if watchdog.is_alive():
+                watchdog.join()
             # nsys leaves its agent running after every session (re-parented to init)
             process_tree.end_agents([process.pid, *seen])
     return Outcome(code, started, utc_now(), round(time.monotonic() - clock, 3), list(tail),
                    interrupted, timeout if expired.is_set() else None)
 
 
-def _watch(process: subprocess.Popen, timeout: float | None, done: threading.Event,
+def _watch(process: subprocess.Popen, timeout: float, done: threading.Event,
            expired: threading.Event) -> None:
     """Past `timeout`, end the profiler with its whole tree (which closes the output pipe the
     reading loop waits on)."""
-    if timeout is None or done.wait(timeout):
+    if done.wait(timeout):
         return
     expired.set()
     process_tree.end_tree(process.pid, lambda: process.poll() is not None)

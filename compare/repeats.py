@@ -65,7 +65,8 @@ def side_named(store: Store, side: str) -> dict[str, str]:
 
 def failed_tries(store: Store, side: str) -> tuple[FailedTry, ...]:
     """The failed tries of a series that the side's label globs match, in natural order (none
-    for a side without a glob). Only runs outside any group are read: a failed try has none."""
+    for a side without a glob). Only failed attempts (source capture-failed, in no group) have
+    their manifest read: in a store of many captures a side costs one catalog scan."""
     globs = [ref for ref in side_parts(side) if GLOB.search(ref)]
     if not globs:
         return ()
@@ -75,7 +76,7 @@ def failed_tries(store: Store, side: str) -> tuple[FailedTry, ...]:
     rows = scan_unordered(store, ["id", "source", "capture_group"]).table.to_pylist()
     found: dict[str, FailedTry] = {}
     for row in rows:
-        if row["capture_group"] is not None or not str(row["source"]).startswith("capture"):
+        if row["capture_group"] is not None or row["source"] != "capture-failed":
             continue
         raw = store.runs.read_manifest(row["id"]).get("capture")
         capture = CaptureInfo.from_dict(raw) if isinstance(raw, dict) else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,9 +88,16 @@ class Output:
         if self.path is None:
             click.echo(text + end, nl=False)
             return
+        self.write_bytes((text + end).encode("utf-8"))
+
+    def write_bytes(self, data: bytes) -> None:
+        """Bytes as they are (a stored patch need not be UTF-8), to the file or stdout."""
+        if self.path is None:
+            sys.stdout.buffer.write(data)
+            return
         from triage.archive.atomic import write_user_file
 
-        write_user_file(Path(self.path), (text + end).encode("utf-8"))
+        write_user_file(Path(self.path), data)
         click.echo(f"wrote {self.path}", err=True)
 
     def show(self, result: JsonResult | Sequence[JsonResult],
@@ -107,8 +115,6 @@ class Output:
     def stream(self) -> Any:
         """The text stream for progress and a profiler's own output: stderr when stdout carries
         a document (JSON), so that the document stays clean."""
-        import sys
-
         return sys.stderr if self.json else sys.stdout
 
 

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 import click
 
 from triage.base.errors import TriageError, UsageError
-from triage.cli.options import (echo_chunks, output_options, pass_store, runs_named,
+from triage.cli.options import (Output, echo_chunks, output_options, pass_store, runs_named,
                                 store_option, warn, width_options)
 from triage.views import text as textview
 
-if TYPE_CHECKING:
-    from triage.archive.model import RunRecord
-    from triage.archive.store import Store
 
 
 @click.command()
@@ -119,27 +115,13 @@ def show(store, run, patch, output, out):
     st = store.open()
     record = load_record(st, run_id)
     if patch:
-        _write_patch(st, record, output)
+        from triage.archive.captured import stored_patch
+
+        Output("text", output).write_bytes(stored_patch(st, record))
         return
     from triage.views.show import render_show
 
     out.write(textview.to_json(record.as_json()) if out.json else render_show(record))
-
-
-def _write_patch(st: Store, record: RunRecord, output: str | None) -> None:
-    """The stored patch's bytes as they are (not text: a patch need not be UTF-8)."""
-    import sys
-    from pathlib import Path
-
-    from triage.archive.atomic import write_user_file
-    from triage.archive.captured import stored_patch
-
-    data = stored_patch(st, record)
-    if output:
-        write_user_file(Path(output), data)
-        click.echo(f"wrote {output}", err=True)
-    else:
-        sys.stdout.buffer.write(data)
 
 
 @click.command()
