@@ -118,7 +118,7 @@ def test_filters_and_text_output(triage):
     everything = triage.json("diff", a, b, "--all", "--threshold", "50")
     statuses = {m["status"] for s in everything["kernels"][0]["sections"] for m in s["metrics"]}
     assert "unchanged" in statuses
-    text = triage("diff", a, b).stdout
+    text = triage("diff", a, b, "--width", "100").stdout
     assert text.splitlines()[2].startswith("VERDICT: CAUTION")
     assert max(len(line) for line in text.splitlines()) <= 100
     assert "no kernel" in triage("diff", a, b, "--kernel", "no_such_kernel", expect=1).stderr
@@ -253,7 +253,7 @@ def test_kernel_filter_does_not_change_the_verdict(triage):
 def test_text_drift_is_wrapped_not_cut(triage):
     """The why of a caution names what differs; cut at 100 columns it named nothing."""
     a, b = archived(triage, "shortstheory__cuda-experiments__reduce_report2.ncu-rep", GEMM[0])
-    text = triage("diff", a, b).stdout
+    text = triage("diff", a, b, "--width", "100").stdout
     drift = " ".join(text.split("\nkernels")[0].split())
     assert ("only in A: simpleReduce1(float *, float *, int), simpleReduce2(float *, float *, "
             "int); only in B: naive_gemm(") in drift

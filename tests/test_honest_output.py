@@ -98,6 +98,66 @@ def test_query_on_a_terminal_fits_it_unless_no_trunc(triage, store_dir):
     assert whole[2].endswith("./build/readWriteOffset_cg 0,11,128 512")
 
 
+# Two real nsys captures of one program whose cuBLAS kernel names run to 412 characters, and
+# an ncu report whose kernel name runs to 1,397.
+LONG_NAMES_A = "Yandong-Luo__parallel_diff_evolution__report7.qdrep"
+LONG_NAMES_B = "Yandong-Luo__parallel_diff_evolution__report3.qdrep"
+LONGEST_NCU = "AlpriElse__cs599k__silu-2025-04-19-v1_nosections.ncu-rep"
+
+
+@pytest.fixture
+def long_names(triage, store_dir) -> str:
+    """The pair archived as `a` and `b`; the longest kernel name of `a`."""
+    triage("archive", corpus_file(LONG_NAMES_A), "--label", "a")
+    triage("archive", corpus_file(LONG_NAMES_B), "--label", "b")
+    rows = json.loads(triage("query", "--json", "select name from kernel_summary where run_id = "
+                             "(select id from runs where 'a' in labels) order by length(name) "
+                             "desc limit 1").stdout)
+    assert len(rows[0]["name"]) > 400
+    return rows[0]["name"]
+
+
+@pytest.mark.parametrize("args", [["top", "a"], ["diff", "a", "b", "--limit", "100"]],
+                         ids=["top", "diff"])
+def test_piped_reports_keep_a_kernel_name_whole(triage, long_names, args):
+    """`triage top RUN | grep` (and diff) once found names cut at 56 or 100 columns."""
+    out = triage(*args).stdout
+    assert long_names in out
+
+
+LONG_LABEL = "release-candidate-of-the-solver-rewrite/"
+
+
+def test_piped_history_keeps_a_label_whole(triage, long_names):
+    """History's run column was cut at 24 characters, so a series' labels could not be told."""
+    for run in "ab":
+        triage("label", LONG_LABEL + run, run)
+    out = triage("history", f"{LONG_LABEL}*", "--kernel", "gemv2T_kernel_val").stdout
+    assert LONG_LABEL + "a" in out and LONG_LABEL + "b" in out
+
+
+def test_piped_explain_keeps_a_kernel_name_whole(triage, store_dir):
+    triage("archive", corpus_file(LONGEST_NCU))
+    name = json.loads(triage("query", "--json", "select name from kernels order by length(name) "
+                             "desc limit 1").stdout)[0]["name"]
+    assert len(name) > 1000 and name in triage("explain", "latest").stdout
+
+
+def test_a_diff_written_to_a_file_keeps_names_whole(triage, long_names, tmp_path):
+    triage("diff", "a", "b", "--limit", "100", "-o", tmp_path / "diff.txt")
+    assert long_names in (tmp_path / "diff.txt").read_text()
+
+
+@pytest.mark.parametrize("command", [["top", "a"], ["diff", "a", "b"]], ids=["top", "diff"])
+def test_reports_on_a_terminal_fit_it_unless_no_trunc(long_names, store_dir, command):
+    env = {"TRIAGE_STORE": str(store_dir), "COLUMNS": "80"}
+    cut = on_a_terminal(command, env)
+    assert long_names not in "\n".join(cut)
+    shortened = [line for line in cut if "…" in line]
+    assert shortened and max(map(len, shortened)) <= 80
+    assert long_names in "\n".join(on_a_terminal([*command, "--no-trunc"], env))
+
+
 def test_no_trunc_and_width_together_are_refused(triage, store_dir):
     result = triage("ls", "--no-trunc", "--width", "80", expect=2)
     assert "give one" in result.stderr

@@ -23,6 +23,7 @@ from triage.archive.runs import load_record
 from triage.archive.store import Store
 from triage.compare.diff import diff_runs
 from triage.views.diff import render_diff
+from triage.views.text import Layout
 
 NSYS_OPTIONS = ["--trace=nvtx,osrt", "--sample=none", "--cpuctxsw=none"]
 GEMM = ("LakshyaSingh354__CudaCode__gemm_naive.ncu-rep",
@@ -229,16 +230,16 @@ def test_values_are_never_cut_where_they_differ(tmp_path):
 
 
 def test_text_uses_the_width_it_is_given(tmp_path):
-    """100 columns when piped (the CLI here), the terminal's width otherwise."""
+    """A terminal's width where there is one (names cut to fit, the rest laid out wider);
+    piped, as the CLI here is, nothing is cut."""
     store = tmp_path / "store"
     a, b = (json.loads(run(store, "archive", "--json", corpus_file(n)))[0]["id"] for n in GEMM)
     piped = run(store, "diff", a, b)
-    assert max(map(len, piped.splitlines())) <= 100
-    wide = render_diff(diff_runs(Store.open(store), a, b), width=140)
-    assert max(map(len, wide.splitlines())) > 100 >= max(map(len, piped.splitlines()))
-    assert max(map(len, wide.splitlines())) <= 140
+    result = diff_runs(Store.open(store), a, b)
+    narrow, wide = (render_diff(result, layout=Layout(width)) for width in (100, 140))
+    assert max(map(len, narrow.splitlines())) <= 100 < max(map(len, wide.splitlines())) <= 140
     name = "naive_gemm(const float *, const float *, float *, int, int, int, float, float)"
-    assert name in wide and name not in piped
+    assert name in wide and name not in narrow and name in piped
 
 
 def test_the_issue_examples_read_as_asked():

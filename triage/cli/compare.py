@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import click
 
 from triage.base.errors import UsageError
 from triage.cli.options import (Output, output_options, pass_store, runs_and_files, runs_named,
-                                store_option)
+                                store_option, width_options)
 from triage.views import text as textview
 
 if TYPE_CHECKING:
@@ -81,12 +82,13 @@ def diff_options(command):
 @click.option("--gate-ncu", is_flag=True,
               help="Let --max-slowdown judge ncu kernel durations all the same (they come from a "
               "replayed, clock-locked, cache-flushed execution: attribution, not acceptance).")
+@width_options
 @output_options("text", "json", "md", to_file=True,
                 hint="HTML review pages come from `triage report A B -o FILE.html`")
 @store_option
 @pass_store
 def diff(store, run_a, run_b, sections, kernel, metric, show_all, threshold, strict, raw_names,
-         pairs, rename_pairing, limit, max_slowdown, gate_ncu, out):
+         pairs, rename_pairing, limit, max_slowdown, gate_ncu, width, out):
     """Compare two runs: the drift verdict first (comparable / caution / invalid), then kernels,
     section by section, and for nsys runs the kernel ranking, NVTX, memory ops and GPU idle time.
     ncu metrics go by the labels their sections show (Duration; --raw-names: by raw name); a
@@ -115,11 +117,12 @@ def diff(store, run_a, run_b, sections, kernel, metric, show_all, threshold, str
                        gate_ncu=gate_ncu, pairs=pairs, rename_pairing=rename_pairing)
     (run_a, run_b), files = runs_and_files(store, [run_a, run_b], sides=True)
     result = diff_runs(store.open(), run_a, run_b, opts, files=(files[0], files[1]))
-    out.write(_rendered_diff(result, out, limit, raw_names))
+    out.write(_rendered_diff(result, out, limit, raw_names, width))
     enforce(result.verdict, result.gate, strict)
 
 
-def _rendered_diff(result: DiffResult, out: Output, limit: int, raw_names: bool) -> str:
+def _rendered_diff(result: DiffResult, out: Output, limit: int, raw_names: bool,
+                   width: int | None) -> str:
     if out.json:
         return textview.to_json(result.to_json())
     if out.fmt == "md":
@@ -128,8 +131,7 @@ def _rendered_diff(result: DiffResult, out: Output, limit: int, raw_names: bool)
         return render_markdown([result], raw_names=raw_names)
     from triage.views.diff import render_diff
 
-    return render_diff(result, limit=limit, width=textview.PIPED_WIDTH if out.path else None,
-                       raw_names=raw_names)
+    return render_diff(result, limit=limit, layout=textview.Layout.of(width), raw_names=raw_names)
 
 
 @click.command()
@@ -165,10 +167,11 @@ def report(store, runs, sections, kernel, metric, show_all, threshold, strict, r
 @click.argument("run")
 @click.option("-k", "k", default=3, show_default=True, type=click.IntRange(min=0),
               help="Kernels to suggest ncu commands for.")
+@width_options
 @output_options("text", "json")
 @store_option
 @pass_store
-def top(store, run, k, out):
+def top(store, run, k, width, out):
     """Where an nsys run spends GPU time: kernels by total time with cumulative share, GPU idle
     gaps and what the host did meanwhile, copies serialised against kernels, NCCL overlap, NVTX
     ranges; then the ncu commands that profile one typical launch of each of the top K kernels.
@@ -178,16 +181,18 @@ def top(store, run, k, out):
     from triage.views.top import render_top
 
     run = runs_named(store, [run])[0]
-    out.show(top_run(RunData(store.open(), run), k=k), render_top)
+    out.show(top_run(RunData(store.open(), run), k=k),
+             functools.partial(render_top, layout=textview.Layout.of(width)))
 
 
 @click.command()
 @click.argument("run")
 @click.option("--kernel", help="Only kernels whose name matches this regex.")
+@width_options
 @output_options("text", "json")
 @store_option
 @pass_store
-def explain(store, run, kernel, out):
+def explain(store, run, kernel, width, out):
     """Why each kernel of an ncu run is slow, in a fixed order: 1 compute vs memory throughput,
     2 memory efficiency, 3 occupancy, 4 issue slots then stalls, 5 conclusion (memory-bound,
     latency-bound, sync/serialisation-bound, compute-bound) with what to inspect and the usual
@@ -199,7 +204,8 @@ def explain(store, run, kernel, out):
     from triage.views.explain import render_explain
 
     run = runs_named(store, [run])[0]
-    out.show(explain_run(RunData(store.open(), run), kernel=kernel), render_explain)
+    out.show(explain_run(RunData(store.open(), run), kernel=kernel),
+             functools.partial(render_explain, layout=textview.Layout.of(width)))
 
 
 @click.command()
@@ -217,10 +223,12 @@ def explain(store, run, kernel, out):
               help="Smallest step named, in % of the level before it.")
 @click.option("--html", "html_file", type=click.Path(dir_okay=False), metavar="FILE",
               help="Write the HTML page to FILE (same as --format html -o FILE).")
+@width_options
 @output_options("text", "json", "md", "html", to_file=True)
 @store_option
 @pass_store
-def history(store, selector, kernel, nvtx, metric, workload_of, min_step, html_file, out):
+def history(store, selector, kernel, nvtx, metric, workload_of, min_step, html_file, width,
+            out):
     """One kernel, NVTX range or ncu metric across a series of runs, one row per run in
     capture order (report creation time, then archive time): its median over the run's
     launches with n, IQR and min..max, the commit, and the drift from the run before.
@@ -243,4 +251,4 @@ def history(store, selector, kernel, nvtx, metric, workload_of, min_step, html_f
         out = Output("html", html_file)
     result = history_of(store.open(), selector, Measure(kernel, nvtx, metric),
                         workload_of=workload_of, min_step_pct=min_step)
-    out.write(render_history_as(result, out.fmt))
+    out.write(render_history_as(result, out.fmt, textview.Layout.of(width)))

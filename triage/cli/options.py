@@ -183,16 +183,18 @@ def _output_params(formats: tuple[str, ...], to_file: bool) -> list[Callable]:
 
 
 def width_options(command: Callable) -> Callable:
-    """--no-trunc and --width N of a command whose text table cuts values to fit a terminal
-    (nothing is cut when stdout is not one). The command receives `width: int | None`, the
-    table's width, None for no cut (`textview.fit_width`)."""
+    """--no-trunc and --width N of a command whose text cuts values to fit a terminal (nothing
+    is cut when stdout is not one, nor in a file that -o writes, unless --width says so). The
+    command receives `width: int | None`, the text's width, None for no cut
+    (`textview.fit_width`). Applied above `output_options`, it sees -o as `out_file`."""
 
     @functools.wraps(command)
     def with_width(*args: Any, no_trunc: bool = False, width: int | None = None,
                    **kwargs: Any) -> Any:
         if no_trunc and width is not None:
             raise UsageError("--no-trunc and --width ask for two widths; give one")
-        return command(*args, width=textview.fit_width(width, no_trunc), **kwargs)
+        whole = no_trunc or (width is None and kwargs.get("out_file") is not None)
+        return command(*args, width=textview.fit_width(width, whole), **kwargs)
 
     with_width = click.option("--width", type=click.IntRange(min=20), metavar="N",
                               help="Cut text values to fit N columns (default: the terminal's "

@@ -1,5 +1,5 @@
 """Terminal rendering of `triage diff`: verdict and drift on top, then kernels, in the
-terminal's width (100 columns when piped)."""
+terminal's width with names cut to fit, or in 100 columns with nothing cut (a pipe, a file)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 from triage.compare.result import (NO_SIDE, DiffResult, DriftItem, KernelDiff, KernelSide,
                                    MetricDiff, NsysDiff, SummaryChange)
 from triage.compare.noise import Noise
-from triage.views.text import (drift_change, drift_entries, drift_why, fmt_ns, fmt_pct, fmt_value,
-                             kernel_notes, metric_title, one_side_text, output_width, short_id,
-                             truncate, field_with_default, side_text)
+from triage.views.text import (Layout, drift_change, drift_entries, drift_why, fmt_ns, fmt_pct,
+                               fmt_value, kernel_notes, metric_title, one_side_text, short_id,
+                               field_with_default, side_text)
 from triage.views.text import (NCU_CAVEAT, aggregate_words, failed_tries_words, fmt_noise,
                                fmt_spread, gate_lines,
                                rule_failure, rule_heading, side_runs_title)
@@ -51,19 +51,16 @@ def verdict_lines(verdict: str, width: int) -> list[str]:
     return ["VERDICT: comparable"]
 
 
-def _drift_lines(diff: DiffResult, width: int) -> list[str]:
-    return drift_lines(diff.drift, width)
-
-
-def drift_lines(drift: Sequence[DriftItem], width: int) -> list[str]:
+def drift_lines(drift: Sequence[DriftItem], layout: Layout) -> list[str]:
     """The drift table, worst first (also the drift `rerun` predicts before running)."""
     entries = drift_entries(drift)
     if not entries:
         return ["drift: none recorded"]
     lines = ["drift:"]
     for entry in entries:
-        lines += _unrecorded_lines(entry, width) if isinstance(entry, list) else _wrapped(
-            f"{entry.field:<26} {_values(entry)}{drift_why(entry)}", entry.severity, width)
+        lines += _unrecorded_lines(entry, layout.width) if isinstance(entry, list) else \
+            _wrapped(f"{entry.field:<26} {_values(entry, layout)}{drift_why(entry)}",
+                     entry.severity, layout.width)
     return lines
 
 
@@ -81,22 +78,22 @@ def _unrecorded_lines(items: list[DriftItem], width: int) -> list[str]:
     return _wrapped(f"{UNRECORDED_LABEL} {fields}{why}", items[0].severity, width)
 
 
-def _values(item: DriftItem) -> str:
+def _values(item: DriftItem, layout: Layout) -> str:
     if item.a is None and item.b is None:
         return ""
     change = drift_change(item)
     if change is not None:  # the differing tokens whole, the rest shortened
         return f"{change}  "
-    return f"{_v(item, 0)} -> {_v(item, 1)}  "
+    return f"{_v(item, 0, layout)} -> {_v(item, 1, layout)}  "
 
 
-def _v(item: DriftItem, side: int) -> str:
-    # a difference is shown whole; a value beside an unknown one is clipped
+def _v(item: DriftItem, side: int, layout: Layout) -> str:
+    # a difference is shown whole; a value beside an unknown one is clipped on a terminal
     text = side_text(item, side)
-    return text if item.state == "different" else truncate(text, 28)
+    return text if item.state == "different" else layout.fit(text, 28)
 
 
-def _metric_line(metric: MetricDiff, raw_names: bool) -> str:
+def _metric_line(metric: MetricDiff, raw_names: bool, layout: Layout) -> str:
     unit = f" {metric.unit}" if metric.unit else ""
     values = f"{fmt_value(metric.a)} -> {fmt_value(metric.b)}{unit}"
     change = fmt_pct(metric.delta_pct) if metric.status == "changed" else metric.status
@@ -105,38 +102,38 @@ def _metric_line(metric: MetricDiff, raw_names: bool) -> str:
     elif metric.status == "no_data":
         change = "no data"
     name = metric_title(metric, raw_names)
-    return f"      {truncate(name, 52):<52} {truncate(values, 30):>30} {change:>10}"
+    return f"      {layout.fit(name, 52):<52} {layout.fit(values, 30):>30} {change:>10}"
 
 
-def _kernel_head(kernel: KernelDiff, totals: bool, extra: int) -> str:
+def _kernel_head(kernel: KernelDiff, totals: bool, layout: Layout) -> str:
     """One kernel: mean duration per launch (ncu), or total time (nsys ranking), then the
-    launches of each side (a mean over 1 launch or 30 is not the same evidence); `extra`
-    columns more (or fewer) than 100 go to the name."""
+    launches of each side (a mean over 1 launch or 30 is not the same evidence); columns more
+    (or fewer) than 100 go to the name."""
     a, b = kernel.a or NO_SIDE, kernel.b or NO_SIDE
     name = kernel.name + (f" -> {kernel.name_b}" if kernel.name_b else "")
     launches = f"{_count(kernel.a)} -> {_count(kernel.b)}"
-    room = max(48 + extra, 20)
+    room = max(48 + layout.width - WIDTH, 20)
     times, change = ((a.total_ns, b.total_ns), kernel.delta_total_pct) if totals else \
         ((a.duration_ns, b.duration_ns), kernel.delta_pct)
-    return (f"  {truncate(name, room):<{room}} {fmt_ns(times[0]):>10} -> "
-            f"{fmt_ns(times[1]):>10} {fmt_pct(change):>8} {truncate(launches, 14):>14}")
+    return (f"  {layout.fit(name, room):<{room}} {fmt_ns(times[0]):>10} -> "
+            f"{fmt_ns(times[1]):>10} {fmt_pct(change):>8} {layout.fit(launches, 14):>14}")
 
 
 def _count(side: KernelSide | None) -> str:
     return "-" if side is None else str(side.launches)
 
 
-def _kernel_lines(kernel: KernelDiff, detail: bool, totals: bool, width: int,
+def _kernel_lines(kernel: KernelDiff, detail: bool, totals: bool, layout: Layout,
                   raw_names: bool = False) -> list[str]:
-    lines = [_kernel_head(kernel, totals, width - WIDTH)]
+    lines = [_kernel_head(kernel, totals, layout)]
     if kernel.match != "matched":
         lines.append(f"      only in {'A' if kernel.match == 'only_a' else 'B'}")
     for note in kernel_notes(kernel):  # wrapped, not cut: a pairing's evidence is the point
-        lines += textwrap.wrap(f"      note: {note}", width, subsequent_indent=" " * 12,
+        lines += textwrap.wrap(f"      note: {note}", layout.width, subsequent_indent=" " * 12,
                                break_on_hyphens=False, break_long_words=False)
     lines += _noise_lines(kernel.noise)
     if detail:
-        lines += _section_lines(kernel, width, raw_names)
+        lines += _section_lines(kernel, layout, raw_names)
     return lines
 
 
@@ -163,25 +160,25 @@ def _sides_lines(diff: DiffResult) -> list[str]:
             f"   drift: each side's first run ({firsts[0]} vs {firsts[1]})", *failed]
 
 
-def _section_lines(kernel: KernelDiff, width: int, raw_names: bool) -> list[str]:
+def _section_lines(kernel: KernelDiff, layout: Layout, raw_names: bool) -> list[str]:
     lines = []
     for section in kernel.sections:
         one_side = one_side_text(section)
         if one_side:
-            lines.append(truncate(f"    [{section.section}]: {one_side}", width))
+            lines.append(layout.line(f"    [{section.section}]: {one_side}"))
             continue
         if not section.metrics and section.comparable and not section.unchanged:
             continue
         state = "" if section.comparable else f"  NOT COMPARABLE: {section.why}"
         unchanged = f"  ({section.unchanged} unchanged)" if section.unchanged else ""
-        lines.append(truncate(f"    [{section.section}]{unchanged}{state}", width))
-        lines += [_metric_line(m, raw_names) for m in section.metrics]
+        lines.append(layout.line(f"    [{section.section}]{unchanged}{state}"))
+        lines += [_metric_line(m, raw_names, layout) for m in section.metrics]
     for side, rules in (("A", kernel.rules.only_a), ("B", kernel.rules.only_b)):
         for rule in rules:
             failed = f" ({rule_failure(rule.error)})" if rule.error else ""
-            lines.append(truncate(f"    rule {'failed' if rule.error else 'fired'} only in "
-                                  f"{side}: {rule_heading(rule)} ({rule.message_type}){failed}",
-                                  width))
+            lines.append(layout.line(f"    rule {'failed' if rule.error else 'fired'} only in "
+                                     f"{side}: {rule_heading(rule)} ({rule.message_type})"
+                                     f"{failed}"))
     if kernel.conclusion:
         c = kernel.conclusion
         lines.append(f"    conclusion: {c.a or '?'} -> {c.b or '?'}")
@@ -194,7 +191,7 @@ SUMMARIES: tuple[tuple[str, str, Callable[[SummaryChange], str]], ...] = (
     ("API calls", "api", lambda e: str(e.key["name"])))
 
 
-def _nsys_lines(nsys: NsysDiff, extra: int, words: str | None = None) -> list[str]:
+def _nsys_lines(nsys: NsysDiff, layout: Layout, words: str | None = None) -> list[str]:
     """GPU time and the summaries; `words` say what a side's numbers are (several runs)."""
     gpu = nsys.gpu
     lines = []
@@ -211,29 +208,30 @@ def _nsys_lines(nsys: NsysDiff, extra: int, words: str | None = None) -> list[st
         if entries:
             lines += ["", f"{title} ({words + '; ' if words else ''}by time changed):"]
             for entry in entries:
-                lines += [_summary_line(label(entry), entry, extra), *_noise_lines(entry.noise)]
+                lines += [_summary_line(label(entry), entry, layout), *_noise_lines(entry.noise)]
     return lines
 
 
-def _summary_line(label: str, entry: SummaryChange, extra: int) -> str:
+def _summary_line(label: str, entry: SummaryChange, layout: Layout) -> str:
     total_a = entry.a["total_ns"] if entry.a else None
     total_b = entry.b["total_ns"] if entry.b else None
     change = entry.change if entry.change != "changed" else fmt_pct(entry.delta_pct)
-    room = max(50 + extra, 20)
-    return (f"  {truncate(label, room):<{room}} {fmt_ns(total_a):>10} -> "
+    room = max(50 + layout.width - WIDTH, 20)
+    return (f"  {layout.fit(label, room):<{room}} {fmt_ns(total_a):>10} -> "
             f"{fmt_ns(total_b):>10} {change:>9}")
 
 
-def render_diff(diff: DiffResult, limit: int = 20, width: int | None = None,
+def render_diff(diff: DiffResult, limit: int = 20, layout: Layout | None = None,
                 raw_names: bool = False) -> str:
-    """The diff for a terminal `width` columns wide (by default the terminal's, 100 piped);
-    metrics by their section labels, or by raw name with `raw_names`."""
-    width = width or output_width()
+    """The diff laid out as `layout` says (by default, for stdout as it is); metrics by their
+    section labels, or by raw name with `raw_names`."""
+    layout = layout or Layout.for_stdout()
+    width = layout.width
     lines = [f"A: {_run_label(diff, 'a')}", f"B: {_run_label(diff, 'b')}", *_sides_lines(diff)]
     lines += _verdict_lines(diff, width)
     for line in gate_lines(diff.gate) if diff.gate else []:
         lines += textwrap.wrap(line, width, subsequent_indent="  ", break_on_hyphens=False)
-    lines += _drift_lines(diff, width)
+    lines += drift_lines(diff.drift, layout)
     kernels = sorted(diff.kernels, key=lambda k: k.time_changed, reverse=True)
     if not kernels:
         lines += ["", "kernels: no kernel activity recorded in either run"]
@@ -250,9 +248,9 @@ def render_diff(diff: DiffResult, limit: int = 20, width: int | None = None,
         lines.append("  (every change below is NOT COMPARABLE: the verdict is invalid)")
     detail = diff.tools == ("ncu", "ncu")
     for kernel in kernels[:limit]:
-        lines += _kernel_lines(kernel, detail, totals, width, raw_names)
+        lines += _kernel_lines(kernel, detail, totals, layout, raw_names)
     if len(kernels) > limit:
         lines.append(f"  ... {len(kernels) - limit} more (use --json or --kernel REGEX)")
     if diff.nsys:
-        lines += _nsys_lines(diff.nsys, width - WIDTH, words)
-    return "\n".join(truncate(line, width) for line in lines)
+        lines += _nsys_lines(diff.nsys, layout, words)
+    return "\n".join(map(layout.line, lines))

@@ -1,5 +1,6 @@
 """Terminal rendering of `triage explain`: per kernel, the five steps in order, each statement
-followed by the metric values it cites (name = value unit)."""
+followed by the metric values it cites (name = value unit); kernel names cut to a terminal's
+width, whole in a pipe."""
 
 from __future__ import annotations
 
@@ -8,9 +9,7 @@ import textwrap
 from triage.compare.explain_result import (NOT_COLLECTED, Cite, ExplainResult, KernelExplained,
                                            Step)
 from triage.compare.explain_tables import NS_PER_UNIT
-from triage.views.text import fmt_ns, fmt_value, printable, short_id, truncate
-
-WIDTH = 100
+from triage.views.text import Layout, fmt_ns, fmt_value, printable, short_id
 
 
 def _cite_line(cite: Cite) -> str:
@@ -18,15 +17,15 @@ def _cite_line(cite: Cite) -> str:
     return f"         {cite.name} = {fmt_value(cite.value)}{unit}"
 
 
-def _step_lines(step: Step) -> list[str]:
+def _step_lines(step: Step, width: int) -> list[str]:
     head = f"  {step.step}. {step.title}"
     if step.status == NOT_COLLECTED:
         whys = "; ".join(dict.fromkeys(m.why for m in step.missing)) or "not collected"
-        return [head] + textwrap.wrap(whys, WIDTH, initial_indent="       ",
+        return [head] + textwrap.wrap(whys, width, initial_indent="       ",
                                       subsequent_indent="       ")
     lines = [head]
     for finding in step.findings:
-        lines += textwrap.wrap(finding.text, WIDTH, initial_indent="     - ",
+        lines += textwrap.wrap(finding.text, width, initial_indent="     - ",
                                subsequent_indent="       ")
         lines += [_cite_line(c) for c in finding.cites]
     lines += [f"     ({m.why})" for m in step.missing]
@@ -59,31 +58,32 @@ def _launches(kernel: KernelExplained) -> str:
     return f"{count}, {shape}" if shape else count
 
 
-def _kernel_lines(kernel: KernelExplained) -> list[str]:
+def _kernel_lines(kernel: KernelExplained, layout: Layout) -> list[str]:
     launches = _launches(kernel)
     if kernel.no_data:
         them = "them" if kernel.launches > 1 else "it"
-        return ["", truncate(kernel.name, WIDTH),
+        return ["", layout.line(kernel.name),
                 f"  {launches}, no data: the profiler collected nothing for {them}"]
-    lines = ["", truncate(kernel.name, WIDTH),
+    lines = ["", layout.line(kernel.name),
              f"  {launches}; {_duration(kernel)}; conclusion: {kernel.conclusion or 'none'}"]
     for step in kernel.steps:
-        lines += _step_lines(step)
+        lines += _step_lines(step, layout.width)
     fired = [f"{r.rule_id}" + (f" ({r.title})" if r.title else "")
              for r in kernel.ncu_rules if r.message_type != "ok"]
     if fired:
-        lines.append(truncate("  ncu's own rules fired: " + ", ".join(dict.fromkeys(fired)),
-                              WIDTH))
+        lines.append(layout.line("  ncu's own rules fired: " + ", ".join(dict.fromkeys(fired))))
     return lines
 
 
-def render_explain(result: ExplainResult) -> str:
+def render_explain(result: ExplainResult, layout: Layout | None = None) -> str:
+    """`triage explain` as text, laid out as `layout` says (by default, for stdout as it is)."""
+    layout = layout or Layout.for_stdout()
     head = (f"run {short_id(result.run)}  ncu {result.tool_version or '?'}  "
             f"{result.gpu or 'GPU unknown'}")
     lines = [head, "order: 1 throughput, 2 memory efficiency, 3 occupancy, 4 issue slots and "
              "stalls, 5 conclusion"]
     for kernel in result.kernels:
-        lines += _kernel_lines(kernel)
+        lines += _kernel_lines(kernel, layout)
     # Kernel, NVTX and rule names come from the report: each line escaped (ESC, BEL, U+202E,
     # a newline), so none reaches the terminal as a control or fakes a line.
     return "\n".join(map(printable, lines))

@@ -5,9 +5,9 @@ HistoryResult (compare/history.py), whose `to_json()` is `history --json`."""
 from __future__ import annotations
 
 from triage.compare.history import HistoryPoint, HistoryResult, HistoryStep
-from triage.views.text import (drift_change, fmt_interval, fmt_noise, fmt_ns, fmt_pct, fmt_value,
-                             failed_tries_words, printable, short_id, table, to_json,
-                             value_text)
+from triage.views.text import (Layout, drift_change, fmt_interval, fmt_noise, fmt_ns, fmt_pct,
+                               fmt_value, failed_tries_words, printable, short_id, table, to_json,
+                               value_text)
 
 METHOD_TEXT = ("Pettitt change-point test by binary segmentation (permutation p <= 5%), each step "
                "confirmed by the Hodges-Lehmann shift between the levels with its 95% interval "
@@ -119,9 +119,14 @@ def failed_line(result: HistoryResult) -> list[str]:
     return [f"Failed: {words}"] if words else []
 
 
-def render_history(result: HistoryResult) -> str:
+# On a terminal, the run's name and the drift columns are cut to these; in a pipe, never.
+CUT_COLUMNS = {2: 24, 8: 40}
+
+
+def render_history(result: HistoryResult, layout: Layout) -> str:
     lines = [title(result), *failed_line(result), "",
-             table(rows(result), HEADERS, max_widths={2: 24, 8: 40}, align_right={0, 5}), "",
+             table(rows(result), HEADERS, max_widths=CUT_COLUMNS if layout.cut else None,
+                   align_right={0, 5}), "",
              "Boundaries (the comparison with the run before breaks or needs care):"]
     lines += [f"  {line}" for line in boundary_lines(result)]
     lines += ["", "Steps:"] + [f"  {line}" for line in step_lines(result)]
@@ -150,12 +155,13 @@ def render_history_markdown(result: HistoryResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_history_as(result: HistoryResult, fmt: str) -> str:
-    """The history in one of `triage history`'s formats: text, json, md or html."""
+def render_history_as(result: HistoryResult, fmt: str, layout: Layout) -> str:
+    """The history in one of `triage history`'s formats: text (laid out as `layout` says),
+    json, md or html."""
     if fmt == "json":
         return to_json(result.to_json())
     if fmt == "html":
         from triage.views.history_page import render_history_html
 
         return render_history_html(result)
-    return render_history_markdown(result) if fmt == "md" else render_history(result)
+    return render_history_markdown(result) if fmt == "md" else render_history(result, layout)

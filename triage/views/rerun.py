@@ -8,15 +8,15 @@ from typing import Any
 from triage.compare.reproduce import Plan, RerunResult, TreeDelta
 from triage.compare.rerun import NO, NOT_COMPARABLE, UNKNOWN_NOISE, YES, Reproduced
 from triage.views.diff import drift_lines, verdict_lines
-from triage.views.text import fmt_pct, output_width, short_id
+from triage.views.text import Layout, fmt_pct, short_id
 
 
 def render_plan(plan: Plan, tree: TreeDelta) -> str:
     """Before running: this machine against the run's record, and the tree against its git."""
-    width = min(output_width(), 100)
+    layout = Layout.for_stdout()
     lines = [f"rerun of {short_id(plan.original.id)} on this machine: predicted"]
-    lines += verdict_lines(plan.prediction.verdict, width)
-    lines += drift_lines(plan.prediction.drift, width)
+    lines += verdict_lines(plan.prediction.verdict, min(layout.width, 100))
+    lines += drift_lines(plan.prediction.drift, Layout(min(layout.width, 100), layout.cut))
     if plan.environment.supplied:
         lines.append("redacted when recorded, taken from this environment: "
                      + ", ".join(plan.environment.supplied))

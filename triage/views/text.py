@@ -15,6 +15,7 @@ import os
 import shutil
 import sys
 from collections.abc import Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -277,6 +278,35 @@ def fit_width(width: int | None = None, no_trunc: bool = False) -> int | None:
     if width is not None:
         return width
     return output_width() if sys.stdout.isatty() else None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a report is laid out: `width` columns (the terminal's, 100 piped) to size its
+    columns and wrap its sentences, and whether a value longer than its column is cut to fit
+    (`cut`: a terminal) or printed whole (a pipe, a file, --no-trunc: `| grep` must find a
+    whole kernel name)."""
+
+    width: int = PIPED_WIDTH
+    cut: bool = True
+
+    @classmethod
+    def of(cls, width: int | None) -> Layout:
+        """From `fit_width`'s answer: cut to `width`, or laid out in 100 columns, uncut."""
+        return cls(PIPED_WIDTH, cut=False) if width is None else cls(width)
+
+    @classmethod
+    def for_stdout(cls) -> Layout:
+        """The layout of text printed to this process's stdout as it is now."""
+        return cls.of(fit_width())
+
+    def fit(self, text: str | None, room: int) -> str:
+        """`text` escaped, and cut to `room` columns where this layout cuts."""
+        return truncate(text, room if self.cut else None)
+
+    def line(self, text: str | None) -> str:
+        """A whole line: escaped, and cut to the width where this layout cuts."""
+        return self.fit(text, self.width)
 
 
 
