@@ -146,7 +146,7 @@ def point_label(store: Store, name: str, ref: str) -> LabelChange:
     """Point label `name` at the run `ref` names (a bad name is refused before any lookup)."""
     check_label(name)
     run_id = resolve(store, ref)
-    return LabelChange(name, run_id, store.labels.point(name, run_id))
+    return LabelChange(name, run_id, store.labels.point(name, run_id, checked=True))
 
 
 def label_moves(store: Store, name: str) -> list[LabelMove]:
@@ -165,7 +165,7 @@ def series_label(label: str | None, i: int, count: int) -> str | None:
 
 def delete_label(store: Store, name: str) -> LabelChange:
     """Delete label `name` (LabelNotFound when there is none)."""
-    return LabelChange(name, None, store.labels.remove(name))
+    return LabelChange(name, None, store.labels.remove(name, checked=True))
 
 
 def labels_by_run(store: Store) -> dict[str, list[str]]:
@@ -176,10 +176,15 @@ def labels_by_run(store: Store) -> dict[str, list[str]]:
 
 
 def load_record(store: Store, ref: str) -> RunRecord:
-    """The typed record of one run: its manifest plus id, labels, archive time and notes."""
+    """The typed record of one run: its manifest plus id, labels, archive time, notes, and
+    where it came from when another store sent it."""
+    from dataclasses import replace
+
     from triage.archive.model import RunRecord
 
     run_id = resolve(store, ref)
-    return RunRecord.from_manifest(run_id, store.runs.read_manifest(run_id),
-                                   store.annotations.read(run_id),
-                                   tuple(labels_by_run(store).get(run_id, [])))
+    arrival = store.annotations.arrival(run_id)
+    record = RunRecord.from_manifest(run_id, store.runs.read_manifest(run_id),
+                                     store.annotations.read(run_id),
+                                     tuple(labels_by_run(store).get(run_id, [])))
+    return replace(record, arrived=f"{arrival.how} from {arrival.source}" if arrival else None)

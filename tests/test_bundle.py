@@ -228,6 +228,14 @@ def table_is_the_report(manifest: dict) -> dict:
     return manifest
 
 
+def rename_table(name: str):
+    """A manifest change: kernel_summary listed under another name (a path, once a traceback)."""
+    def change(manifest: dict) -> dict:
+        manifest["tables"][name] = manifest["tables"].pop("kernel_summary")
+        return manifest
+    return change
+
+
 def duplicate_object(items):
     """An object member again, with other bytes: import used to keep the first silently."""
     index = next(i for i, (m, _d) in enumerate(items) if m.name.startswith("objects/"))
@@ -261,6 +269,8 @@ HOSTILE = {  # hash-valid bundles that used to break import and then every reade
     "table-is-a-report": (lambda i: rewrite_run(i, table_is_the_report),
                           "table kernel_summary of run"),
     "duplicate-object": (duplicate_object, "appears twice"),
+    "table-name-dotdot": (lambda i: rewrite_run(i, rename_table("../../x")),
+                          "table name '../../x' is not one"),
 }
 
 OBJ = "objects/ab/" + "c" * 62
