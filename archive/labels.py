@@ -139,14 +139,20 @@ class Labels(StorePart):
         moves = [self._move(f"{folder}/{n}") for n in names]
         return sorted((m for m in moves if m is not None), key=lambda m: m.order)
 
-    def ahead(self) -> list[tuple[str, LabelMove]]:
-        """(label, move) for each move dated beyond MAX_SKEW ahead of this clock (`verify`):
-        carried in before such moves were refused, or written by a clock that ran ahead."""
+    def ahead(self) -> list[tuple[str, LabelMove, int]]:
+        """(label, move, later moves) for the first move of each label dated beyond MAX_SKEW
+        ahead of this clock (`verify`): carried in before such moves were refused, or written
+        by a clock that ran ahead. The moves after it are dated after it (move_time): they are
+        counted, not named, the first being the cause."""
         now = utc_now(precise=True)
         names = {key[len("label-history/"):].rsplit("/", 1)[0]
                  for key in self.store.files.files("label-history")}
-        return [(name, move) for name in sorted(names) for move in self.history(name)
-                if too_far_ahead(move, now)]
+        found = []
+        for name in sorted(names):
+            moves = [m for m in self.history(name) if too_far_ahead(m, now)]
+            if moves:
+                found.append((name, moves[0], len(moves) - 1))
+        return found
 
     def _move(self, key: str) -> LabelMove | None:
         """One history entry; None for one that cannot be read (`verify` names the store's

@@ -136,7 +136,11 @@ def label_arguments(first: str, second: str | None) -> tuple[str, str, bool]:
     NAME RUN, like `git tag NAME COMMIT`. The old order, RUN NAME, is read only where FIRST is
     a run id, an id prefix or `latest`: no label may be one of those, so NAME RUN cannot be
     meant. Anything else is NAME RUN whatever the store holds, so the same words always do the
-    same thing."""
+    same thing. Two words that both name runs give no label: that is said, not "invalid label"
+    of the second."""
+    if second is not None and looks_like_run(first) and looks_like_run(second):
+        raise UsageError(f"{first!r} and {second!r} both name runs (an id prefix or `latest`); "
+                         f"a label needs a NAME that is neither: triage label NAME {second}")
     if second is not None and looks_like_run(first):
         return second, first, True
     return first, "latest" if second is None else second, False
