@@ -62,7 +62,8 @@ def test_round_trip_to_a_colleague(triage, exported, tmp_path, monkeypatch):
     assert added["labels_skipped"] == {"baseline": exported["ids"][0]}
     for run_id in exported["ids"]:
         shown = triage.json("show", run_id)
-        assert shown == {**before[run_id], "labels": []}
+        assert shown["arrived"] == f"import from {exported['path']}"  # foreign here
+        assert shown == {**before[run_id], "labels": [], "arrived": shown["arrived"]}
     assert [r["id"] for r in triage.json("ls")] == exported["ids"][::-1]  # newest first
     assert triage.json("verify")["leftovers"] == [] and triage.json("verify")["ok"]
     rows = triage.json("query", "select count(*) n from kernels")
@@ -353,7 +354,8 @@ def test_readers_survive_bad_records_in_the_store(triage, exported):
     os.chmod(notes, 0o644)
     notes.write_bytes(b'{"notes":"x"}')
     assert [r["id"] for r in triage.json("ls")] == [second, first]
-    assert triage.json("show", second)["notes"] == []
+    # the damaged file's fields are dropped; a note is a file of its own (notes/) and stays
+    assert [n["text"] for n in triage.json("show", second)["notes"]] == ["after the fix"]
     assert triage.json("query", "select count(*) n from kernels")[0]["n"] > 0
     refused = triage("show", odd_id, expect=1).stderr
     assert "is not a valid manifest (kernels: expected integer, got string)" in refused

@@ -235,6 +235,24 @@ def test_a_failing_build_stops_the_rerun(setup):
     assert "--build" in result.output.splitlines()[-1] and "exited 3" in result.output
 
 
+def test_a_run_from_another_store_is_not_run_unasked(setup, tmp_path):
+    """A bundle's command is its sender's choice (issue 44): shown, and run only with --yes."""
+    bundle, other = tmp_path / "b.tar", tmp_path / "other"
+    setup.triage("export", "base/1", "-o", bundle)
+    setup.triage("import", bundle, store=other)
+    run_id = Store.open(setup.store).labels.all()["base/1"]
+    setup.seen.write_text("before")
+    refused = setup.triage("rerun", run_id, expect=1, store=other, MY_API_TOKEN=USERS)
+    assert len(refused.output.strip().splitlines()) == 1
+    for said in ("arrived by import", "sh run.sh", "MY_API_TOKEN", "--yes"):
+        assert said in refused.output, refused.output
+    assert setup.seen.read_text() == "before"  # nothing ran
+    assert "arrived          by import from" in setup.triage("show", run_id, store=other).stdout
+    asked = setup.triage("rerun", run_id, "--yes", "--build", "exit 3", expect=1, store=other,
+                         MY_API_TOKEN=USERS)  # past the question: the build runs (and stops it)
+    assert "exited 3" in asked.output and setup.seen.read_text() == "before"
+
+
 def test_a_commit_that_slows_forward_is_named(setup):
     _git(setup.repo, "commit", "-qam", "forward 200 us")  # the edit the capture ran
     (setup.repo / "run.sh").write_text(_script(setup.program, setup.seen, 800))
