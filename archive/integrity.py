@@ -378,6 +378,12 @@ def _check_annotations(store: Store, run_ids: set[str], findings: list[Finding])
         if run_id not in run_ids:
             findings.append(Finding("orphan", key, "annotations of no run; "
                                     "`triage gc` removes them"))
+    for folder, what in (("notes", "a note"), ("arrivals", "the arrival record")):
+        for key in store.files.files(folder):
+            run_id = key.split("/")[1].removesuffix(".json")
+            if not _base_name(key).startswith(atomic.TMP_PREFIX) and run_id not in run_ids:
+                findings.append(Finding("orphan", key, f"{what} of no run; `triage gc` removes "
+                                        "it"))
 
 
 def _check_annotation_bytes(data: bytes) -> None:

@@ -245,3 +245,21 @@ def test_export_refuses_a_run_with_damaged_annotations(triage, two_runs, store_d
     refused = triage("export", mine, "-o", tmp_path / "b.tar", expect=1)
     _one_line(refused, "annotations", mine[:12], "damaged")
     assert not (tmp_path / "b.tar").exists()
+
+
+def test_notes_and_arrivals_of_no_run_are_leftovers_gc_removes(triage, two_runs, store_dir,
+                                                                tmp_path):
+    mine, _theirs = two_runs
+    triage("export", mine, "-o", tmp_path / "b.tar")
+    other = tmp_path / "other"
+    triage("--store", other, "import", tmp_path / "b.tar")
+    triage("--store", other, "archive", corpus_file(SMALL), "--note", "kept until the run goes")
+    manifest = other / "runs" / f"{mine}.json"
+    os.chmod(manifest, 0o644)
+    manifest.unlink()  # the run gone (by hand): its note and arrival record are leftovers
+    found = json.loads(triage("--store", other, "verify", "--json", expect=None).stdout)[
+        "leftovers"]
+    assert {f["path"].split("/")[0] for f in found} >= {"notes", "arrivals"}
+    triage("--store", other, "gc", "--grace", "0s")
+    assert not list((other / "notes").rglob("*.note"))
+    assert not (other / "arrivals" / f"{mine}.json").exists()
