@@ -222,6 +222,7 @@ class _Unpacked:
     yet), its parsed manifests and annotations, and how many bytes it has expanded to."""
 
     limit: int
+    source: str  # the bundle, as its runs' arrival records name it
     doc: dict[str, Any] | None = None
     objects: dict[str, Path] = field(default_factory=dict)
     manifests: dict[str, tuple[bytes, dict[str, Any]]] = field(default_factory=dict)
@@ -254,7 +255,8 @@ def import_bundle(store_path: str | os.PathLike[str] | None, bundle: str,
         store = Store.open(store_path, create=True)
         store.check_writable()
         unpacked = _Unpacked(limit=max(EXPANSION_FLOOR,
-                                       EXPANSION_RATIO * os.fstat(stream.fileno()).st_size))
+                                       EXPANSION_RATIO * os.fstat(stream.fileno()).st_size),
+                             source=str(path))
         try:
             with lease.held(store, "import"):  # so that gc spares what it stages (lease.py)
                 progress(Step(f"reading {path.name}"))
@@ -265,7 +267,7 @@ def import_bundle(store_path: str | os.PathLike[str] | None, bundle: str,
                 if labels:
                     _check_label_clashes(store, path, sorted(unpacked.labels))
                 progress(Step("adding its runs"))
-                return _publish(store, unpacked, labels, str(path))
+                return _publish(store, unpacked, labels)
         except OSError as exc:
             raise store.error(exc, "write") from None
         finally:
@@ -532,7 +534,7 @@ def _check_label_clashes(store: Store, path: Path, names: list[str]) -> None:
                              "a folder of the other); import without --labels")
 
 
-def _publish(store: Store, unpacked: _Unpacked, labels: bool, source: str) -> ImportResult:
+def _publish(store: Store, unpacked: _Unpacked, labels: bool) -> ImportResult:
     """Objects first, then each run's annotations and manifest, then keys, catalog rows, labels."""
     pending = [r for r in unpacked.runs if not store.runs.has(r)]
     keys: dict[str, list[str]] = {}  # an object's hash -> the keys it goes to in the store
@@ -548,7 +550,7 @@ def _publish(store: Store, unpacked: _Unpacked, labels: bool, source: str) -> Im
     added: list[str] = []
     present: list[str] = []
     for run_id in unpacked.runs:
-        new = run_id in pending and add_run(store, run_id, unpacked, source)
+        new = run_id in pending and add_run(store, run_id, unpacked)
         (added if new else present).append(run_id)
     record_keys(store, {run_id: unpacked.manifests[run_id][1] for run_id in added})
     rows = [catalog.catalog_row(store, r, unpacked.manifests[r][1], store.annotations.read(r))
@@ -570,14 +572,14 @@ def _put(store: Store, unpacked: _Unpacked, sha: str, key: str, last: bool) -> i
     return None if existed else size
 
 
-def add_run(store: Store, run_id: str, unpacked: _Unpacked, source: str) -> bool:
+def add_run(store: Store, run_id: str, unpacked: _Unpacked) -> bool:
     """Make a run visible (its arrival, annotations, then manifest) unless another import or
     archive did so while the objects were published; True when this import added it. The check
     and the rename are two steps, so two imports finishing in the same instant may still both
     count it. The arrival is recorded first: no reader sees the run as one made here."""
     if store.runs.has(run_id):
         return False
-    store.annotations.arrived(run_id, "import", source, utc_now())
+    store.annotations.arrived(run_id, "import", unpacked.source, utc_now())
     if run_id in unpacked.annotations and not store.annotations.read(run_id):
         store.files.write(store.annotations.key(run_id),
                           canonical_json(unpacked.annotations[run_id]))
