@@ -206,7 +206,8 @@ class Store:
                 os.chmod(files.local_root, mode)
                 # leases/ is there from the start: a refused write that took a lease adds no
                 # folder
-                atomic.write_bytes(files.local_root / STORE_MARKER, marker_bytes())
+                atomic.write_bytes(files.local_root / STORE_MARKER, marker_bytes(),
+                                   reach=mode & 0o777)
                 (files.local_root / "leases").mkdir(exist_ok=True)
             else:
                 files.write(STORE_MARKER, marker_bytes())

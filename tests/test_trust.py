@@ -198,8 +198,12 @@ def umask_022():
 
 
 def test_a_new_store_is_private_whatever_the_umask(triage, store_dir, umask_022):
-    triage("archive", corpus_file(SMALL))
+    triage("archive", corpus_file(SMALL), "--label", "base", "--note", "a note")
     assert store_dir.stat().st_mode & 0o777 == 0o700
+    modes = {p.relative_to(store_dir).parts[0]: p.stat().st_mode & 0o777
+             for p in store_dir.rglob("*") if p.is_file() and p.parts[-2] != "leases"}
+    assert set(modes) >= {"objects", "tables", "runs", "labels", "notes", "triage-store.json"}
+    assert {mode & 0o077 for mode in modes.values()} == {0}, modes  # 0600 and 0400 only
 
 
 def test_a_team_store_is_group_readable_when_asked(triage, store_dir, umask_022, monkeypatch):
