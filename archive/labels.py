@@ -21,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 from triage.archive import atomic
 from triage.archive.canonical import canonical_json
 from triage.archive.part import StorePart
-from triage.base.errors import LabelMoveLost, LabelNotFound, UsageError
+from triage.base.errors import LabelMoveLost, LabelNotFound, StoreError, UsageError
 from triage.base.hashing import SHA256_RE
 from triage.base.timeutil import sortable, utc_now
 
@@ -78,7 +78,12 @@ def move_time(seen: list[LabelMove]) -> str:
     seen, where that is later, so the new move is ordered after every move its writer saw."""
     now = _parse(utc_now(precise=True))
     if seen:
-        now = max(now, _parse(seen[-1].time) + TICK)
+        try:
+            now = max(now, _parse(seen[-1].time) + TICK)
+        except OverflowError:  # a move dated the last microsecond of year 9999
+            raise StoreError(f"the newest move of a label is dated {seen[-1].time}, after "
+                             "which no move can be; `triage verify` names the file: remove "
+                             "it") from None
     return _stamp(now)
 
 
@@ -167,6 +172,7 @@ class Labels(StorePart):
                 return None
             if not MOVE_TIME_RE.match(str(doc["time"])):
                 return None
+            _parse(doc["time"])  # a date that is none (month 13) is no move either
             return LabelMove(str(doc["time"]), str(doc["writer"]), run_id)
         except (OSError, ValueError, KeyError, TypeError):
             return None
