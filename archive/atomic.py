@@ -63,28 +63,30 @@ def umask() -> int:
     return mask
 
 
-def shared_mode(readonly: bool) -> int:
+def shared_mode(readonly: bool, reach: int = 0o777) -> int:
     """The mode of a published file: immutable ones read-only for all, mutable ones (labels,
-    keys, annotations, catalog segments) as the umask allows, so a team can share the store.
-    mkstemp's private 0600 is right for a temp file, wrong for what it becomes."""
-    return 0o444 if readonly else 0o666 & ~umask()
+    keys, annotations, catalog segments) as the umask allows, so a team can share the store;
+    both within `reach`, the bits the store's folder grants (a private store's 0700 keeps its
+    files 0400 and 0600). mkstemp's private 0600 is right for a temp file, wrong for what it
+    becomes."""
+    return (0o444 if readonly else 0o666 & ~umask()) & reach
 
 
-def publish(temp: Path, target: Path, readonly: bool) -> None:
+def publish(temp: Path, target: Path, readonly: bool, reach: int = 0o777) -> None:
     """Make `temp` visible as `target` in one rename (after making it durable)."""
     with open(temp, "rb") as stream:
         os.fsync(stream.fileno())
-    os.chmod(temp, shared_mode(readonly))
+    os.chmod(temp, shared_mode(readonly, reach))
     ensure_dir(target.parent)
     os.replace(temp, target)
 
 
-def write_bytes(target: Path, data: bytes, readonly: bool = False) -> None:
-    """Write `data` to `target` atomically."""
+def write_bytes(target: Path, data: bytes, readonly: bool = False, reach: int = 0o777) -> None:
+    """Write `data` to `target` atomically (its mode within `reach`: see shared_mode)."""
     with temp_file_in(target.parent) as (stream, temp):
         stream.write(data)
         stream.close()
-        publish(temp, target, readonly)
+        publish(temp, target, readonly, reach)
 
 
 def write_user_file(target: Path, data: bytes) -> Path:

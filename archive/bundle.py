@@ -81,11 +81,13 @@ class ImportResult:
     bytes_added: int
     labels_set: Mapping[str, str]
     labels_skipped: Mapping[str, str]  # the bundle's labels, not set without --labels
+    labels_was: Mapping[str, str | None]  # each label set: where it pointed before (None: new)
 
     def to_json(self) -> dict[str, Any]:
         return {"runs_added": list(self.runs_added), "runs_present": list(self.runs_present),
                 "objects_added": self.objects_added, "bytes_added": self.bytes_added,
-                "labels_set": dict(self.labels_set), "labels_skipped": dict(self.labels_skipped)}
+                "labels_set": dict(self.labels_set), "labels_skipped": dict(self.labels_skipped),
+                "labels_was": dict(self.labels_was)}
 
 
 def _tar_info(name: str, size: int, mode: int = 0o444) -> tarfile.TarInfo:
@@ -127,6 +129,7 @@ def export_runs(store: Store, refs: list[str], output: str, labels: bool = False
     kind = compression_for(out)
     run_ids = list(dict.fromkeys(resolve(store, ref) for ref in refs))
     manifests = {run_id: _stored_manifest(store, run_id) for run_id in run_ids}
+    notes = {run_id: _stored_annotations(store, run_id) for run_id in run_ids}
     # A bundle holds each object once, by hash, whatever its key in the store (tables/...)
     objects = {part.sha256: part.key for run_id, (_data, doc) in sorted(manifests.items())
                for part in run_parts(run_id, doc)}
@@ -138,7 +141,7 @@ def export_runs(store: Store, refs: list[str], output: str, labels: bool = False
     try:
         with atomic.temp_file_in(out.parent.resolve(), ".bundle") as (stream, temp):
             progress(Step(f"writing {len(objects)} objects to {out.name}"))
-            total = _write_bundle(stream, kind, store, doc, objects, manifests)
+            total = _write_bundle(stream, kind, store, doc, objects, manifests, notes)
             stream.close()
             atomic.publish(temp, out, readonly=False)
     except OSError as exc:
@@ -154,9 +157,21 @@ def _stored_manifest(store: Store, run_id: str) -> tuple[bytes, dict[str, Any]]:
     return data, json.loads(data)
 
 
+def _stored_annotations(store: Store, run_id: str) -> dict[str, Any]:
+    """A run's annotations (archive time, every note) as the bundle carries them; a damaged
+    annotations file is refused before anything is written: `import` would refuse the bundle."""
+    try:
+        return store.annotations.checked(run_id)
+    except ValueError as exc:
+        raise CorruptObject(f"the annotations of run {run_id[:12]} "
+                            f"({store.annotations.key(run_id)}) are damaged ({exc}); `triage "
+                            "verify` names them; delete that file (the run's archive time and "
+                            "older notes go with it) and export again") from None
+
+
 def _write_bundle(stream: BinaryIO, kind: str, store: Store, doc: dict[str, Any],
-                  objects: dict[str, str], manifests: dict[str, tuple[bytes, dict[str, Any]]]
-                  ) -> int:
+                  objects: dict[str, str], manifests: dict[str, tuple[bytes, dict[str, Any]]],
+                  notes: dict[str, dict[str, Any]]) -> int:
     sink: Any = stream
     closer = None
     if kind == "zst":
@@ -168,9 +183,8 @@ def _write_bundle(stream: BinaryIO, kind: str, store: Store, doc: dict[str, Any]
         for sha, key in sorted(objects.items()):
             total += _add_object(tar, store, sha, key)
         for run_id in manifests:
-            notes = store.read_file(store.annotations.key(run_id))
-            if notes is not None:
-                _add_bytes(tar, f"annotations/{run_id}.json", notes)
+            if notes[run_id]:
+                _add_bytes(tar, f"annotations/{run_id}.json", canonical_json(notes[run_id]))
         for run_id, (data, _doc) in manifests.items():
             _add_bytes(tar, f"runs/{run_id}.json", data)
     if closer is not None:
@@ -208,6 +222,7 @@ class _Unpacked:
     yet), its parsed manifests and annotations, and how many bytes it has expanded to."""
 
     limit: int
+    source: str  # the bundle, as its runs' arrival records name it
     doc: dict[str, Any] | None = None
     objects: dict[str, Path] = field(default_factory=dict)
     manifests: dict[str, tuple[bytes, dict[str, Any]]] = field(default_factory=dict)
@@ -240,7 +255,8 @@ def import_bundle(store_path: str | os.PathLike[str] | None, bundle: str,
         store = Store.open(store_path, create=True)
         store.check_writable()
         unpacked = _Unpacked(limit=max(EXPANSION_FLOOR,
-                                       EXPANSION_RATIO * os.fstat(stream.fileno()).st_size))
+                                       EXPANSION_RATIO * os.fstat(stream.fileno()).st_size),
+                             source=str(path))
         try:
             with lease.held(store, "import"):  # so that gc spares what it stages (lease.py)
                 progress(Step(f"reading {path.name}"))
@@ -422,6 +438,11 @@ def _check_manifest(path: Path, run_id: str, data: bytes) -> dict[str, Any]:
         validate.check_manifest(manifest, f"{path}: run {run_id[:12]}")
     except validate.SchemaMismatch as exc:
         raise _altered(path, f"the manifest of run {run_id[:12]}", exc) from None
+    try:  # a table or object the layout has no place for (a name like ../../x)
+        run_parts(run_id, manifest)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise TriageError(f"{path}: the manifest of run {run_id[:12]} names a file no run may "
+                          f"have ({exc}); the bundle was altered, export it again") from None
     return manifest
 
 
@@ -535,9 +556,9 @@ def _publish(store: Store, unpacked: _Unpacked, labels: bool) -> ImportResult:
     rows = [catalog.catalog_row(store, r, unpacked.manifests[r][1], store.annotations.read(r))
             for r in added]
     catalog.add_rows(store, rows)
-    labels_set, labels_skipped = _apply_labels(store, unpacked.labels, labels)
+    labels_set, labels_skipped, labels_was = _apply_labels(store, unpacked.labels, labels)
     return ImportResult(tuple(added), tuple(present), len(sizes), sum(sizes), labels_set,
-                        labels_skipped)
+                        labels_skipped, labels_was)
 
 
 def _put(store: Store, unpacked: _Unpacked, sha: str, key: str, last: bool) -> int | None:
@@ -552,11 +573,13 @@ def _put(store: Store, unpacked: _Unpacked, sha: str, key: str, last: bool) -> i
 
 
 def add_run(store: Store, run_id: str, unpacked: _Unpacked) -> bool:
-    """Make a run visible (annotations, then manifest) unless another import or archive did so
-    while the objects were published; True when this import added it. The check and the rename
-    are two steps, so two imports finishing in the same instant may still both count it."""
+    """Make a run visible (its arrival, annotations, then manifest) unless another import or
+    archive did so while the objects were published; True when this import added it. The check
+    and the rename are two steps, so two imports finishing in the same instant may still both
+    count it. The arrival is recorded first: no reader sees the run as one made here."""
     if store.runs.has(run_id):
         return False
+    store.annotations.arrived(run_id, "import", unpacked.source, utc_now())
     if run_id in unpacked.annotations and not store.annotations.read(run_id):
         store.files.write(store.annotations.key(run_id),
                           canonical_json(unpacked.annotations[run_id]))
@@ -577,13 +600,12 @@ def record_keys(store: Store, manifests: dict[str, dict[str, Any]]) -> None:
             store.runs.record_key(key, run_id)
 
 
-def _apply_labels(store: Store, bundle_labels: dict[str, str],
-                  apply: bool) -> tuple[dict[str, str], dict[str, str]]:
-    """The bundle's labels by name, (set here, skipped): all set with `apply`, else all
-    skipped."""
+def _apply_labels(store: Store, bundle_labels: dict[str, str], apply: bool
+                  ) -> tuple[dict[str, str], dict[str, str], dict[str, str | None]]:
+    """The bundle's labels by name, (set here, skipped, where each set one pointed before):
+    all set with `apply`, else all skipped, so that no label moves unasked or unsaid."""
     chosen = dict(sorted(bundle_labels.items()))
     if not apply:
-        return {}, chosen
-    for name, run_id in chosen.items():
-        store.labels.point(name, run_id)
-    return chosen, {}
+        return {}, chosen, {}
+    was = {name: store.labels.point(name, run_id) for name, run_id in chosen.items()}
+    return chosen, {}, was

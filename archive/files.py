@@ -27,6 +27,7 @@ outs are short and retries few, so an unreachable or refusing server is one line
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterator
@@ -246,13 +247,24 @@ class StoreFiles:
         """The local folder where temp files for `folder` are made (see `new_temp`)."""
         return self._local(folder)
 
+    @functools.cached_property
+    def reach(self) -> int:
+        """The permission bits a local store's folder grants its files (owner always): a
+        private store (0700) keeps them 0600 and 0400; 0o777 where the folder cannot be read."""
+        if self.local_root is None:
+            return 0o777
+        try:
+            return 0o700 | (os.stat(self.local_root).st_mode & 0o077)
+        except OSError:
+            return 0o777
+
     def _local(self, folder: str) -> Path:
         return self.local_root / folder if self.local_root is not None else self.spool
 
     def write(self, key: str, data: bytes, readonly: bool = False) -> None:
         """Make `data` visible at `key` whole: renamed into place here, one PUT on S3."""
         if self.local_root is not None:
-            atomic.write_bytes(self.local_root / key, data, readonly)
+            atomic.write_bytes(self.local_root / key, data, readonly, self.reach)
             return
         with self._errors("write"):
             with self.fs.open_output_stream(self.path(key)) as sink:
@@ -274,7 +286,7 @@ class StoreFiles:
         uploaded then removed (S3); with `cache_as` (its sha256), kept as the cached copy
         instead of removed (cache.keep)."""
         if self.local_root is not None:
-            atomic.publish(temp, self.local_root / key, readonly)
+            atomic.publish(temp, self.local_root / key, readonly, self.reach)
             return
         with self._errors("write"):
             with open(temp, "rb") as source, self.fs.open_output_stream(self.path(key)) as sink:

@@ -153,6 +153,7 @@ def verify(store: Store, refs: list[str] | None = None,
         _scan_leases(store, findings)
         _check_segments(store, findings)
         _check_pointers(store, findings)
+        _check_label_clocks(store, findings)
         _check_annotations(store, set(run_ids), findings)
     read = [size for size in hashed.values() if size is not None]
     return VerifyReport("runs" if refs else "store", len(run_ids), len(read), sum(read),
@@ -279,7 +280,7 @@ def _classify(entry: Entry, fits: bool, referenced: set[str], findings: list[Fin
 
 
 FOLDERS = ("runs", "keys", "labels", "annotations", "index", "leases", "aliases",
-           "label-history", "remotes")
+           "label-history", "remotes", "notes", "arrivals")
 
 
 def _base_name(key: str) -> str:
@@ -322,6 +323,21 @@ def _check_segments(store: Store, findings: list[Finding]) -> None:
                                     "rebuilt from runs/"))
 
 
+def _check_label_clocks(store: Store, findings: list[Finding]) -> None:
+    """A label move dated beyond MAX_SKEW ahead of this clock: it came from a clock that ran
+    ahead (before pull refused such moves) and orders every move until then."""
+    from triage.archive.labels import MAX_SKEW
+
+    for name, move, later in store.labels.ahead():
+        stamp = move.time.replace(":", "").replace("-", "")
+        findings.append(Finding("unexpected", f"label-history/{name}/{stamp}_{move.writer}.move",
+                                f"a move of label {name} dated {move.time}, more than "
+                                f"{MAX_SKEW.seconds // 60} minutes ahead of this clock (writer "
+                                f"{move.writer}'s clock ran ahead; {later} later move(s) dated "
+                                "after it); moves here still win, but another store refuses "
+                                "them until then: fix that writer's clock"))
+
+
 def _check_pointers(store: Store, findings: list[Finding]) -> None:
     """keys/, labels/ and aliases/ must point at runs that exist."""
     for kind, folder in (("key", "keys"), ("label", "labels"), ("alias", "aliases")):
@@ -362,6 +378,12 @@ def _check_annotations(store: Store, run_ids: set[str], findings: list[Finding])
         if run_id not in run_ids:
             findings.append(Finding("orphan", key, "annotations of no run; "
                                     "`triage gc` removes them"))
+    for folder, what in (("notes", "a note"), ("arrivals", "the arrival record")):
+        for key in store.files.files(folder):
+            run_id = key.split("/")[1].removesuffix(".json")
+            if not _base_name(key).startswith(atomic.TMP_PREFIX) and run_id not in run_ids:
+                findings.append(Finding("orphan", key, f"{what} of no run; `triage gc` removes "
+                                        "it"))
 
 
 def _check_annotation_bytes(data: bytes) -> None:

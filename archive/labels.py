@@ -2,6 +2,12 @@
 label's history under label-history/<name>/, one write-once file per move
 (<time>_<writer>.move). The newest move by (time, writer) is where the label points, so that
 two writers moving one label at once, on two nodes, lose neither move and agree on the end.
+
+A move's time is a hybrid logical clock: the wall clock, or just after the newest move of the
+label this writer has seen where that is later. So a writer whose clock runs behind another's
+still moves the label (its move is ordered after what it saw), and a move carried in from another
+store may be dated at most MAX_SKEW ahead of this clock: one dated later would pin the label
+until that date, and is refused (`verify` names one already here).
 """
 
 from __future__ import annotations
@@ -10,13 +16,14 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 
 from triage.archive import atomic
 from triage.archive.canonical import canonical_json
 from triage.archive.part import StorePart
-from triage.base.errors import LabelNotFound, UsageError
+from triage.base.errors import LabelMoveLost, LabelNotFound, StoreError, UsageError
 from triage.base.hashing import SHA256_RE
-from triage.base.timeutil import utc_now
+from triage.base.timeutil import sortable, utc_now
 
 HEX_RE = re.compile(r"^[0-9a-fA-F]{4,64}$")
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
@@ -24,6 +31,8 @@ RESERVED_LABELS = {"latest"}
 MOVE_SUFFIX = ".move"
 MOVE_TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$")  # utc_now's
 WRITER_RE = re.compile(r"^[A-Za-z0-9.-]{1,128}$")
+MAX_SKEW = timedelta(minutes=10)  # how far ahead of this clock another store's move may be dated
+TICK = timedelta(microseconds=1)  # the least step of the clock: after a move, by this much
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,53 @@ class LabelMove:
     time: str
     writer: str
     run_id: str | None
+
+    @property
+    def order(self) -> tuple[str, str]:
+        """Where the move stands among the label's moves: its time to the nanosecond (times of
+        any precision compare as instants), then its writer."""
+        return sortable(self.time), self.writer
+
+
+@dataclass(frozen=True)
+class LabelMerge:
+    """Another store's moves of one label, merged here (push, pull): where the label pointed
+    before and points now (None: no label), and the moves refused as dated too far ahead."""
+
+    name: str
+    was: str | None
+    now: str | None
+    refused: tuple[LabelMove, ...] = ()
+
+
+def _parse(time: str) -> datetime:
+    """A move time as an aware datetime (to the microsecond: the clock's own precision)."""
+    head, _, frac = time.rstrip("Z").partition(".")
+    return datetime.strptime(f"{head}.{(frac or '0')[:6]:0<6}", "%Y-%m-%dT%H:%M:%S.%f") \
+        .replace(tzinfo=timezone.utc)
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def move_time(seen: list[LabelMove]) -> str:
+    """The time of a new move (hybrid logical clock): now, or one tick after the newest move
+    seen, where that is later, so the new move is ordered after every move its writer saw."""
+    now = _parse(utc_now(precise=True))
+    if seen:
+        try:
+            now = max(now, _parse(seen[-1].time) + TICK)
+        except OverflowError:  # a move dated the last microsecond of year 9999
+            raise StoreError(f"the newest move of a label is dated {seen[-1].time}, after "
+                             "which no move can be; `triage verify` names the file: remove "
+                             "it") from None
+    return _stamp(now)
+
+
+def too_far_ahead(move: LabelMove, now: str | None = None) -> bool:
+    """Whether a move is dated beyond MAX_SKEW ahead of this clock (`now`, utc_now's text)."""
+    return _parse(move.time) > _parse(now or utc_now(precise=True)) + MAX_SKEW
 
 
 def writer_id() -> str:
@@ -86,7 +142,22 @@ class Labels(StorePart):
         folder = f"label-history/{name}"
         names = sorted(n for n in self.store.files.names(folder) if n.endswith(MOVE_SUFFIX))
         moves = [self._move(f"{folder}/{n}") for n in names]
-        return sorted((m for m in moves if m is not None), key=lambda m: (m.time, m.writer))
+        return sorted((m for m in moves if m is not None), key=lambda m: m.order)
+
+    def ahead(self) -> list[tuple[str, LabelMove, int]]:
+        """(label, move, later moves) for the first move of each label dated beyond MAX_SKEW
+        ahead of this clock (`verify`): carried in before such moves were refused, or written
+        by a clock that ran ahead. The moves after it are dated after it (move_time): they are
+        counted, not named, the first being the cause."""
+        now = utc_now(precise=True)
+        names = {key[len("label-history/"):].rsplit("/", 1)[0]
+                 for key in self.store.files.files("label-history")}
+        found = []
+        for name in sorted(names):
+            moves = [m for m in self.history(name) if too_far_ahead(m, now)]
+            if moves:
+                found.append((name, moves[0], len(moves) - 1))
+        return found
 
     def _move(self, key: str) -> LabelMove | None:
         """One history entry; None for one that cannot be read (`verify` names the store's
@@ -99,17 +170,21 @@ class Labels(StorePart):
             run_id = doc["run"]
             if run_id is not None and not SHA256_RE.match(run_id):
                 return None
+            if not MOVE_TIME_RE.match(str(doc["time"])):
+                return None
+            _parse(doc["time"])  # a date that is none (month 13) is no move either
             return LabelMove(str(doc["time"]), str(doc["writer"]), run_id)
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def point(self, name: str, run_id: str) -> str | None:
+    def point(self, name: str, run_id: str, checked: bool = False) -> str | None:
         """Point a label at a run (a move in its history, labels/<name> replaced atomically);
-        return what it held before (None: a new label), so that a move is never silent."""
+        return what it held before (None: a new label), so that a move is never silent.
+        `checked` (`triage label`): LabelMoveLost when the move is not the newest afterwards."""
         self._make_room(name)
-        return self._record_move(name, run_id)
+        return self._record_move(name, run_id, checked)
 
-    def remove(self, name: str) -> str:
+    def remove(self, name: str, checked: bool = False) -> str:
         """Delete a label; return what it held. A deletion is a move in the label's history
         (to no run), then one unlink: a reader sees the whole label or none. Only a name
         `all()` lists is removed, so no name can reach outside labels/. Its folder, if
@@ -118,33 +193,45 @@ class Labels(StorePart):
         if held is None:
             raise LabelNotFound(f"label {name!r} not found; `triage label` lists labels")
         try:
-            self._record_move(name, None)
+            self._record_move(name, None, checked)
         except OSError as exc:
             raise self.store.error(exc, "write") from None
         return held
 
-    def add_moves(self, name: str, moves: list[LabelMove]) -> str | None:
+    def add_moves(self, name: str, moves: list[LabelMove]) -> LabelMerge:
         """Add another store's moves of a label to its history here, each under its own time
         and writer (push, pull), and point the label at the newest move of the two histories:
         two pushers moving one label lose neither move. Moves already here are skipped, and
-        so is one whose time or writer could not be a file name. Returns what it held before."""
+        so is one whose time or writer could not be a file name; one dated beyond MAX_SKEW
+        ahead of this clock is refused (it would pin the label), and said."""
         self._make_room(name)
         known = set(self.history(name))
+        now = utc_now(precise=True)
+        refused = tuple(m for m in moves if m not in known and too_far_ahead(m, now))
         for move in moves:
-            if move not in known and MOVE_TIME_RE.match(move.time) \
+            if move not in known and move not in refused and MOVE_TIME_RE.match(move.time) \
                     and WRITER_RE.match(move.writer):
                 self._write_move(name, move)
         before = self.store.pointer(f"labels/{name}")
         self._point_at_newest(name)
-        return before
+        return LabelMerge(name, before, self.store.pointer(f"labels/{name}"), refused)
 
-    def _record_move(self, name: str, run_id: str | None) -> str | None:
+    def _record_move(self, name: str, run_id: str | None, checked: bool) -> str | None:
         """Append a move to the label's history (a new file, never a rewrite: no conditional
         write, so two nodes moving one label both keep their move) and bring labels/<name> to
-        the newest move; return where the label pointed before this move."""
+        the newest move; return where the label pointed before this move. The move is dated
+        after every move of the label seen here (move_time), so it wins unless another writer
+        moves the label meanwhile: then, `checked`, LabelMoveLost says so, never a success."""
         before = self.store.pointer(f"labels/{name}")
-        self._write_move(name, LabelMove(utc_now(precise=True), writer_id(), run_id))
+        move = LabelMove(move_time(self.history(name)), writer_id(), run_id)
+        self._write_move(name, move)
         self._point_at_newest(name)
+        newest = self.history(name)[-1] if checked else move
+        if newest != move:
+            target = newest.run_id[:12] if newest.run_id else "no run (deleted)"
+            raise LabelMoveLost(f"label {name!r} did not move: writer {newest.writer} moved it "
+                                f"to {target} at {newest.time}, after this move; `triage label "
+                                f"--history {name}` lists its moves")
         return before
 
     def _write_move(self, name: str, move: LabelMove) -> None:

@@ -138,7 +138,11 @@ def parse_since(text: str, now: datetime | None = None) -> str:
     now = now or datetime.now(timezone.utc)
     age = AGE.match(text.strip().lower())
     if age:
-        since = now - timedelta(**{AGE_UNITS[age.group(2)]: int(age.group(1))})
+        try:
+            since = now - timedelta(**{AGE_UNITS[age.group(2)]: int(age.group(1))})
+        except OverflowError:  # before year 1: every run is that recent
+            raise UsageError(f"--since {text!r}: an age that reaches back before year 1; give "
+                             "a smaller one (7d, 52w) or a date (2026-01-31)") from None
     else:
         since = _utc_time(text)
     return since.strftime("%Y-%m-%dT%H:%M:%S")

@@ -331,6 +331,7 @@ class RunRecord:
     archived: str | None = None
     labels: tuple[str, ...] = ()
     notes: tuple[Note, ...] = ()
+    arrived: str | None = None  # how it came from another store ("import from B"); None: here
 
     @classmethod
     def from_manifest(cls, run_id: str, manifest: Mapping[str, Any],
@@ -418,7 +419,8 @@ class RunRecord:
         """What `triage show --json` prints: the manifest plus id, archive time, labels, notes."""
         return {"id": self.id, **self.manifest, "archived": self.archived,
                 "labels": list(self.labels),
-                "notes": [{"time": n.time, "text": n.text} for n in self.notes]}
+                "notes": [{"time": n.time, "text": n.text} for n in self.notes],
+                "arrived": self.arrived}
 
 
 def _settings(values: Mapping[str, Any], sources: Mapping[str, Any]) -> Mapping[str, Setting]:

@@ -136,7 +136,11 @@ def label_arguments(first: str, second: str | None) -> tuple[str, str, bool]:
     NAME RUN, like `git tag NAME COMMIT`. The old order, RUN NAME, is read only where FIRST is
     a run id, an id prefix or `latest`: no label may be one of those, so NAME RUN cannot be
     meant. Anything else is NAME RUN whatever the store holds, so the same words always do the
-    same thing."""
+    same thing. Two words that both name runs give no label: that is said, not "invalid label"
+    of the second."""
+    if second is not None and looks_like_run(first) and looks_like_run(second):
+        raise UsageError(f"{first!r} and {second!r} both name runs (an id prefix or `latest`); "
+                         f"a label needs a NAME that is neither: triage label NAME {second}")
     if second is not None and looks_like_run(first):
         return second, first, True
     return first, "latest" if second is None else second, False
@@ -146,7 +150,7 @@ def point_label(store: Store, name: str, ref: str) -> LabelChange:
     """Point label `name` at the run `ref` names (a bad name is refused before any lookup)."""
     check_label(name)
     run_id = resolve(store, ref)
-    return LabelChange(name, run_id, store.labels.point(name, run_id))
+    return LabelChange(name, run_id, store.labels.point(name, run_id, checked=True))
 
 
 def label_moves(store: Store, name: str) -> list[LabelMove]:
@@ -165,7 +169,7 @@ def series_label(label: str | None, i: int, count: int) -> str | None:
 
 def delete_label(store: Store, name: str) -> LabelChange:
     """Delete label `name` (LabelNotFound when there is none)."""
-    return LabelChange(name, None, store.labels.remove(name))
+    return LabelChange(name, None, store.labels.remove(name, checked=True))
 
 
 def labels_by_run(store: Store) -> dict[str, list[str]]:
@@ -176,10 +180,15 @@ def labels_by_run(store: Store) -> dict[str, list[str]]:
 
 
 def load_record(store: Store, ref: str) -> RunRecord:
-    """The typed record of one run: its manifest plus id, labels, archive time and notes."""
+    """The typed record of one run: its manifest plus id, labels, archive time, notes, and
+    where it came from when another store sent it."""
+    from dataclasses import replace
+
     from triage.archive.model import RunRecord
 
     run_id = resolve(store, ref)
-    return RunRecord.from_manifest(run_id, store.runs.read_manifest(run_id),
-                                   store.annotations.read(run_id),
-                                   tuple(labels_by_run(store).get(run_id, [])))
+    arrival = store.annotations.arrival(run_id)
+    record = RunRecord.from_manifest(run_id, store.runs.read_manifest(run_id),
+                                     store.annotations.read(run_id),
+                                     tuple(labels_by_run(store).get(run_id, [])))
+    return replace(record, arrived=f"{arrival.how} from {arrival.source}" if arrival else None)

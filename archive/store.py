@@ -49,7 +49,7 @@ from triage.archive.objects import Objects
 from triage.archive.remote_config import RemoteConfig
 from triage.archive.run_manifests import Runs
 from triage.archive.table_files import Tables
-from triage.base.errors import DiskFull, NewerFormat, StoreError
+from triage.base.errors import DiskFull, NewerFormat, StoreError, UsageError
 
 STORE_MARKER = "triage-store.json"
 STORE_FORMAT = "triage-store"
@@ -78,19 +78,51 @@ def default_store_path() -> Path:
 
 
 def store_files(option: str | os.PathLike | None) -> StoreFiles:
-    """--store PATH|s3://bucket/prefix, else $TRIAGE_STORE, else the per-user default."""
+    """--store PATH|s3://bucket/prefix, else $TRIAGE_STORE, else the per-user default. An
+    empty $TRIAGE_STORE is refused, not read as "the default": it is a script's unset path."""
     chosen = option or os.environ.get("TRIAGE_STORE")
+    if chosen is None and "TRIAGE_STORE" in os.environ:
+        chosen = ""
+    if chosen is not None and not os.fspath(chosen).strip():
+        raise UsageError("$TRIAGE_STORE is set but empty; set it to a store path or unset it "
+                         "(the default store is used only where it is not set)")
     return StoreFiles.at(os.fspath(chosen) if chosen else str(default_store_path()))
+
+
+SHARED_VARIABLE = "TRIAGE_STORE_SHARED"
+STORE_MODES = {"private": 0o700, "group": 0o2770}  # group: setgid, so files keep its group
+
+
+def new_store_mode() -> int:
+    """The mode of a new local store's folder: private (0700) unless $TRIAGE_STORE_SHARED is
+    `group` when the store is made (as `git init --shared=group`): the raw reports inside keep
+    the capturing environment, tokens included, which no other user should read unasked."""
+    chosen = os.environ.get(SHARED_VARIABLE) or "private"
+    if chosen not in STORE_MODES:
+        raise UsageError(f"${SHARED_VARIABLE}={chosen!r}: give 'group' (a team store the "
+                         "folder's group may read and write) or 'private' (the default)")
+    return STORE_MODES[chosen]
 
 
 def os_error(exc: OSError, path: Path | str, doing: str) -> StoreError:
     """Turn an OSError into a one-line StoreError that names the path and the fix."""
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+    if exc.errno == errno.EROFS:
+        return StoreError(f"cannot {doing} store {path}: it is on a read-only file system; "
+                          "choose a writable location with --store or $TRIAGE_STORE")
+    if exc.errno in (errno.EACCES, errno.EPERM):
         return StoreError(f"cannot {doing} store {path}: {exc.strerror}; "
                           "choose a writable location with --store or $TRIAGE_STORE")
     if exc.errno == errno.ENOSPC:
         return DiskFull(f"cannot {doing} store {path}: disk full; free space or move the store")
     return StoreError(f"cannot {doing} store {path}: {exc.strerror or exc}")
+
+
+def _read_only_mount(path: Path) -> bool:
+    """Whether `path` is on a file system mounted read-only (no permission would help)."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 class Store:
@@ -169,10 +201,13 @@ class Store:
                              "creates one")
         try:
             if files.local_root is not None:
+                mode = new_store_mode()
                 files.local_root.mkdir(parents=True, exist_ok=True)
+                os.chmod(files.local_root, mode)
                 # leases/ is there from the start: a refused write that took a lease adds no
                 # folder
-                atomic.write_bytes(files.local_root / STORE_MARKER, marker_bytes())
+                atomic.write_bytes(files.local_root / STORE_MARKER, marker_bytes(),
+                                   reach=mode & 0o777)
                 (files.local_root / "leases").mkdir(exist_ok=True)
             else:
                 files.write(STORE_MARKER, marker_bytes())
@@ -241,7 +276,9 @@ class Store:
     def check_writable(self) -> None:
         """Fail early, before any work, when the store cannot take new files."""
         if self.files.local_root is not None and not os.access(self.root, os.W_OK | os.X_OK):
-            raise StoreError(f"cannot write store {self.root}: permission denied; "
+            why = "it is on a read-only file system" if _read_only_mount(self.root) \
+                else "permission denied"
+            raise StoreError(f"cannot write store {self.root}: {why}; "
                              "choose a writable location with --store or $TRIAGE_STORE")
 
     # -- small files, shared by every part ------------------------------------------------------

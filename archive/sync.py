@@ -18,7 +18,9 @@ works between any two stores the Store can open. Per run, in this order:
 
 Then the dedup keys and catalog rows of the runs that arrived, then the labels: each label that
 points at a run sent carries its whole move history, merged into the destination's by
-Labels.add_moves (newest move wins, so two pushers lose neither move).
+Labels.add_moves (newest move wins, so two pushers lose neither move; a move dated beyond
+labels.MAX_SKEW ahead of the destination's clock is refused, and said). Each label moved is said
+with where it pointed before.
 
 A kill at any point leaves the destination as readers want it: whole runs, plus objects and temp
 files no manifest names yet (gc spares them while the push's lease is live). Running the push
@@ -34,12 +36,14 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from triage.archive import catalog, lease
+from triage.archive.labels import LabelMerge
 from triage.archive.remotes import Remote, open_remote
 from triage.archive.run_manifests import Part, run_parts
 from triage.archive.store import Store
 from triage.base.errors import CorruptObject, RunNotFound, StoreError, UsageError
 from triage.base.hashing import hash_stream
 from triage.base.progress import Progress, Step, no_progress
+from triage.base.timeutil import utc_now
 
 
 @dataclass(frozen=True)
@@ -69,21 +73,27 @@ class SyncResult:
     objects_skipped: int
     bytes_sent: int
     labels: Mapping[str, str | None]  # as they point there now
+    merges: tuple[LabelMerge, ...] = ()  # each label carried: where it was, moves refused
 
     @classmethod
     def from_runs(cls, direction: str, remote: Remote, runs: list[RunSent],
-                  labels: Mapping[str, str | None]) -> SyncResult:
+                  merges: list[LabelMerge]) -> SyncResult:
         return cls(direction, remote.name, remote.shown,
                    tuple(r.run_id for r in runs if r.sent),
                    tuple(r.run_id for r in runs if not r.sent),
                    sum(r.objects_sent for r in runs), sum(r.objects_skipped for r in runs),
-                   sum(r.bytes_sent for r in runs), labels)
+                   sum(r.bytes_sent for r in runs), {m.name: m.now for m in merges},
+                   tuple(merges))
 
     def to_json(self) -> dict[str, Any]:
         return {"direction": self.direction, "remote": self.remote, "url": self.url,
                 "runs_sent": list(self.runs_sent), "runs_present": list(self.runs_present),
                 "objects_sent": self.objects_sent, "objects_skipped": self.objects_skipped,
-                "bytes_sent": self.bytes_sent, "labels": dict(self.labels)}
+                "bytes_sent": self.bytes_sent, "labels": dict(self.labels),
+                "labels_was": {m.name: m.was for m in self.merges},
+                "moves_refused": [{"label": m.name, "run": move.run_id, "time": move.time,
+                                   "writer": move.writer}
+                                  for m in self.merges for move in m.refused]}
 
 
 @dataclass(frozen=True)
@@ -135,21 +145,19 @@ def transfer(source: Store, dest: Store, chosen: Selection, direction: str, remo
         runs = []
         for number, (run_id, manifest) in enumerate(manifests.items()):
             meter.run(number)
-            runs.append(_send_run(source, dest, run_id, manifest, meter))
+            runs.append(_send_run(source, dest, run_id, manifest, meter, direction))
         record_keys(dest, {r.run_id: manifests[r.run_id] for r in runs if r.sent})
         catalog.add_rows(dest, [catalog.catalog_row(dest, r.run_id, manifests[r.run_id],
                                                     dest.annotations.read(r.run_id))
                                 for r in runs if r.reindex])
-        for name in chosen.labels:
-            _carry_label(source, dest, name)
-        pointers = dest.labels.all()
-    return SyncResult.from_runs(direction, remote, runs,
-                                {name: pointers.get(name) for name in chosen.labels})
+        merges = [_carry_label(source, dest, name) for name in chosen.labels]
+    return SyncResult.from_runs(direction, remote, runs, merges)
 
 
 def _send_run(source: Store, dest: Store, run_id: str, manifest: dict[str, Any],
-              meter: _Meter) -> RunSent:
-    """One run, objects first and manifest last."""
+              meter: _Meter, direction: str) -> RunSent:
+    """One run, objects first and manifest last; a run new there is recorded as arrived by
+    `direction` (its command is this store's choice, not theirs: `rerun` asks first)."""
     parts = run_parts(run_id, manifest)
     if dest.runs.manifest_bytes(run_id) is not None \
             and all(dest.files.exists(p.key) for p in parts):
@@ -164,6 +172,8 @@ def _send_run(source: Store, dest: Store, run_id: str, manifest: dict[str, Any],
             sent_bytes += _copy(source, dest, part, run_id, meter)
             sent += 1
     dest.annotations.merge(run_id, source.annotations.read(run_id))
+    if not dest.runs.has(run_id):  # a run made there stays theirs; one arriving is foreign
+        dest.annotations.arrived(run_id, direction, source.where, utc_now())
     if dest.runs.write_manifest(manifest) != run_id:  # the same document: the same identity
         raise StoreError(f"run {run_id[:12]} changed id on the way; this is a bug")
     return RunSent(run_id, True, sent, skipped, sent_bytes, reindex=True)
@@ -204,16 +214,17 @@ def _check_landed(dest: Store, part: Part, run_id: str) -> None:
                             "sends it again")
 
 
-def _carry_label(source: Store, dest: Store, name: str) -> None:
+def _carry_label(source: Store, dest: Store, name: str) -> LabelMerge:
     """A label's moves merged into the destination's history; a label moved before histories
     were kept (none here) is one move now, where the destination's pointer differs."""
     history = source.labels.history(name)
     if history:
-        dest.labels.add_moves(name, history)
-        return
+        return dest.labels.add_moves(name, history)
     target = source.labels.all().get(name)
-    if target and dest.labels.all().get(name) != target:
+    was = dest.labels.all().get(name)
+    if target and was != target:
         dest.labels.point(name, target)
+    return LabelMerge(name, was, dest.labels.all().get(name))
 
 
 class _Meter:

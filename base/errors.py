@@ -29,6 +29,10 @@ class LabelNotFound(TriageError):
     """A label NAME that `triage label -d` was asked to delete but that no label has."""
 
 
+class LabelMoveLost(TriageError):
+    """`triage label` whose move another writer's later move overtook: never reported a success."""
+
+
 class UnknownRemote(TriageError):
     """A remote NAME that `triage remote add` never added to this store."""
 

@@ -11,6 +11,13 @@ def utc_now(precise: bool = False) -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if precise else "%Y-%m-%dT%H:%M:%SZ")
 
 
+def sortable(time: str) -> str:
+    """A utc_now time (any precision) with its fraction padded to nanoseconds, so that text
+    order is time order: `...:05Z` sorts before `...:05.5Z` and `...:05.50Z` equals `...:05.5Z`."""
+    head, _, frac = time.rstrip("Z").partition(".")
+    return f"{head}.{frac:0<9}Z"
+
+
 def from_epoch(seconds: float | None) -> str | None:
     if not seconds:
         return None

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from triage.archive.annotations import Arrival
 from triage.archive.model import RunRecord
 from triage.archive.runs import load_record, series_label
 from triage.archive.labels import check_label
@@ -56,6 +58,20 @@ class RerunRequest:
     strict: bool = False
     threshold_pct: float = 1.0  # a change beyond noise below this still reproduces (diff's)
     environ: Mapping[str, str] | None = None
+    yes: bool = False  # run a foreign run's command without asking (--yes)
+    confirm: Callable[[ForeignRun], bool] | None = None  # asked where not `yes` (a terminal)
+
+
+@dataclass(frozen=True)
+class ForeignRun:
+    """A run that arrived from another store (import, pull, push): its command is that store's
+    choice, not this one's (a bundle's manifest is self-consistent, not signed), and it would
+    get this machine's values of the variables redacted when it was recorded (`supplied`)."""
+
+    run_id: str
+    arrival: Arrival
+    argv: tuple[str, ...]
+    supplied: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -119,12 +135,28 @@ def plan(store: Store, request: RerunRequest) -> Plan:
     if environment.missing:
         raise RerunRefused("the run recorded these variables redacted; set them to replay it: "
                            + ", ".join(environment.missing))
+    _check_foreign(request, ForeignRun(original.id, arrival, tuple(capture.argv),
+                                              tuple(environment.supplied))
+                   if (arrival := store.annotations.arrival(original.id)) else None)
     prediction = predict(original, environment.variables)
     if request.strict and prediction.verdict == "invalid":
         fields = ", ".join(i.field for i in prediction.drift if i.severity == "invalidates")
         raise RerunRefused(f"--strict: a rerun here would be invalid ({fields} differs from "
                            f"run {original.id[:12]}); nothing was run")
     return Plan(original, list(capture.argv), environment, prediction)
+
+
+def _check_foreign(request: RerunRequest, foreign: ForeignRun | None) -> None:
+    """Refuse to run a command another store chose unless the user said yes (--yes, or the
+    question `confirm` asks on a terminal); one made here runs as before."""
+    if foreign is None or request.yes or (request.confirm and request.confirm(foreign)):
+        return
+    given = f"; it would get this machine's {', '.join(foreign.supplied)}" \
+        if foreign.supplied else ""
+    raise RerunRefused(f"run {foreign.run_id[:12]} arrived by {foreign.arrival.how} from "
+                       f"{foreign.arrival.source}: its command is that store's choice, not "
+                       f"yours: {shlex.join(foreign.argv)}{given}; read it, then rerun with "
+                       "--yes to run it")
 
 
 def predict(original: RunRecord, environ: Mapping[str, str]) -> Prediction:

@@ -62,7 +62,8 @@ def test_round_trip_to_a_colleague(triage, exported, tmp_path, monkeypatch):
     assert added["labels_skipped"] == {"baseline": exported["ids"][0]}
     for run_id in exported["ids"]:
         shown = triage.json("show", run_id)
-        assert shown == {**before[run_id], "labels": []}
+        assert shown["arrived"] == f"import from {exported['path']}"  # foreign here
+        assert shown == {**before[run_id], "labels": [], "arrived": shown["arrived"]}
     assert [r["id"] for r in triage.json("ls")] == exported["ids"][::-1]  # newest first
     assert triage.json("verify")["leftovers"] == [] and triage.json("verify")["ok"]
     rows = triage.json("query", "select count(*) n from kernels")
@@ -228,6 +229,14 @@ def table_is_the_report(manifest: dict) -> dict:
     return manifest
 
 
+def rename_table(name: str):
+    """A manifest change: kernel_summary listed under another name (a path, once a traceback)."""
+    def change(manifest: dict) -> dict:
+        manifest["tables"][name] = manifest["tables"].pop("kernel_summary")
+        return manifest
+    return change
+
+
 def duplicate_object(items):
     """An object member again, with other bytes: import used to keep the first silently."""
     index = next(i for i, (m, _d) in enumerate(items) if m.name.startswith("objects/"))
@@ -261,6 +270,8 @@ HOSTILE = {  # hash-valid bundles that used to break import and then every reade
     "table-is-a-report": (lambda i: rewrite_run(i, table_is_the_report),
                           "table kernel_summary of run"),
     "duplicate-object": (duplicate_object, "appears twice"),
+    "table-name-dotdot": (lambda i: rewrite_run(i, rename_table("../../x")),
+                          "table name '../../x' is not one"),
 }
 
 OBJ = "objects/ab/" + "c" * 62
@@ -343,7 +354,8 @@ def test_readers_survive_bad_records_in_the_store(triage, exported):
     os.chmod(notes, 0o644)
     notes.write_bytes(b'{"notes":"x"}')
     assert [r["id"] for r in triage.json("ls")] == [second, first]
-    assert triage.json("show", second)["notes"] == []
+    # the damaged file's fields are dropped; a note is a file of its own (notes/) and stays
+    assert [n["text"] for n in triage.json("show", second)["notes"]] == ["after the fix"]
     assert triage.json("query", "select count(*) n from kernels")[0]["n"] > 0
     refused = triage("show", odd_id, expect=1).stderr
     assert "is not a valid manifest (kernels: expected integer, got string)" in refused

@@ -61,7 +61,7 @@ def test_show_json_is_the_manifest_with_id_labels_and_notes(triage, store_dir, n
     shown = triage.json("show", "naive")
     stored = Store.open(store_dir).runs.read_manifest(ncu_run.id)
     assert shown == {"id": ncu_run.id, **stored, "archived": ncu_run.archived,
-                     "labels": ["naive"], "notes": []}
+                     "labels": ["naive"], "notes": [], "arrived": None}  # archived here
 
 
 def test_ls_and_archive_say_what_the_record_says(triage, store_dir):

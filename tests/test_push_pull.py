@@ -124,8 +124,10 @@ def test_pull_into_an_empty_store_then_diff_and_verify_there(triage, local, tmp_
     pulled = triage.json("--store", mine, "pull", str(team))  # a store's path: no remote needed
     assert sorted(pulled["runs_sent"]) == sorted(local["ids"])
     for run_id in local["ids"]:
-        assert triage.json("--store", mine, "show", run_id) == \
-            triage.json("--store", root, "show", run_id)  # notes, archive time, labels
+        shown = triage.json("--store", mine, "show", run_id)
+        assert shown["arrived"] == f"pull from {team}"  # foreign there, made here
+        assert shown == {**triage.json("--store", root, "show", run_id),
+                         "arrived": shown["arrived"]}  # notes, archive time, labels
     assert triage.json("--store", mine, "show", "base")["id"] == first
     assert triage("--store", mine, "diff", first, second).exit_code == 0
     checked = triage.json("--store", mine, "verify")

@@ -18,8 +18,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pty
 import shutil
 import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -233,6 +235,43 @@ def test_a_failing_build_stops_the_rerun(setup):
     result = setup.triage("rerun", "base/1", "--build", "exit 3", expect=1,
                           MY_API_TOKEN=USERS)
     assert "--build" in result.output.splitlines()[-1] and "exited 3" in result.output
+
+
+def test_a_run_from_another_store_is_not_run_unasked(setup, tmp_path):
+    """A bundle's command is its sender's choice (issue 44): shown, and run only with --yes."""
+    bundle, other = tmp_path / "b.tar", tmp_path / "other"
+    setup.triage("export", "base/1", "-o", bundle)
+    setup.triage("import", bundle, store=other)
+    run_id = Store.open(setup.store).labels.all()["base/1"]
+    setup.seen.write_text("before")
+    refused = setup.triage("rerun", run_id, expect=1, store=other, MY_API_TOKEN=USERS)
+    assert len(refused.output.strip().splitlines()) == 1
+    for said in ("arrived by import", "sh run.sh", "MY_API_TOKEN", "--yes"):
+        assert said in refused.output, refused.output
+    assert setup.seen.read_text() == "before"  # nothing ran
+    assert "arrived          by import from" in setup.triage("show", run_id, store=other).stdout
+    asked = setup.triage("rerun", run_id, "--yes", "--build", "exit 3", expect=1, store=other,
+                         MY_API_TOKEN=USERS)  # past the question: the build runs (and stops it)
+    assert "exited 3" in asked.output and setup.seen.read_text() == "before"
+    no, said = _answered(setup, other, run_id, "n")  # on a terminal: asked, and no is no
+    assert no == 1 and "sh run.sh" in said and "run it?" in said and "exited 3" not in said
+    yes, said = _answered(setup, other, run_id, "y")
+    assert yes == 1 and "exited 3" in said and setup.seen.read_text() == "before"
+
+
+def _answered(setup: Setup, store: Path, run_id: str, answer: str) -> tuple[int, str]:
+    """`triage rerun RUN --build 'exit 3'` with a terminal on stdin that answers `answer`: the
+    exit code and stderr (the question, then the error)."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "triage", "--store", str(store), "rerun",
+                             run_id, "--build", "exit 3"], stdin=follower,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=setup.repo,
+                            env={**os.environ, "MY_API_TOKEN": USERS})
+    os.close(follower)
+    os.write(leader, answer.encode() + b"\n")
+    _out, err = proc.communicate(timeout=300)
+    os.close(leader)
+    return proc.returncode, err.decode()
 
 
 def test_a_commit_that_slows_forward_is_named(setup):

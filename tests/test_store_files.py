@@ -148,7 +148,7 @@ def test_archiving_the_report_again_repairs_an_edited_manifest(triage):
     again = triage.json("archive", corpus_file(SMALL))[0]
     assert again["id"] == run_id
     assert triage.json("show", run_id)["source"] == "archive"
-    assert stat.S_IMODE(path.stat().st_mode) == 0o444
+    assert stat.S_IMODE(path.stat().st_mode) == 0o400  # read-only, and private as its store
     assert triage.json("verify")["ok"] is True
 
 
@@ -176,7 +176,11 @@ def umask():
 
 
 @pytest.mark.parametrize("mask", [0o022, 0o027], ids=["umask-022", "umask-027"])
-def test_mutable_files_follow_the_umask_immutable_ones_are_read_only(triage, umask, mask):
+def test_mutable_files_follow_the_umask_immutable_ones_are_read_only(triage, umask, mask,
+                                                                     monkeypatch):
+    """In a team store (TRIAGE_STORE_SHARED=group: 2770), within what its folder grants; a
+    private store's files are 0600 and 0400 (tests/test_trust.py)."""
+    monkeypatch.setenv("TRIAGE_STORE_SHARED", "group")
     umask(mask)
     run_id = archive(triage, SMALL, "--label", "baseline", "--note", "first try")
     store = open_store()
@@ -185,10 +189,10 @@ def test_mutable_files_follow_the_umask_immutable_ones_are_read_only(triage, uma
                *(store.root / "index").glob("catalog-*.parquet")]
     assert len(mutable) == 5
     assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in mutable} == {
-        p.name: 0o666 & ~mask for p in mutable}
+        p.name: 0o666 & ~mask & 0o770 for p in mutable}
     immutable = [store.runs.path(run_id),
                  *(p for p in (store.root / "objects").rglob("*") if p.is_file())]
-    assert {stat.S_IMODE(p.stat().st_mode) for p in immutable} == {0o444}
+    assert {stat.S_IMODE(p.stat().st_mode) for p in immutable} == {0o440}
 
 
 def test_imported_files_follow_the_umask(triage, umask, tmp_path, monkeypatch):
@@ -198,12 +202,13 @@ def test_imported_files_follow_the_umask(triage, umask, tmp_path, monkeypatch):
     umask(0o022)
     colleague = tmp_path / "colleague"
     monkeypatch.setenv("TRIAGE_STORE", str(colleague))
+    monkeypatch.setenv("TRIAGE_STORE_SHARED", "group")  # a team store: 2770
     triage("import", bundle)
     store = open_store()
     mutable = [store.annotations.path(run_id), *(store.root / "keys").iterdir(),
                *(store.root / "index").glob("catalog-*.parquet")]
     assert len(mutable) == 3
-    assert {stat.S_IMODE(p.stat().st_mode) for p in mutable} == {0o644}
+    assert {stat.S_IMODE(p.stat().st_mode) for p in mutable} == {0o640}
     assert stat.S_IMODE(bundle.stat().st_mode) == 0o644
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 
@@ -74,14 +75,19 @@ def capture(store, command, label, note, shell, group, from_run, nsys, redact, r
 @click.option("--strict", is_flag=True, help="Refuse to run when the verdict would be invalid.")
 @click.option("--threshold", default=1.0, show_default=True, type=click.FloatRange(min=0),
               metavar="PCT", help="A change beyond noise smaller than PCT % still reproduces.")
+@click.option("--yes", is_flag=True,
+              help="Run the command of a run that came from another store without asking.")
 @output_options("text", "json")
 @store_option
 @pass_store
-def rerun(store, run, label, repeat, mode, build, strict, threshold, out):
+def rerun(store, run, label, repeat, mode, build, strict, threshold, yes, out):
     """Re-execute a run made by `triage capture` and say whether it reproduced: this machine
     graded against the record first (the drift table of `diff`), then the recorded command in
     its working directory with its recorded environment (redacted values: from this one), its
     outputs in a fresh directory; the new runs (rerun_of: RUN) diffed against the original.
+
+    A run that came from another store (import, pull, push) runs that store's command: it is
+    shown, and run only with --yes or a yes on a terminal.
 
     Example: triage rerun base --at-commit --repeat 5 --build make"""
     from triage.compare.reproduce import RerunRequest
@@ -90,7 +96,8 @@ def rerun(store, run, label, repeat, mode, build, strict, threshold, out):
     from triage.views.rerun import render_plan, render_rerun, rerun_json
 
     request = RerunRequest(run, store=store.path, label=label, repeat=repeat, mode=mode,
-                           build=build, strict=strict, threshold_pct=threshold)
+                           build=build, strict=strict, threshold_pct=threshold, yes=yes,
+                           confirm=_ask_foreign if sys.stdin.isatty() else None)
     stream = out.stream()
     shown = CaptureOutput(stream, stream.isatty() and not out.json, "rerun")
     try:
@@ -101,6 +108,13 @@ def rerun(store, run, label, repeat, mode, build, strict, threshold, out):
     finally:
         shown.close()
     out.write(textview.to_json(rerun_json(result)) if out.json else render_rerun(result, run))
+
+
+def _ask_foreign(foreign) -> bool:
+    """The question `rerun` asks on a terminal before it runs another store's command."""
+    from triage.views.rerun import foreign_question
+
+    return click.confirm(foreign_question(foreign), default=False, err=True)
 
 
 @click.command(name="env")

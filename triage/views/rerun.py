@@ -3,12 +3,13 @@ line that says whether the original was reproduced (the outcome is compare/rerun
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
-from triage.compare.reproduce import Plan, RerunResult, TreeDelta
+from triage.compare.reproduce import ForeignRun, Plan, RerunResult, TreeDelta
 from triage.compare.rerun import NO, NOT_COMPARABLE, UNKNOWN_NOISE, YES, Reproduced
 from triage.views.diff import drift_lines, verdict_lines
-from triage.views.text import Layout, fmt_pct, short_id
+from triage.views.text import Layout, fmt_pct, printable, short_id
 
 
 def render_plan(plan: Plan, tree: TreeDelta) -> str:
@@ -22,6 +23,16 @@ def render_plan(plan: Plan, tree: TreeDelta) -> str:
                      + ", ".join(plan.environment.supplied))
     lines.append(tree_line(tree))
     return "\n".join(lines)
+
+
+def foreign_question(foreign: ForeignRun) -> str:
+    """Asked before a run from another store is rerun: what it would run, and with what."""
+    lines = [f"run {short_id(foreign.run_id)} arrived by {foreign.arrival.how} from "
+             f"{printable(foreign.arrival.source)}; its command is that store's choice:",
+             f"  {printable(shlex.join(foreign.argv))}"]
+    if foreign.supplied:
+        lines.append("it would get this machine's values of " + ", ".join(foreign.supplied))
+    return "\n".join([*lines, "run it?"])
 
 
 def _commit(value: str | None) -> str:

@@ -54,6 +54,8 @@ def _head_lines(record: RunRecord) -> list[str]:
         _line("archived", (record.archived or "")[:19].replace("T", " ")),
         _line("labels", ", ".join(record.labels)),
         _line("source", record.source),
+        *([_line("arrived", f"by {record.arrived} (foreign: `triage rerun` asks before "
+                            "running its command)")] if record.arrived else []),
         _line("command", record.command),
         _line("driver", env.driver_version),
         _line("CUDA", cuda_text(env)),

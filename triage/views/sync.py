@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from triage.archive.labels import MAX_SKEW
 from triage.views import text as textview
+from triage.views.runs import label_moved, label_target
 from triage.base.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -22,12 +24,23 @@ def render_sync(result: SyncResult) -> str:
     lines = [f"{short(run_id)}  {verb} {result.remote}" for run_id in result.runs_sent]
     if result.runs_present:
         lines.append(f"{len(result.runs_present)} run(s) there already")
-    lines += [f"{name} -> {short(run_id) if run_id else '(deleted there)'}"
-              for name, run_id in result.labels.items()]
+    lines += [_label_line(m.name, m.now, m.was) for m in result.merges]
+    lines += [f"refused a move of label {textview.printable(m.name)} by writer "
+              f"{textview.printable(move.writer)} dated {textview.printable(move.time)}: more "
+              f"than {MAX_SKEW.seconds // 60} minutes ahead of this clock (it would pin the "
+              "label until then); fix that writer's clock and move the label again"
+              for m in result.merges for move in m.refused]
     lines.append(f"{len(result.runs_sent)} run(s) {verb} {where}: {result.objects_sent} "
                  f"object(s) sent ({fmt_bytes(result.bytes_sent)}), "
                  f"{result.objects_skipped} there already")
     return "\n".join(lines)
+
+
+def _label_line(name: str, now: str | None, was: str | None) -> str:
+    """`name -> run (was other)`, as `triage label` says a move: no label is moved unsaid."""
+    if now is None:
+        return f"{name} -> (deleted there)" + (f" (was {label_target(was)})" if was else "")
+    return label_moved(name, now, was)
 
 
 def render_remotes(remotes: list[Remote]) -> str:
@@ -44,7 +57,8 @@ def render_import(result: ImportResult) -> str:
     short = textview.short_id
     lines = [f"{short(run_id)}  added" for run_id in result.runs_added]
     lines += [f"{short(run_id)}  already in the store" for run_id in result.runs_present]
-    lines += [f"{name} -> {short(run_id)}" for name, run_id in result.labels_set.items()]
+    lines += [label_moved(name, run_id, result.labels_was.get(name))
+              for name, run_id in result.labels_set.items()]
     if result.labels_skipped:
         lines.append(f"labels not set (pass --labels): {', '.join(result.labels_skipped)}")
     lines.append(f"{result.objects_added} objects ({fmt_bytes(result.bytes_added)}) added")

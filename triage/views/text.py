@@ -53,8 +53,10 @@ def fmt_value(value, digits: int = 4) -> str:
     """A value in a narrow column: `digits` significant digits (more where integral)."""
     if not _is_number(value):
         return "-" if value is None else str(value)
-    if isinstance(value, float) and math.isnan(value):
-        return "-"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "-" if math.isnan(value) else "inf" if value > 0 else "-inf"
+    if abs(value) >= 1e15:  # past T: 1e+300, not 1e+288T
+        return f"{value:.{digits}g}"
     if abs(value) >= 1e6:
         return _si(value, digits)
     if value == int(value):
@@ -71,12 +73,14 @@ def _is_number(value) -> bool:
 def fmt_values_apart(rows: Iterable[Sequence]) -> list[list[str]]:
     """Rows of cells as fmt_value shows them, with as many significant digits as it takes for
     no two different numbers to look alike (the min, avg and max of a kernel's launches are not
-    all `33.33M` when they differ): `query` shows data, and data must tell values apart."""
+    all `33.33M` when they differ): `query` shows data, and data must tell values apart, so a
+    NaN reads NaN there, not `-` like NULL."""
     rows = [list(row) for row in rows]
     numbers = {v for row in rows for v in row if _is_number(v) and not math.isnan(v)}
     digits = next((d for d in range(4, 17)
                    if len({fmt_value(v, d) for v in numbers}) == len(numbers)), 17)
-    return [[fmt_value(v, digits) for v in row] for row in rows]
+    return [["NaN" if isinstance(v, float) and math.isnan(v) else fmt_value(v, digits)
+             for v in row] for row in rows]
 
 
 def _si(value: float, digits: int = 4) -> str:
