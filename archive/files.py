@@ -20,34 +20,112 @@ uploaded by `publish`.
 Credentials and endpoint come the standard AWS way: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY
 (or a profile, AWS_PROFILE), AWS_REGION, and AWS_ENDPOINT_URL for an S3-compatible server;
 an s3:// URL's own settings (`?endpoint=...&region=...&profile=...`, a remote's: `S3Place`) win
-over them. Time-
-outs are short and retries few, so an unreachable or refusing server is one line within seconds
-(`remote_error`), not a retry storm.
+over them.
+
+A flaky network is met in two layers (`Network`): each request is retried by the S3 client
+itself (the AWS "standard" strategy: exponential backoff with jitter on throttling, 5xx and
+dropped connections, `attempts` tries), and an operation the client gave up on (a read, a
+listing, an upload) is run again by triage, after a pause, while its `retry_time` lasts; only
+those second-layer retries can be counted (`StoreFiles.retried`: pyarrow does not report its
+own). What is still failing after both is one line (`remote_error`), an `Unreachable` when the
+network or the server's health is to blame.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlparse
 
 from triage.archive import atomic, lease
-from triage.base.errors import StoreError
+from triage.base.errors import StoreError, Unreachable, UsageError
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyarrow import fs as pafs
 
 URL_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
-CONNECT_TIMEOUT = 3.0  # seconds
-REQUEST_TIMEOUT = 5.0
-ATTEMPTS = 2  # one retry: enough for a dropped connection, no storm against a dead server
+T = TypeVar("T")
 SPOOL_GRACE = 3600.0  # seconds a dead writer's spool folder is kept (`clean_spool`)
+
+
+@dataclass(frozen=True)
+class Network:
+    """How hard a remote store's requests try (module docstring): `attempts` tries of one
+    request by the S3 client, `timeout` seconds for each (to connect: at most CONNECT_TIMEOUT),
+    and `retry_time` seconds in which triage runs an operation again once the client gave up.
+    A silent server is given up on after about attempts x timeout seconds per request."""
+
+    attempts: int = 4
+    timeout: float = 3.0
+    retry_time: float = 30.0
+
+    def with_text(self, source: str, values: dict[str, str]) -> Network:
+        """These settings with `values` (a URL's, the environment's) laid over them, each
+        checked; `source` names where they came from for a refusal."""
+        changed: dict[str, float | int] = {}
+        for name, text in values.items():
+            changed[name] = _network_value(source, name, text)
+        return replace(self, **changed)  # type: ignore[arg-type]
+
+    def client_options(self) -> dict:
+        """The S3FileSystem options these settings are."""
+        from pyarrow import fs
+
+        return {"connect_timeout": min(CONNECT_TIMEOUT, self.timeout),
+                "request_timeout": self.timeout,
+                "retry_strategy": fs.AwsStandardS3RetryStrategy(max_attempts=self.attempts)}
+
+
+CONNECT_TIMEOUT = 3.0  # seconds: a loopback or LAN server that is up accepts at once
+# Each setting's name (in a URL's query, and $TRIAGE_S3_<NAME>) and the values it takes.
+NETWORK_LIMITS = {"attempts": (1, 20), "timeout": (0.1, 600.0), "retry_time": (0.0, 3600.0)}
+# A command's own --timeout and the like (the CLI sets them for the command's duration): they
+# win over the environment, which wins over a URL's settings, which win over the defaults.
+NETWORK_CHOSEN: ContextVar[tuple[tuple[str, str], ...]] = ContextVar("network_chosen",
+                                                                     default=())
+
+
+def _network_value(source: str, name: str, text: str) -> float | int:
+    """One network setting, as a number within its limits, or why it is refused."""
+    low, high = NETWORK_LIMITS[name]
+    try:
+        value = int(text) if name == "attempts" else float(text.rstrip("s"))
+    except ValueError:
+        value = None
+    if value is None or not low <= value <= high:
+        unit = "" if name == "attempts" else " seconds"
+        raise UsageError(f"{source}: {name}={text!r}; give a number from {low:g} to "
+                         f"{high:g}{unit}")
+    return value
+
+
+@contextmanager
+def network_chosen(**values: float | int | None) -> Iterator[None]:
+    """Stores opened inside use these settings (a command's --timeout) over any other."""
+    token = NETWORK_CHOSEN.set(tuple((k, str(v)) for k, v in values.items() if v is not None))
+    try:
+        yield
+    finally:
+        NETWORK_CHOSEN.reset(token)
+
+
+def network_for(place: S3Place) -> Network:
+    """The settings of one store: the URL's, then $TRIAGE_S3_ATTEMPTS / _TIMEOUT / _RETRY_TIME,
+    then the command's own, each over the one before."""
+    network = Network().with_text(f"store {shown_url(place.url)}", dict(place.network))
+    variables = {name: os.environ[f"TRIAGE_S3_{name.upper()}"] for name in NETWORK_LIMITS
+                 if os.environ.get(f"TRIAGE_S3_{name.upper()}")}
+    network = network.with_text("$TRIAGE_S3_*", variables)
+    return network.with_text("option", dict(NETWORK_CHOSEN.get()))
 
 
 @dataclass(frozen=True)
@@ -76,6 +154,9 @@ class StoreFiles:
         self.where = where  # for messages: the directory, or the URL and its endpoint
         self.local_root = local_root
         self.spool = spool
+        self.network = Network()  # a remote store's (`s3`)
+        self.endpoint: str | None = None
+        self.retried = 0  # operations the S3 client gave up on that triage ran again
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -85,8 +166,10 @@ class StoreFiles:
         scheme = URL_RE.match(chosen)
         if scheme is None:
             return cls.local(Path(chosen).expanduser())
+        refuse_userinfo(chosen)
         if scheme.group(1).lower() != "s3":
-            raise StoreError(f"store {chosen}: {scheme.group(1)}:// stores are not supported; "
+            raise StoreError(f"store {shown_url(chosen)}: {scheme.group(1)}:// stores are not "
+                             "supported; "
                              "give a directory or s3://bucket/prefix with --store or "
                              "$TRIAGE_STORE")
         return cls.s3(chosen)
@@ -104,19 +187,17 @@ class StoreFiles:
 
         place = S3Place.parse(url)
         bucket, prefix = place.bucket, place.prefix
+        network = network_for(place)
         # The URL's own settings (a remote's: `triage remote add`) win over the environment.
-        endpoint = place.endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") \
-            or os.environ.get("AWS_ENDPOINT_URL")
+        endpoint = place.endpoint or _environment_endpoint()
         # allow_delayed_open: an object smaller than a part is one PutObject at close (pyarrow
         # otherwise starts a multipart upload per write: three requests instead of one, about
-        # 3x the time of each small write); failures still surface inside `_errors`, at close.
-        options: dict = {"connect_timeout": CONNECT_TIMEOUT, "request_timeout": REQUEST_TIMEOUT,
-                         "retry_strategy": fs.AwsStandardS3RetryStrategy(max_attempts=ATTEMPTS),
-                         "allow_delayed_open": True}
+        # 3x the time of each small write); failures still surface inside `call`, at close.
+        options: dict = {**network.client_options(), "allow_delayed_open": True}
         region = place.region or os.environ.get("AWS_REGION") \
             or os.environ.get("AWS_DEFAULT_REGION")
         if endpoint:
-            address = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
+            address = urlparse(endpoint)
             options.update(endpoint_override=address.netloc, scheme=address.scheme or "https")
             region = region or "us-east-1"  # an S3-compatible server takes any region
         if region:
@@ -130,8 +211,10 @@ class StoreFiles:
                              "variables") from None
         from triage.archive.cache import cache_dir
 
-        return cls(filesystem, f"{bucket}/{prefix}".rstrip("/"), where, None,
-                   own_spool(cache_dir() / "spool"), url)
+        files = cls(filesystem, f"{bucket}/{prefix}".rstrip("/"), where, None,
+                    own_spool(cache_dir() / "spool"), url)
+        files.network, files.endpoint = network, endpoint
+        return files
 
     @property
     def remote(self) -> bool:
@@ -149,22 +232,34 @@ class StoreFiles:
 
     def read(self, key: str) -> bytes:
         """A file's bytes; FileNotFoundError when there is none."""
-        with self._errors("read"):
+        def whole() -> bytes:
             with self.fs.open_input_stream(self.path(key)) as stream:
                 return stream.read()
 
+        return self.call("read", whole)
+
     def open(self, key: str) -> pa.NativeFile:
-        """A file opened for random access (Parquet reads its footer first)."""
-        with self._errors("read"):
-            return self.fs.open_input_file(self.path(key))
+        """A file opened for random access (Parquet reads its footer first); its reads are not
+        retried (`digest` reads a file whole, retried)."""
+        return self.call("read", lambda: self.fs.open_input_file(self.path(key)))
+
+    def digest(self, key: str) -> tuple[str, int]:
+        """The sha256 and size of a file's bytes, read whole (run again from its start after a
+        failure in the middle, on S3); FileNotFoundError when there is none."""
+        from triage.base.hashing import hash_stream
+
+        def whole() -> tuple[str, int]:
+            with self.fs.open_input_stream(self.path(key)) as stream:
+                return hash_stream(stream)
+
+        return self.call("read", whole)
 
     def info(self, key: str) -> Entry | None:
         """A file's size and mtime; None when there is none (or a folder is there)."""
         from pyarrow import fs
 
         try:
-            with self._errors("read"):
-                found = self.fs.get_file_info(self.path(key))
+            found = self.call("read", lambda: self.fs.get_file_info(self.path(key)))
         except ValueError:  # a name no file can have (a NUL, from a damaged label)
             return None
         if found.type != fs.FileType.File:
@@ -172,22 +267,31 @@ class StoreFiles:
         return Entry(key, True, found.size or 0, _seconds(found.mtime))
 
     def exists(self, key: str) -> bool:
-        """Whether a file is at `key`: on S3 one HEAD (asking for its info, a missing key costs
-        a HEAD and a LIST, to tell an empty folder from nothing)."""
+        """Whether a file is at `key` (see `size`)."""
+        return self.size(key) is not None
+
+    def size(self, key: str) -> int | None:
+        """The size of the file at `key`, None when there is none: on S3 one HEAD (asking for
+        its info, a missing key costs a HEAD and a LIST, to tell an empty folder from
+        nothing)."""
         if self.local_root is not None or not key or key.endswith("/"):
-            return self.info(key) is not None  # a folder's name: the bucket's, or with a "/"
+            found = self.info(key)  # a folder's name: the bucket's, or with a "/"
+            return found.size if found is not None else None
+
+        def head() -> int:
+            with self.fs.open_input_file(self.path(key)) as stream:
+                return stream.size()
+
         try:
-            with self._errors("read"):
-                self.fs.open_input_file(self.path(key)).close()
+            return self.call("read", head)
         except (FileNotFoundError, ValueError):  # ValueError: a name no file can have (a NUL)
-            return False
-        return True
+            return None
 
     def is_dir(self, key: str) -> bool:
         from pyarrow import fs
 
-        with self._errors("read"):
-            return self.fs.get_file_info(self.path(key)).type == fs.FileType.Directory
+        found = self.call("read", lambda: self.fs.get_file_info(self.path(key)))
+        return found.type == fs.FileType.Directory
 
     def changed(self, key: str) -> float:
         """When a file was last renamed or written (ctime on a local filesystem, where a rename
@@ -210,8 +314,7 @@ class StoreFiles:
             return sorted(_walk(self.local_root, folder, recursive), key=lambda e: e.key)
         selector = fs.FileSelector(self.path(folder), recursive=recursive, allow_not_found=True)
         try:
-            with self._errors("read"):
-                found = self.fs.get_file_info(selector)
+            found = self.call("read", lambda: self.fs.get_file_info(selector))
         except NotADirectoryError:
             return []
         cut = len(self.base) + 1
@@ -254,9 +357,11 @@ class StoreFiles:
         if self.local_root is not None:
             atomic.write_bytes(self.local_root / key, data, readonly)
             return
-        with self._errors("write"):
+        def put() -> None:
             with self.fs.open_output_stream(self.path(key)) as sink:
                 sink.write(data)
+
+        self.call("write", put)
 
     def write_new(self, key: str, data: bytes) -> None:
         """Write a file under a name no one else uses, in place (a lease: a temp file renamed
@@ -276,10 +381,12 @@ class StoreFiles:
         if self.local_root is not None:
             atomic.publish(temp, self.local_root / key, readonly)
             return
-        with self._errors("write"):
+        def upload() -> None:
             with open(temp, "rb") as source, self.fs.open_output_stream(self.path(key)) as sink:
                 while chunk := source.read(1 << 22):
                     sink.write(chunk)
+
+        self.call("write", upload)
         if cache_as is None:
             temp.unlink(missing_ok=True)
             return
@@ -290,14 +397,12 @@ class StoreFiles:
     def move(self, key: str, to: str) -> None:
         """Rename a file (gc's trash; on S3 a copy and a delete). FileNotFoundError when it
         is gone."""
-        with self._errors("clean"):
-            self.fs.move(self.path(key), self.path(to))
+        self.call("clean", lambda: self.fs.move(self.path(key), self.path(to)))
 
     def delete(self, key: str) -> None:
         """Remove a file; nothing when it is gone already."""
         try:
-            with self._errors("clean"):
-                self.fs.delete_file(self.path(key))
+            self.call("clean", lambda: self.fs.delete_file(self.path(key)))
         except FileNotFoundError:
             pass
 
@@ -311,14 +416,33 @@ class StoreFiles:
 
     # -- errors ----------------------------------------------------------------------------------
 
-    def _errors(self, doing: str):
-        return _translated(self, doing)
+    def call(self, doing: str, action: Callable[[], T]) -> T:
+        """`action()`, its failures translated (`_translated`). On S3, one the client gave up on
+        for the network or a 5xx is run again, after a pause that doubles (with jitter), while
+        the store's `retry_time` lasts; a timeout is not (the client spent its attempts
+        waiting, or found no server: a silent server is given up on within attempts x
+        timeout)."""
+        deadline = time.monotonic() + self.network.retry_time
+        pause = RETRY_PAUSE
+        while True:
+            try:
+                with _translated(self, doing):
+                    return action()
+            except Unreachable as exc:
+                if exc.silent or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause * random.uniform(0.5, 1.0))
+            pause = min(2 * pause, RETRY_PAUSE_MAX)
+            self.retried += 1
 
     def error(self, exc: OSError, doing: str) -> StoreError:
         from triage.archive.store import os_error
 
         return os_error(exc, self.where, doing) if self.local_root is not None \
-            else remote_error(exc, self.where, self.bucket, doing)
+            else remote_error(exc, self.where, self.bucket, doing, self.endpoint)
+
+
+RETRY_PAUSE, RETRY_PAUSE_MAX = 0.5, 8.0  # seconds before triage runs an operation again
 
 
 @contextmanager
@@ -333,6 +457,14 @@ def _translated(files: StoreFiles, doing: str) -> Iterator[None]:
         if files.local_root is not None or missing:
             raise
         raise files.error(exc, doing) from None
+
+
+def _environment_endpoint() -> str | None:
+    """AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, checked: userinfo in it is refused, unprinted."""
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        if os.environ.get(name):
+            return endpoint_address(f"${name}", os.environ[name])
+    return None
 
 
 def own_spool(root: Path) -> Path:
@@ -374,34 +506,80 @@ def clean_spool(root: Path, grace: float = SPOOL_GRACE) -> None:
             continue
 
 
-def remote_error(exc: BaseException, where: str, bucket: str, doing: str) -> StoreError:
-    """One line for a failed S3 request: what failed, at which endpoint, and the fix."""
-    text = str(exc)
+NETWORK_SIGNS = ("NETWORK_CONNECTION", "curlCode")
+# No answer at all: no reply within the timeout, or no server to connect to
+SILENT_SIGNS = ("curlCode: 28", "Timeout", "timed out", "REQUEST_TIMEOUT", "curlCode: 7,",
+                "Could not connect", "Couldn't resolve", "curlCode: 6,")
+SERVER_SIGNS = ("HTTP status 5", "INTERNAL_FAILURE", "SERVICE_UNAVAILABLE", "SLOW_DOWN",
+                "THROTTLING", "SlowDown", "InternalError")
+DENIED_SIGNS = ("ACCESS_DENIED", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch",
+                "INVALID_ACCESS_KEY", "SIGNATURE", "HTTP status 403")
+
+
+def remote_error(exc: BaseException, where: str, bucket: str, doing: str,
+                 endpoint: str | None = None) -> StoreError:
+    """One line for a failed S3 request: what failed, at which endpoint, and the fix, with the
+    client's whole reason. The network's or the server's health (after every retry) is an
+    `Unreachable`: run the command again; a reply that is not S3's says so."""
+    text = " ".join(str(exc).split())
+    known = any(k in text for k in DENIED_SIGNS + NETWORK_SIGNS + SILENT_SIGNS + SERVER_SIGNS)
+    if endpoint is not None and not known and not speaks_s3(endpoint):
+        return StoreError(f"cannot {doing} store {where}: {endpoint} is not an S3 endpoint "
+                          "(its reply is not S3's); check AWS_ENDPOINT_URL or the remote's "
+                          "--endpoint")
     if "NO_SUCH_BUCKET" in text or "NoSuchBucket" in text:
-        why = (f"bucket {bucket} does not exist; create it (e.g. `aws s3 mb s3://{bucket}`) or "
-               "fix the URL")
-    elif any(k in text for k in ("ACCESS_DENIED", "AccessDenied", "InvalidAccessKeyId",
-                                 "SignatureDoesNotMatch", "INVALID_ACCESS_KEY", "SIGNATURE",
-                                 "HTTP status 403")):
-        why = ("access denied; check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or "
-               "AWS_PROFILE)")
-    elif any(k in text for k in ("NETWORK_CONNECTION", "curlCode", "Could not connect",
-                                 "Timeout", "timed out", "Couldn't resolve")):
-        why = ("cannot reach the server; check AWS_ENDPOINT_URL and that the server is up, "
-               "then run the command again")
-    else:
-        why = f"{first_line(exc)}; run the command again, `triage verify` checks the store"
-    return StoreError(f"cannot {doing} store {where}: {why}")
+        return StoreError(f"cannot {doing} store {where}: bucket {bucket} does not exist; "
+                          f"create it (e.g. `aws s3 mb s3://{bucket}`) or fix the URL")
+    if any(k in text for k in DENIED_SIGNS):
+        return StoreError(f"cannot {doing} store {where}: access denied; check "
+                          "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)")
+    silent = any(k in text for k in SILENT_SIGNS)
+    if silent or any(k in text for k in NETWORK_SIGNS + SERVER_SIGNS):
+        fault = Unreachable(f"cannot {doing} store {where}: {_unreachable_why(text)} ({text}); "
+                            "run the command again, it resumes where it stopped")
+        fault.silent = silent
+        return fault
+    return StoreError(f"cannot {doing} store {where}: {text or type(exc).__name__}; run the "
+                      "command again, `triage verify` checks the store")
+
+
+def _unreachable_why(text: str) -> str:
+    if any(k in text for k in ("curlCode: 28", "Timeout", "timed out", "REQUEST_TIMEOUT")):
+        return ("no answer within the timeout, after every try (--timeout, $TRIAGE_S3_TIMEOUT); "
+                "check the server is up")
+    if any(k in text for k in SERVER_SIGNS):
+        return "the server kept failing (5xx or throttling) after every try"
+    return ("cannot reach the server after every try; check AWS_ENDPOINT_URL, that the server "
+            "is up, and the network")
+
+
+def speaks_s3(endpoint: str) -> bool:
+    """Whether the server at `endpoint` answers as S3 does (an unsigned GET of its root gets an
+    S3 error or listing document, or x-amz-* headers); asked only once a request has failed
+    for a reason S3 would not give. True when it cannot be asked (the failure says more)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(endpoint + "/", timeout=CONNECT_TIMEOUT) as answer:
+            headers, body = answer.headers, answer.read(4096)
+    except urllib.error.HTTPError as refused:
+        headers, body = refused.headers, refused.read(4096)
+    except (OSError, ValueError):
+        return True
+    amz = any(name.lower().startswith("x-amz-") for name in headers.keys())
+    return amz or b"<Error>" in body or b"ListAllMyBucketsResult" in body
 
 
 def first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 # What an s3:// URL may set after its `?` (a remote's settings): name -> the setting it is.
 S3_SETTINGS = {"endpoint": "endpoint", "endpoint_override": "endpoint",
                "endpoint_url": "endpoint", "region": "region", "profile": "profile",
-               "credentials": "credentials"}
+               "credentials": "credentials", "attempts": "attempts", "timeout": "timeout",
+               "retry_time": "retry_time"}
 CREDENTIAL_SOURCES = ("environment", "anonymous")  # besides profile=NAME
 # Query names that would carry a secret: refused (a remote's URL is kept in the store, pushed
 # and printed), and masked where an older store kept one.
@@ -422,6 +600,8 @@ class S3Place:
     region: str | None = None
     profile: str | None = None
     credentials: str = "environment"
+    network: tuple[tuple[str, str], ...] = ()  # attempts, timeout, retry_time (`Network`)
+    url: str = ""
 
     @classmethod
     def parse(cls, url: str) -> S3Place:
@@ -431,15 +611,15 @@ class S3Place:
 
         shown = shown_url(url)
         parsed = urlparse(url)
-        if "@" in parsed.netloc:
-            raise StoreError(f"store {shown}: keys do not belong in a store URL; put them in a "
-                             "profile (~/.aws/credentials) and add ?profile=NAME")
+        refuse_userinfo(url)
         if not parsed.netloc:
             raise StoreError(f"store {shown}: no bucket; give s3://bucket/prefix")
         settings: dict[str, str] = {}
         for key, value in parse_qsl(parsed.query, keep_blank_values=True):
             settings.update(_setting(shown, key, value, settings))
-        place = cls(parsed.netloc, parsed.path.strip("/"), **settings)
+        network = tuple((k, settings.pop(k)) for k in NETWORK_LIMITS if k in settings)
+        place = cls(parsed.netloc, parsed.path.strip("/"), **settings, network=network,
+                    url=url)
         if place.profile and "credentials" in settings:
             raise StoreError(f"store {shown}: profile= and credentials= both say where "
                              "credentials come from; give one")
@@ -449,7 +629,7 @@ class S3Place:
         """What the URL sets, as `triage remote list` shows it (never a secret: none is kept)."""
         found = {"endpoint": self.endpoint, "region": self.region, "profile": self.profile,
                  "credentials": None if self.credentials == "environment" else self.credentials}
-        return {key: value for key, value in found.items() if value}
+        return {key: value for key, value in found.items() if value} | dict(self.network)
 
 
 def _setting(shown: str, key: str, value: str, settings: dict[str, str]) -> dict[str, str]:
@@ -460,16 +640,17 @@ def _setting(shown: str, key: str, value: str, settings: dict[str, str]) -> dict
     name = S3_SETTINGS.get(key.lower())
     if name is None:
         raise StoreError(f"store {shown}: unknown setting {key!r}; an s3:// URL takes "
-                         "endpoint, region, profile and credentials (environment or anonymous)")
+                         "endpoint, region, profile, credentials (environment or anonymous), "
+                         "attempts, timeout and retry_time")
     if name in settings:
         raise StoreError(f"store {shown}: {name} given twice; give it once")
     if name == "endpoint":
-        address = urlparse(value)
-        if address.scheme not in ("http", "https") or not address.hostname \
-                or address.path.strip("/") or address.query:
-            raise StoreError(f"store {shown}: endpoint {value!r} is not a server's address; "
-                             "give http(s)://HOST[:PORT]")
-        return {name: f"{address.scheme}://{address.netloc}"}
+        return {name: endpoint_address(f"store {shown}: endpoint", value)}
+    if name in NETWORK_LIMITS:
+        try:
+            _network_value(f"store {shown}", name, value)
+        except UsageError as exc:
+            raise StoreError(str(exc)) from None
     if name == "region" and not REGION_RE.match(value):
         raise StoreError(f"store {shown}: region {value!r} is not a region name (us-east-1)")
     if name == "profile" and not re.match(r"^[\w.+@-]{1,64}$", value):
@@ -478,6 +659,32 @@ def _setting(shown: str, key: str, value: str, settings: dict[str, str]) -> dict
         raise StoreError(f"store {shown}: credentials={value!r}; give one of "
                          f"{', '.join(CREDENTIAL_SOURCES)}, or profile=NAME")
     return {name: value}
+
+
+def endpoint_address(what: str, value: str) -> str:
+    """An S3 server's address as http(s)://HOST[:PORT], or why it is not one; a user name or
+    password in it is refused and never repeated (S3 takes keys, not a URL's userinfo)."""
+    address = urlparse(value if "://" in value else f"https://{value}")
+    if "@" in address.netloc:
+        raise StoreError(f"{what} {shown_url(value)!r} carries a user name or password; S3 "
+                         f"takes keys from {CREDENTIALS_HOW}: remove it from the address")
+    if address.scheme not in ("http", "https") or not address.hostname \
+            or address.path.strip("/") or address.query:
+        raise StoreError(f"{what} {value!r} is not a server's address; give "
+                         "http(s)://HOST[:PORT]")
+    return f"{address.scheme}://{address.netloc}"
+
+
+CREDENTIALS_HOW = ("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile of ~/.aws/credentials "
+                   "(AWS_PROFILE, or ?profile=NAME on the URL: `triage remote add NAME URL "
+                   "--profile NAME`)")
+
+
+def refuse_userinfo(url: str) -> None:
+    """Any store URL with `user:password@` before its host is refused, the secret masked."""
+    if URL_RE.match(url) and "@" in urlparse(url).netloc:
+        raise StoreError(f"store {shown_url(url)}: keys do not belong in a store URL; pass "
+                         f"them as {CREDENTIALS_HOW}")
 
 
 def shown_url(url: str) -> str:

@@ -24,6 +24,12 @@ def render_sync(result: SyncResult) -> str:
         lines.append(f"{len(result.runs_present)} run(s) there already")
     lines += [f"{name} -> {short(run_id) if run_id else '(deleted there)'}"
               for name, run_id in result.labels.items()]
+    if result.objects_resumed:
+        lines.append(f"resumed: {result.objects_resumed} object(s) of unfinished runs were there "
+                     "already (an earlier try's), checked by name and size, not sent again")
+    if result.retried:
+        lines.append(f"retried: {result.retried} request(s) the S3 client gave up on were run "
+                     "again (the client's own retries of each request are not counted)")
     lines.append(f"{len(result.runs_sent)} run(s) {verb} {where}: {result.objects_sent} "
                  f"object(s) sent ({fmt_bytes(result.bytes_sent)}), "
                  f"{result.objects_skipped} there already")
