@@ -698,8 +698,9 @@ def shown_url(url: str) -> str:
     netloc = parsed.netloc.rpartition("@")[2]
     if "@" in parsed.netloc:
         netloc = "***@" + netloc
-    query = urlencode([(k, "***" if SECRET_RE.search(k) else v)
-                       for k, v in parse_qsl(parsed.query, keep_blank_values=True)], safe=":/*")
+    query = urlencode([(k, "***" if SECRET_RE.search(k) else shown_url(v))
+                       for k, v in parse_qsl(parsed.query, keep_blank_values=True)],
+                      safe=":/*@")
     return parsed._replace(netloc=netloc, query=query).geturl()
 
 

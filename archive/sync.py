@@ -140,10 +140,11 @@ def transfer(source: Store, dest: Store, chosen: Selection, direction: str, remo
     verb = "pushing to" if direction == "push" else "pulling from"
     meter = _Meter(progress, f"{verb} {remote.name}", len(manifests))
     with lease.held(dest, direction):  # gc there spares what lands before its manifest
-        runs = []
+        runs: list[RunSent] = []
+        sent: set[str] = set()  # keys this transfer sent: found again, they are not resumed
         for number, (run_id, manifest) in enumerate(manifests.items()):
             meter.run(number)
-            runs.append(_send_run(source, dest, run_id, manifest, meter))
+            runs.append(_send_run(source, dest, run_id, manifest, meter, sent))
         record_keys(dest, {r.run_id: manifests[r.run_id] for r in runs if r.sent})
         catalog.add_rows(dest, [catalog.catalog_row(dest, r.run_id, manifests[r.run_id],
                                                     dest.annotations.read(r.run_id))
@@ -157,26 +158,28 @@ def transfer(source: Store, dest: Store, chosen: Selection, direction: str, remo
 
 
 def _send_run(source: Store, dest: Store, run_id: str, manifest: dict[str, Any],
-              meter: _Meter) -> RunSent:
-    """One run, objects first and manifest last."""
+              meter: _Meter, sent_keys: set[str]) -> RunSent:
+    """One run, objects first and manifest last; `sent_keys` gains the keys it sent."""
     parts = run_parts(run_id, manifest)
     if dest.runs.manifest_bytes(run_id) is not None \
             and all(dest.files.exists(p.key) for p in parts):
         changed = dest.annotations.merge(run_id, source.annotations.read(run_id))
         return RunSent(run_id, False, objects_skipped=len(parts), reindex=changed)
-    sent = skipped = sent_bytes = 0
+    sent = skipped = resumed = sent_bytes = 0
     for part in sorted(parts, key=lambda p: p.key):
         found = dest.files.size(part.key)
         if found is not None:
             _check_landed(dest, part, run_id, found)
             skipped += 1
+            resumed += part.key not in sent_keys
         else:
             sent_bytes += _copy(source, dest, part, run_id, meter)
+            sent_keys.add(part.key)
             sent += 1
     dest.annotations.merge(run_id, source.annotations.read(run_id))
     if dest.runs.write_manifest(manifest) != run_id:  # the same document: the same identity
         raise StoreError(f"run {run_id[:12]} changed id on the way; this is a bug")
-    return RunSent(run_id, True, sent, skipped, sent_bytes, objects_resumed=skipped,
+    return RunSent(run_id, True, sent, skipped, sent_bytes, objects_resumed=resumed,
                    reindex=True)
 
 
