@@ -459,6 +459,29 @@ def _translated(files: StoreFiles, doing: str) -> Iterator[None]:
         raise files.error(exc, doing) from None
 
 
+class SourceFailed(Exception):
+    """A read of a store that failed while something else was being written (a copy into
+    another store, a bundle): not an OSError, so that the writer does not take it for its own
+    failure and name the wrong party. `error` is the read's own."""
+
+    def __init__(self, error: OSError):
+        super().__init__(str(error))
+        self.error = error
+
+
+class SourceStream:
+    """A stream read from a store, whose failures are `SourceFailed`."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            return self.stream.read(size)
+        except OSError as exc:
+            raise SourceFailed(exc) from None
+
+
 def _environment_endpoint() -> str | None:
     """AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, checked: userinfo in it is refused, unprinted."""
     for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):

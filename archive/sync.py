@@ -38,6 +38,7 @@ from typing import Any, BinaryIO
 
 from triage.archive import catalog, lease
 from triage.archive.remotes import Remote, open_remote
+from triage.archive.files import SourceFailed, SourceStream
 from triage.archive.objects import Staged
 from triage.archive.run_manifests import Part, run_parts
 from triage.archive.store import Store
@@ -192,7 +193,7 @@ def _copy(source: Store, dest: Store, part: Part, run_id: str, meter: _Meter) ->
         with source.files.fs.open_input_stream(source.files.path(part.key)) as stream:
             try:
                 return dest.objects.stage_stream(_Metered(stream, meter))
-            except _SourceFailed as failed:
+            except SourceFailed as failed:
                 raise failed.error from None
 
     try:
@@ -255,27 +256,15 @@ class _Meter:
         self.progress(Step(self.what, self.number, self.runs, self.bytes))
 
 
-class _SourceFailed(Exception):
-    """A read of the source that failed while the destination was being written: not an
-    OSError, so that the destination's writer does not take it for its own failure."""
-
-    def __init__(self, error: OSError):
-        super().__init__(str(error))
-        self.error = error
-
-
 class _Metered:
     """A source stream whose reads are counted on a meter as they happen (a large report shows
-    its bytes moving, not a stall), its failures marked as the source's."""
+    its bytes moving, not a stall), its failures marked as the source's (SourceStream)."""
 
     def __init__(self, stream: BinaryIO, meter: _Meter):
-        self.stream, self.meter = stream, meter
+        self.stream, self.meter = SourceStream(stream), meter
 
     def read(self, size: int = -1) -> bytes:
-        try:
-            data = self.stream.read(size)
-        except OSError as exc:
-            raise _SourceFailed(exc) from None
+        data = self.stream.read(size)
         self.meter.add(len(data))
         return data
 
