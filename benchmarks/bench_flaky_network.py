@@ -118,7 +118,7 @@ def give_up_time(env: dict, *options: str) -> float:
 def make_runs(store: Path, count: int) -> set[str]:
     from triage.archive.ingest import archive_files
 
-    return {r.run_id for n in range(count)
+    return {r.record.id for n in range(count)
             for r in archive_files(store, [str(SEED)], redact_patterns=(f"FLAKY_{n}_",))}
 
 
