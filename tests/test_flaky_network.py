@@ -118,15 +118,21 @@ def test_verify_calls_a_failed_read_unreachable_never_corrupt(triage, team, monk
     assert f"corrupt    {table}" in damaged.stdout and "--repair" in one_line(damaged)
 
 
-def test_a_pull_whose_source_fails_names_the_source(triage, team, monkeypatch, tmp_path):
-    triage("push", "team")
+def test_a_pull_or_export_whose_source_fails_names_the_source(triage, team, monkeypatch,
+                                                               tmp_path):
+    run = team["ids"][0]
+    triage("push", "team", run)
     monkeypatch.setenv("TRIAGE_S3_ATTEMPTS", "2")
     monkeypatch.setenv("TRIAGE_S3_RETRY_TIME", "0")
     with flaky(monkeypatch, team["server"], 1.0, only=r"^GET .*/objects/"):
-        failed = triage("--store", tmp_path / "theirs", "pull", team["url"], expect=6)
-    line = one_line(failed)
-    assert line.startswith(f"triage: error: cannot read store {team['url']} at ")
-    assert str(tmp_path) not in line and "run the command again" in line
+        pulled = triage("--store", tmp_path / "theirs", "pull", team["url"], expect=6)
+        exported = triage("--store", team["url"], "export", run, "-o", tmp_path / "b.tar",
+                          expect=6)
+    for failed in (pulled, exported):
+        line = one_line(failed)
+        assert line.startswith(f"triage: error: cannot read store {team['url']} at ")
+        assert str(tmp_path) not in line and "run the command again" in line
+    assert not (tmp_path / "b.tar").exists()
 
 
 def test_an_interrupted_push_resumes_without_a_traceback(triage, team, monkeypatch):
