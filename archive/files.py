@@ -22,110 +22,35 @@ Credentials and endpoint come the standard AWS way: AWS_ACCESS_KEY_ID / AWS_SECR
 an s3:// URL's own settings (`?endpoint=...&region=...&profile=...`, a remote's: `S3Place`) win
 over them.
 
-A flaky network is met in two layers (`Network`): each request is retried by the S3 client
-itself (the AWS "standard" strategy: exponential backoff with jitter on throttling, 5xx and
-dropped connections, `attempts` tries), and an operation the client gave up on (a read, a
-listing, an upload) is run again by triage, after a pause, while its `retry_time` lasts; only
-those second-layer retries can be counted (`StoreFiles.retried`: pyarrow does not report its
-own). What is still failing after both is one line (`remote_error`), an `Unreachable` when the
-network or the server's health is to blame.
+Every S3 operation goes through `call`: retried by the S3 client, then run again by triage
+while the store's `retry_time` lasts, counted in `retried` (network.py).
 """
 
 from __future__ import annotations
 
 import os
 import random
-import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlparse
 
 from triage.archive import atomic, lease
-from triage.base.errors import StoreError, Unreachable, UsageError
+from triage.archive.network import (RETRY_PAUSE, RETRY_PAUSE_MAX, Network, first_line,
+                                    network_for, remote_error)
+from triage.archive.s3place import (URL_RE, S3Place, credentials_options, endpoint_address,
+                                    refuse_userinfo, shown_url)
+from triage.base.errors import StoreError, Unreachable
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyarrow import fs as pafs
 
-URL_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 T = TypeVar("T")
 SPOOL_GRACE = 3600.0  # seconds a dead writer's spool folder is kept (`clean_spool`)
-
-
-@dataclass(frozen=True)
-class Network:
-    """How hard a remote store's requests try (module docstring): `attempts` tries of one
-    request by the S3 client, `timeout` seconds for each (to connect: at most CONNECT_TIMEOUT),
-    and `retry_time` seconds in which triage runs an operation again once the client gave up.
-    A silent server is given up on after about attempts x timeout seconds per request."""
-
-    attempts: int = 4
-    timeout: float = 3.0
-    retry_time: float = 30.0
-
-    def with_text(self, source: str, values: dict[str, str]) -> Network:
-        """These settings with `values` (a URL's, the environment's) laid over them, each
-        checked; `source` names where they came from for a refusal."""
-        changed: dict[str, float | int] = {}
-        for name, text in values.items():
-            changed[name] = _network_value(source, name, text)
-        return replace(self, **changed)  # type: ignore[arg-type]
-
-    def client_options(self) -> dict:
-        """The S3FileSystem options these settings are."""
-        from pyarrow import fs
-
-        return {"connect_timeout": min(CONNECT_TIMEOUT, self.timeout),
-                "request_timeout": self.timeout,
-                "retry_strategy": fs.AwsStandardS3RetryStrategy(max_attempts=self.attempts)}
-
-
-CONNECT_TIMEOUT = 3.0  # seconds: a loopback or LAN server that is up accepts at once
-# Each setting's name (in a URL's query, and $TRIAGE_S3_<NAME>) and the values it takes.
-NETWORK_LIMITS = {"attempts": (1, 20), "timeout": (0.1, 600.0), "retry_time": (0.0, 3600.0)}
-# A command's own --timeout and the like (the CLI sets them for the command's duration): they
-# win over the environment, which wins over a URL's settings, which win over the defaults.
-NETWORK_CHOSEN: ContextVar[tuple[tuple[str, str], ...]] = ContextVar("network_chosen",
-                                                                     default=())
-
-
-def _network_value(source: str, name: str, text: str) -> float | int:
-    """One network setting, as a number within its limits, or why it is refused."""
-    low, high = NETWORK_LIMITS[name]
-    try:
-        value = int(text) if name == "attempts" else float(text.rstrip("s"))
-    except ValueError:
-        value = None
-    if value is None or not low <= value <= high:
-        unit = "" if name == "attempts" else " seconds"
-        raise UsageError(f"{source}: {name}={text!r}; give a number from {low:g} to "
-                         f"{high:g}{unit}")
-    return value
-
-
-@contextmanager
-def network_chosen(**values: float | int | None) -> Iterator[None]:
-    """Stores opened inside use these settings (a command's --timeout) over any other."""
-    token = NETWORK_CHOSEN.set(tuple((k, str(v)) for k, v in values.items() if v is not None))
-    try:
-        yield
-    finally:
-        NETWORK_CHOSEN.reset(token)
-
-
-def network_for(place: S3Place) -> Network:
-    """The settings of one store: the URL's, then $TRIAGE_S3_ATTEMPTS / _TIMEOUT / _RETRY_TIME,
-    then the command's own, each over the one before."""
-    network = Network().with_text(f"store {shown_url(place.url)}", dict(place.network))
-    variables = {name: os.environ[f"TRIAGE_S3_{name.upper()}"] for name in NETWORK_LIMITS
-                 if os.environ.get(f"TRIAGE_S3_{name.upper()}")}
-    network = network.with_text("$TRIAGE_S3_*", variables)
-    return network.with_text("option", dict(NETWORK_CHOSEN.get()))
 
 
 @dataclass(frozen=True)
@@ -187,7 +112,7 @@ class StoreFiles:
 
         place = S3Place.parse(url)
         bucket, prefix = place.bucket, place.prefix
-        network = network_for(place)
+        network = network_for(f"store {shown_url(url)}", dict(place.network))
         # The URL's own settings (a remote's: `triage remote add`) win over the environment.
         endpoint = place.endpoint or _environment_endpoint()
         # allow_delayed_open: an object smaller than a part is one PutObject at close (pyarrow
@@ -203,7 +128,7 @@ class StoreFiles:
         if region:
             options["region"] = region
         where = f"s3://{bucket}/{prefix}".rstrip("/") + f" at {endpoint or 'AWS S3'}"
-        options.update(_credentials(place, where))
+        options.update(credentials_options(place, where))
         try:
             filesystem = fs.S3FileSystem(**options)
         except (OSError, ValueError) as exc:
@@ -442,9 +367,6 @@ class StoreFiles:
             else remote_error(exc, self.where, self.bucket, doing, self.endpoint)
 
 
-RETRY_PAUSE, RETRY_PAUSE_MAX = 0.5, 8.0  # seconds before triage runs an operation again
-
-
 @contextmanager
 def _translated(files: StoreFiles, doing: str) -> Iterator[None]:
     """On a remote store, any failure but a missing file is a StoreError naming the endpoint
@@ -527,250 +449,6 @@ def clean_spool(root: Path, grace: float = SPOOL_GRACE) -> None:
                 shutil.rmtree(path)
         except OSError:  # removed meanwhile (another process cleaning), or not ours to remove
             continue
-
-
-NETWORK_SIGNS = ("NETWORK_CONNECTION", "curlCode")
-# No answer at all: no reply within the timeout, or no server to connect to
-SILENT_SIGNS = ("curlCode: 28", "Timeout", "timed out", "REQUEST_TIMEOUT", "curlCode: 7,",
-                "Could not connect", "Couldn't resolve", "curlCode: 6,")
-SERVER_SIGNS = ("HTTP status 5", "INTERNAL_FAILURE", "SERVICE_UNAVAILABLE", "SLOW_DOWN",
-                "THROTTLING", "SlowDown", "InternalError")
-DENIED_SIGNS = ("ACCESS_DENIED", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch",
-                "INVALID_ACCESS_KEY", "SIGNATURE", "HTTP status 403")
-
-
-def remote_error(exc: BaseException, where: str, bucket: str, doing: str,
-                 endpoint: str | None = None) -> StoreError:
-    """One line for a failed S3 request: what failed, at which endpoint, and the fix, with the
-    client's whole reason. The network's or the server's health (after every retry) is an
-    `Unreachable`: run the command again; a reply that is not S3's says so."""
-    text = " ".join(str(exc).split())
-    known = any(k in text for k in DENIED_SIGNS + NETWORK_SIGNS + SILENT_SIGNS + SERVER_SIGNS)
-    if endpoint is not None and not known and not speaks_s3(endpoint):
-        return StoreError(f"cannot {doing} store {where}: {endpoint} is not an S3 endpoint "
-                          "(its reply is not S3's); check AWS_ENDPOINT_URL or the remote's "
-                          "--endpoint")
-    if "NO_SUCH_BUCKET" in text or "NoSuchBucket" in text:
-        return StoreError(f"cannot {doing} store {where}: bucket {bucket} does not exist; "
-                          f"create it (e.g. `aws s3 mb s3://{bucket}`) or fix the URL")
-    if any(k in text for k in DENIED_SIGNS):
-        return StoreError(f"cannot {doing} store {where}: access denied; check "
-                          "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)")
-    silent = any(k in text for k in SILENT_SIGNS)
-    if silent or any(k in text for k in NETWORK_SIGNS + SERVER_SIGNS):
-        fault = Unreachable(f"cannot {doing} store {where}: {_unreachable_why(text)} ({text}); "
-                            "run the command again, it resumes where it stopped")
-        fault.silent = silent
-        return fault
-    return StoreError(f"cannot {doing} store {where}: {text or type(exc).__name__}; run the "
-                      "command again, `triage verify` checks the store")
-
-
-def _unreachable_why(text: str) -> str:
-    if any(k in text for k in ("curlCode: 28", "Timeout", "timed out", "REQUEST_TIMEOUT")):
-        return ("no answer within the timeout, after every try (--timeout, $TRIAGE_S3_TIMEOUT); "
-                "check the server is up")
-    if any(k in text for k in SERVER_SIGNS):
-        return "the server kept failing (5xx or throttling) after every try"
-    return ("cannot reach the server after every try; check AWS_ENDPOINT_URL, that the server "
-            "is up, and the network")
-
-
-def speaks_s3(endpoint: str) -> bool:
-    """Whether the server at `endpoint` answers as S3 does (an unsigned GET of its root gets an
-    S3 error or listing document, or x-amz-* headers); asked only once a request has failed
-    for a reason S3 would not give. True when it cannot be asked (the failure says more)."""
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(endpoint + "/", timeout=CONNECT_TIMEOUT) as answer:
-            headers, body = answer.headers, answer.read(4096)
-    except urllib.error.HTTPError as refused:
-        headers, body = refused.headers, refused.read(4096)
-    except (OSError, ValueError):
-        return True
-    amz = any(name.lower().startswith("x-amz-") for name in headers.keys())
-    return amz or b"<Error>" in body or b"ListAllMyBucketsResult" in body
-
-
-def first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
-# What an s3:// URL may set after its `?` (a remote's settings): name -> the setting it is.
-S3_SETTINGS = {"endpoint": "endpoint", "endpoint_override": "endpoint",
-               "endpoint_url": "endpoint", "region": "region", "profile": "profile",
-               "credentials": "credentials", "attempts": "attempts", "timeout": "timeout",
-               "retry_time": "retry_time"}
-CREDENTIAL_SOURCES = ("environment", "anonymous")  # besides profile=NAME
-# Query names that would carry a secret: refused (a remote's URL is kept in the store, pushed
-# and printed), and masked where an older store kept one.
-SECRET_RE = re.compile(r"secret|password|passwd|token|access.?key|credential_", re.I)
-REGION_RE = re.compile(r"^[a-z]{2}(-[a-z0-9]+)+-\d+$|^[a-z0-9-]{1,40}$")
-
-
-@dataclass(frozen=True)
-class S3Place:
-    """An s3://bucket/prefix URL and the settings it carries after `?`: the server's endpoint
-    (an S3-compatible one), its region, and where credentials come from: a named profile of
-    ~/.aws/credentials, none (`credentials=anonymous`), or the environment (the default: the
-    AWS_* variables, AWS_PROFILE). Secrets never: they stay in the profile or environment."""
-
-    bucket: str
-    prefix: str
-    endpoint: str | None = None
-    region: str | None = None
-    profile: str | None = None
-    credentials: str = "environment"
-    network: tuple[tuple[str, str], ...] = ()  # attempts, timeout, retry_time (`Network`)
-    url: str = ""
-
-    @classmethod
-    def parse(cls, url: str) -> S3Place:
-        """The place and its settings, each checked; every refusal names the URL with any
-        secret in it masked (`shown_url`)."""
-        from urllib.parse import parse_qsl
-
-        shown = shown_url(url)
-        parsed = urlparse(url)
-        refuse_userinfo(url)
-        if not parsed.netloc:
-            raise StoreError(f"store {shown}: no bucket; give s3://bucket/prefix")
-        settings: dict[str, str] = {}
-        for key, value in parse_qsl(parsed.query, keep_blank_values=True):
-            settings.update(_setting(shown, key, value, settings))
-        network = tuple((k, settings.pop(k)) for k in NETWORK_LIMITS if k in settings)
-        place = cls(parsed.netloc, parsed.path.strip("/"), **settings, network=network,
-                    url=url)
-        if place.profile and "credentials" in settings:
-            raise StoreError(f"store {shown}: profile= and credentials= both say where "
-                             "credentials come from; give one")
-        return place
-
-    def settings(self) -> dict[str, str]:
-        """What the URL sets, as `triage remote list` shows it (never a secret: none is kept)."""
-        found = {"endpoint": self.endpoint, "region": self.region, "profile": self.profile,
-                 "credentials": None if self.credentials == "environment" else self.credentials}
-        return {key: value for key, value in found.items() if value} | dict(self.network)
-
-
-def _setting(shown: str, key: str, value: str, settings: dict[str, str]) -> dict[str, str]:
-    """One `key=value` of an s3:// URL as the setting it names, or why it is refused."""
-    if SECRET_RE.search(key):
-        raise StoreError(f"store {shown}: a secret ({key}) does not belong in a store URL; put "
-                         "the keys in a profile (~/.aws/credentials) and add ?profile=NAME")
-    name = S3_SETTINGS.get(key.lower())
-    if name is None:
-        raise StoreError(f"store {shown}: unknown setting {key!r}; an s3:// URL takes "
-                         "endpoint, region, profile, credentials (environment or anonymous), "
-                         "attempts, timeout and retry_time")
-    if name in settings:
-        raise StoreError(f"store {shown}: {name} given twice; give it once")
-    if name == "endpoint":
-        return {name: endpoint_address(f"store {shown}: endpoint", value)}
-    if name in NETWORK_LIMITS:
-        try:
-            _network_value(f"store {shown}", name, value)
-        except UsageError as exc:
-            raise StoreError(str(exc)) from None
-    if name == "region" and not REGION_RE.match(value):
-        raise StoreError(f"store {shown}: region {value!r} is not a region name (us-east-1)")
-    if name == "profile" and not re.match(r"^[\w.+@-]{1,64}$", value):
-        raise StoreError(f"store {shown}: profile {value!r} is not a profile name")
-    if name == "credentials" and value not in CREDENTIAL_SOURCES:
-        raise StoreError(f"store {shown}: credentials={value!r}; give one of "
-                         f"{', '.join(CREDENTIAL_SOURCES)}, or profile=NAME")
-    return {name: value}
-
-
-def endpoint_address(what: str, value: str) -> str:
-    """An S3 server's address as http(s)://HOST[:PORT], or why it is not one; a user name or
-    password in it is refused and never repeated (S3 takes keys, not a URL's userinfo)."""
-    address = urlparse(value if "://" in value else f"https://{value}")
-    if "@" in address.netloc:
-        raise StoreError(f"{what} {shown_url(value)!r} carries a user name or password; S3 "
-                         f"takes keys from {CREDENTIALS_HOW}: remove it from the address")
-    if address.scheme not in ("http", "https") or not address.hostname \
-            or address.path.strip("/") or address.query:
-        raise StoreError(f"{what} {value!r} is not a server's address; give "
-                         "http(s)://HOST[:PORT]")
-    return f"{address.scheme}://{address.netloc}"
-
-
-CREDENTIALS_HOW = ("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile of ~/.aws/credentials "
-                   "(AWS_PROFILE, or ?profile=NAME on the URL: `triage remote add NAME URL "
-                   "--profile NAME`)")
-
-
-def refuse_userinfo(url: str) -> None:
-    """Any store URL with `user:password@` before its host is refused, the secret masked."""
-    if URL_RE.match(url) and "@" in urlparse(url).netloc:
-        raise StoreError(f"store {shown_url(url)}: keys do not belong in a store URL; pass "
-                         f"them as {CREDENTIALS_HOW}")
-
-
-def shown_url(url: str) -> str:
-    """A store URL as it may be printed: keys before the host and secret-named settings (an
-    older store may have kept one) masked."""
-    from urllib.parse import parse_qsl, urlencode
-
-    parsed = urlparse(url)
-    if not URL_RE.match(url) or (not parsed.query and "@" not in parsed.netloc):
-        return url
-    netloc = parsed.netloc.rpartition("@")[2]
-    if "@" in parsed.netloc:
-        netloc = "***@" + netloc
-    query = urlencode([(k, "***" if SECRET_RE.search(k) else shown_url(v))
-                       for k, v in parse_qsl(parsed.query, keep_blank_values=True)],
-                      safe=":/*@")
-    return parsed._replace(netloc=netloc, query=query).geturl()
-
-
-def _credentials(place: S3Place, where: str) -> dict:
-    """The S3 client's credentials options: the URL's source (profile, anonymous), else the
-    environment's (AWS_PROFILE where no keys are set; pyarrow reads the keys itself)."""
-    if place.credentials == "anonymous":
-        return {"anonymous": True}
-    if place.profile:
-        keys = _profile_keys(place.profile)
-        if not keys:
-            raise StoreError(f"store {where}: no profile {place.profile!r} with keys in "
-                             f"{credentials_file()}; add it there, or point "
-                             "AWS_SHARED_CREDENTIALS_FILE at the file that has it")
-        return keys
-    if os.environ.get("AWS_PROFILE") and not os.environ.get("AWS_ACCESS_KEY_ID"):
-        return _profile_keys(os.environ["AWS_PROFILE"])
-    return {}
-
-
-def check_profile(profile: str) -> None:
-    """Refuse a profile ~/.aws/credentials (or $AWS_SHARED_CREDENTIALS_FILE) has no keys for."""
-    if not _profile_keys(profile):
-        raise StoreError(f"no profile {profile!r} with keys in {credentials_file()}; add it "
-                         "there (aws configure --profile NAME), or point "
-                         "AWS_SHARED_CREDENTIALS_FILE at the file that has it")
-
-
-def credentials_file() -> Path:
-    return Path(os.environ.get("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials")).expanduser()
-
-
-def _profile_keys(profile: str) -> dict[str, str]:
-    """Keys of a named profile in ~/.aws/credentials (pyarrow's client reads the default profile
-    and AWS_PROFILE itself; passed explicitly so that AWS_SHARED_CREDENTIALS_FILE is honoured the
-    same way everywhere)."""
-    import configparser
-
-    parser = configparser.ConfigParser()
-    parser.read(credentials_file())
-    if not parser.has_section(profile):
-        return {}
-    section = parser[profile]
-    keys = {"access_key": section.get("aws_access_key_id"),
-            "secret_key": section.get("aws_secret_access_key"),
-            "session_token": section.get("aws_session_token")}
-    return {k: v for k, v in keys.items() if v}
 
 
 def _walk(root: Path, folder: str, recursive: bool) -> Iterator[Entry]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from triage.archive.files import URL_RE, S3Place, check_profile, refuse_userinfo, shown_url
+from triage.archive.s3place import (URL_RE, S3Place, check_profile, refuse_userinfo,
+                                    shown_url)
 from triage.archive.remote_config import REMOTE_RE
 from triage.archive.store import STORE_VERSION, Store
 from triage.base.errors import StoreError, UnknownRemote, UsageError

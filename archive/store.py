@@ -190,7 +190,7 @@ class Store:
         except OSError as exc:
             raise self.error(exc, "open") from None
         if found.type == fs.FileType.NotFound:
-            from triage.archive.files import remote_error
+            from triage.archive.network import remote_error
 
             raise remote_error(OSError("NO_SUCH_BUCKET"), self.where, self.files.bucket, "open",
                                self.files.endpoint)

@@ -64,8 +64,11 @@ def triage(*args: str, env: dict) -> subprocess.CompletedProcess:
 
 
 def run_ids(store: str, env: dict) -> set[str]:
+    """The runs a store lists, read directly (no proxy: a failure here is the benchmark's)."""
     done = triage("--store", store, "ls", "--json", env=env)
-    return {r["id"] for r in json.loads(done.stdout)} if done.returncode == 0 else set()
+    if done.returncode != 0:
+        raise SystemExit(f"ls --store {store} failed: {done.stderr.strip()}")
+    return {r["id"] for r in json.loads(done.stdout)}
 
 
 def transfer(args: list[str], proxy: FaultProxy, env: dict, direct: dict, check: str,

@@ -130,7 +130,7 @@ def push(store, words, label_glob, timeout, out):
     from triage.views.progress import status_line
     from triage.views.sync import render_sync
 
-    from triage.archive.files import network_chosen
+    from triage.archive.network import network_chosen
 
     st = store.open()
     target, refs = push_target(st, list(words))
@@ -157,7 +157,7 @@ def pull(store, name, runs, label_glob, timeout, out):
     from triage.views.progress import status_line
     from triage.views.sync import render_sync
 
-    from triage.archive.files import network_chosen
+    from triage.archive.network import network_chosen
 
     target = named_remote(remotes_of(store.path), name)
     with network_chosen(timeout=timeout), status_line(out.json) as progress:

@@ -23,7 +23,7 @@ def verify(store, runs, timeout, out):
     archive are listed but are not wrong (`triage gc` removes them). A file that could not be
     read (on S3: after every retry) is `unreachable`, not damaged: exit 6 when nothing read was
     wrong, and running verify again is the fix."""
-    from triage.archive.files import network_chosen
+    from triage.archive.network import network_chosen
     from triage.archive.integrity import verify as verify_store
     from triage.base.errors import CorruptObject, Unreachable
     from triage.views.progress import status_line
