@@ -131,7 +131,7 @@ def remote_error(exc: BaseException, where: str, bucket: str, doing: str,
     silent = any(k in text for k in SILENT_SIGNS)
     if silent or any(k in text for k in NETWORK_SIGNS + SERVER_SIGNS):
         fault = Unreachable(f"cannot {doing} store {where}: {_unreachable_why(text)} ({text}); "
-                            "run the command again, it resumes where it stopped")
+                            "run the command again (a push or pull resumes where it stopped)")
         fault.silent = silent
         return fault
     return StoreError(f"cannot {doing} store {where}: {text or type(exc).__name__}; run the "

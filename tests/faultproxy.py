@@ -5,11 +5,13 @@ Each request it fails is failed one of four ways, as a real bad day does: a 500 
 S3's own error document, or the connection dropped (reset) before the request reaches the server
 or after the server acted on it (the client never sees the reply of a write that happened).
 
-Which request fails is decided by a hash of (seed, method, path, how many times that method and
-path were asked before), not by the order requests arrive in: the same command against the same
-seed meets the same faults, whatever threads the client uses. A retry of a failed request is a
-new draw. `only` limits faults to requests whose "METHOD path" matches a regular expression
-(`^GET .*/objects/`: data reads alone); `counts` says what was asked and what was failed.
+Which request fails is decided by a hash of (seed, method, path without the bucket, how many
+times that method and path were asked before), not by the order requests arrive in nor by the
+bucket's name (each test makes a new one): the same command against the same seed meets the
+same faults, whatever threads the client uses (a lease's key, which names the writer's process,
+is the exception). A retry of a failed request is a new draw. `only` limits faults to requests
+whose "METHOD path" matches a regular expression (`^GET .*/objects/`: data reads alone), and
+`faults` to some of the four kinds; `counts` says what was asked and what was failed.
 
     with FaultProxy(server.endpoint, rate=0.1, seed=1) as proxy:
         ... AWS_ENDPOINT_URL=proxy.endpoint ...
@@ -70,13 +72,14 @@ class FaultProxy:
     def fault_for(self, method: str, path: str) -> str | None:
         """The fault this request meets (None: forwarded as it is), drawn from the seed."""
         what = f"{method} {path}"
+        drawn = f"{method} {path.lstrip('/').partition('/')[2]}"  # the bucket's name aside
         with self._lock:
             self.counts["requests"] += 1
-            nth = self._seen[what]
-            self._seen[what] += 1
+            nth = self._seen[drawn]
+            self._seen[drawn] += 1
         if self.only is not None and not self.only.search(what):
             return None
-        digest = hashlib.sha256(f"{self.seed}|{what}|{nth}".encode()).digest()
+        digest = hashlib.sha256(f"{self.seed}|{drawn}|{nth}".encode()).digest()
         draw = struct.unpack(">Q", digest[:8])[0] / 2**64
         if draw >= self.rate:
             return None
