@@ -248,5 +248,5 @@ def timeout_option(command):
     return click.option(
         "--timeout", type=click.FloatRange(0.1, 600), metavar="SECONDS",
         help="S3 stores: seconds one request may wait for an answer before it is tried again "
-        "[default: 3, or the remote's timeout=, or $TRIAGE_S3_TIMEOUT]; a silent server is "
-        "given up on after about 4 tries of this.")(command)
+        "[default: $TRIAGE_S3_TIMEOUT, else the remote's timeout=, else 3]; a silent server "
+        "is given up on after its tries (4) of this, plus the backoff between them.")(command)
