@@ -21,6 +21,7 @@ from faultproxy import FaultProxy, SilentServer
 from test_s3_store import OTHER, SMALL
 
 from helpers import assert_valid
+from triage.base.errors import UsageError
 
 SECRET = "wJalrXUtnFEMI-do-not-print"
 THIRD = "2388612861__GPU-DEMO__transpose_ncu_report.ncu-rep"
@@ -240,3 +241,18 @@ def test_network_settings_are_kept_per_remote(triage, store_dir):
     listed = triage.json("remote", "list")
     assert listed[0]["settings"] == {"attempts": "6", "timeout": "2.0", "retry_time": "10.0"}
     assert_valid("remotes.schema.json", listed)
+
+
+def test_the_command_wins_over_the_environment_which_wins_over_the_remote(monkeypatch):
+    from triage.archive.network import Network, network_chosen, network_for
+
+    remote = {"attempts": "6", "timeout": "2"}
+    assert network_for("remote", {}) == Network(4, 3.0, 30.0)  # the defaults README states
+    assert network_for("remote", remote) == Network(6, 2.0, 30.0)
+    monkeypatch.setenv("TRIAGE_S3_TIMEOUT", "7")
+    assert network_for("remote", remote) == Network(6, 7.0, 30.0)
+    with network_chosen(timeout=0.5, attempts=None):
+        assert network_for("remote", remote) == Network(6, 0.5, 30.0)
+    monkeypatch.setenv("TRIAGE_S3_ATTEMPTS", "many")
+    with pytest.raises(UsageError, match=r"\$TRIAGE_S3_ATTEMPTS: attempts='many'"):
+        network_for("remote", remote)
