@@ -42,6 +42,7 @@ from typing import IO, Any, BinaryIO, cast
 
 from triage.archive import atomic, catalog, lease, validate
 from triage.archive.canonical import canonical_json
+from triage.archive.files import SourceFailed, SourceStream
 from triage.archive.labels import check_label
 from triage.archive.run_manifests import manifest_id, run_parts
 from triage.archive.store import Store
@@ -202,11 +203,13 @@ def _add_object(tar: tarfile.TarFile, store: Store, sha: str, key: str) -> int:
     try:
         with store.open_file(key) as stream:
             size: int = stream.size()
-            reader = HashingReader(stream)
+            reader = HashingReader(cast(BinaryIO, SourceStream(stream)))  # fails as the store
             tar.addfile(_tar_info(f"objects/{sha[:2]}/{sha[2:]}", size), reader)
     except FileNotFoundError:
         raise CorruptObject(f"object {sha[:12]} is missing from the store; `triage verify` "
                             "lists what is damaged") from None
+    except SourceFailed as failed:
+        raise store.error(failed.error, "read") from None
     if reader.digest.hexdigest() != sha:
         raise CorruptObject(f"object {sha[:12]} does not match its hash; `triage verify` lists "
                             "what is damaged")

@@ -20,34 +20,37 @@ uploaded by `publish`.
 Credentials and endpoint come the standard AWS way: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY
 (or a profile, AWS_PROFILE), AWS_REGION, and AWS_ENDPOINT_URL for an S3-compatible server;
 an s3:// URL's own settings (`?endpoint=...&region=...&profile=...`, a remote's: `S3Place`) win
-over them. Time-
-outs are short and retries few, so an unreachable or refusing server is one line within seconds
-(`remote_error`), not a retry storm.
+over them.
+
+Every S3 operation goes through `call`: retried by the S3 client, then run again by triage
+while the store's `retry_time` lasts, counted in `retried` (network.py).
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import re
-from collections.abc import Iterator
+import random
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlparse
 
 from triage.archive import atomic, lease
-from triage.base.errors import StoreError
+from triage.archive.network import (RETRY_PAUSE, RETRY_PAUSE_MAX, Network, first_line,
+                                    network_for, remote_error)
+from triage.archive.s3place import (URL_RE, S3Place, credentials_options, endpoint_address,
+                                    refuse_userinfo, shown_url)
+from triage.base.errors import StoreError, Unreachable
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyarrow import fs as pafs
 
-URL_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
-CONNECT_TIMEOUT = 3.0  # seconds
-REQUEST_TIMEOUT = 5.0
-ATTEMPTS = 2  # one retry: enough for a dropped connection, no storm against a dead server
+T = TypeVar("T")
 SPOOL_GRACE = 3600.0  # seconds a dead writer's spool folder is kept (`clean_spool`)
 
 
@@ -77,6 +80,9 @@ class StoreFiles:
         self.where = where  # for messages: the directory, or the URL and its endpoint
         self.local_root = local_root
         self.spool = spool
+        self.network = Network()  # a remote store's (`s3`)
+        self.endpoint: str | None = None
+        self.retried = 0  # operations the S3 client gave up on that triage ran again
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -86,8 +92,10 @@ class StoreFiles:
         scheme = URL_RE.match(chosen)
         if scheme is None:
             return cls.local(Path(chosen).expanduser())
+        refuse_userinfo(chosen)
         if scheme.group(1).lower() != "s3":
-            raise StoreError(f"store {chosen}: {scheme.group(1)}:// stores are not supported; "
+            raise StoreError(f"store {shown_url(chosen)}: {scheme.group(1)}:// stores are not "
+                             "supported; "
                              "give a directory or s3://bucket/prefix with --store or "
                              "$TRIAGE_STORE")
         return cls.s3(chosen)
@@ -105,25 +113,23 @@ class StoreFiles:
 
         place = S3Place.parse(url)
         bucket, prefix = place.bucket, place.prefix
+        network = network_for(f"store {shown_url(url)}", dict(place.network))
         # The URL's own settings (a remote's: `triage remote add`) win over the environment.
-        endpoint = place.endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") \
-            or os.environ.get("AWS_ENDPOINT_URL")
+        endpoint = place.endpoint or _environment_endpoint()
         # allow_delayed_open: an object smaller than a part is one PutObject at close (pyarrow
         # otherwise starts a multipart upload per write: three requests instead of one, about
-        # 3x the time of each small write); failures still surface inside `_errors`, at close.
-        options: dict = {"connect_timeout": CONNECT_TIMEOUT, "request_timeout": REQUEST_TIMEOUT,
-                         "retry_strategy": fs.AwsStandardS3RetryStrategy(max_attempts=ATTEMPTS),
-                         "allow_delayed_open": True}
+        # 3x the time of each small write); failures still surface inside `call`, at close.
+        options: dict = {**network.client_options(), "allow_delayed_open": True}
         region = place.region or os.environ.get("AWS_REGION") \
             or os.environ.get("AWS_DEFAULT_REGION")
         if endpoint:
-            address = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
+            address = urlparse(endpoint)
             options.update(endpoint_override=address.netloc, scheme=address.scheme or "https")
             region = region or "us-east-1"  # an S3-compatible server takes any region
         if region:
             options["region"] = region
         where = f"s3://{bucket}/{prefix}".rstrip("/") + f" at {endpoint or 'AWS S3'}"
-        options.update(_credentials(place, where))
+        options.update(credentials_options(place, where))
         try:
             filesystem = fs.S3FileSystem(**options)
         except (OSError, ValueError) as exc:
@@ -131,8 +137,10 @@ class StoreFiles:
                              "variables") from None
         from triage.archive.cache import cache_dir
 
-        return cls(filesystem, f"{bucket}/{prefix}".rstrip("/"), where, None,
-                   own_spool(cache_dir() / "spool"), url)
+        files = cls(filesystem, f"{bucket}/{prefix}".rstrip("/"), where, None,
+                    own_spool(cache_dir() / "spool"), url)
+        files.network, files.endpoint = network, endpoint
+        return files
 
     @property
     def remote(self) -> bool:
@@ -150,22 +158,34 @@ class StoreFiles:
 
     def read(self, key: str) -> bytes:
         """A file's bytes; FileNotFoundError when there is none."""
-        with self._errors("read"):
+        def whole() -> bytes:
             with self.fs.open_input_stream(self.path(key)) as stream:
                 return stream.read()
 
+        return self.call("read", whole)
+
     def open(self, key: str) -> pa.NativeFile:
-        """A file opened for random access (Parquet reads its footer first)."""
-        with self._errors("read"):
-            return self.fs.open_input_file(self.path(key))
+        """A file opened for random access (Parquet reads its footer first); its reads are not
+        retried (`digest` reads a file whole, retried)."""
+        return self.call("read", lambda: self.fs.open_input_file(self.path(key)))
+
+    def digest(self, key: str) -> tuple[str, int]:
+        """The sha256 and size of a file's bytes, read whole (run again from its start after a
+        failure in the middle, on S3); FileNotFoundError when there is none."""
+        from triage.base.hashing import hash_stream
+
+        def whole() -> tuple[str, int]:
+            with self.fs.open_input_stream(self.path(key)) as stream:
+                return hash_stream(stream)
+
+        return self.call("read", whole)
 
     def info(self, key: str) -> Entry | None:
         """A file's size and mtime; None when there is none (or a folder is there)."""
         from pyarrow import fs
 
         try:
-            with self._errors("read"):
-                found = self.fs.get_file_info(self.path(key))
+            found = self.call("read", lambda: self.fs.get_file_info(self.path(key)))
         except ValueError:  # a name no file can have (a NUL, from a damaged label)
             return None
         if found.type != fs.FileType.File:
@@ -173,22 +193,31 @@ class StoreFiles:
         return Entry(key, True, found.size or 0, _seconds(found.mtime))
 
     def exists(self, key: str) -> bool:
-        """Whether a file is at `key`: on S3 one HEAD (asking for its info, a missing key costs
-        a HEAD and a LIST, to tell an empty folder from nothing)."""
+        """Whether a file is at `key` (see `size`)."""
+        return self.size(key) is not None
+
+    def size(self, key: str) -> int | None:
+        """The size of the file at `key`, None when there is none: on S3 one HEAD (asking for
+        its info, a missing key costs a HEAD and a LIST, to tell an empty folder from
+        nothing)."""
         if self.local_root is not None or not key or key.endswith("/"):
-            return self.info(key) is not None  # a folder's name: the bucket's, or with a "/"
+            found = self.info(key)  # a folder's name: the bucket's, or with a "/"
+            return found.size if found is not None else None
+
+        def head() -> int:
+            with self.fs.open_input_file(self.path(key)) as stream:
+                return stream.size()
+
         try:
-            with self._errors("read"):
-                self.fs.open_input_file(self.path(key)).close()
+            return self.call("read", head)
         except (FileNotFoundError, ValueError):  # ValueError: a name no file can have (a NUL)
-            return False
-        return True
+            return None
 
     def is_dir(self, key: str) -> bool:
         from pyarrow import fs
 
-        with self._errors("read"):
-            return self.fs.get_file_info(self.path(key)).type == fs.FileType.Directory
+        found = self.call("read", lambda: self.fs.get_file_info(self.path(key)))
+        return found.type == fs.FileType.Directory
 
     def changed(self, key: str) -> float:
         """When a file was last renamed or written (ctime on a local filesystem, where a rename
@@ -211,8 +240,7 @@ class StoreFiles:
             return sorted(_walk(self.local_root, folder, recursive), key=lambda e: e.key)
         selector = fs.FileSelector(self.path(folder), recursive=recursive, allow_not_found=True)
         try:
-            with self._errors("read"):
-                found = self.fs.get_file_info(selector)
+            found = self.call("read", lambda: self.fs.get_file_info(selector))
         except NotADirectoryError:
             return []
         cut = len(self.base) + 1
@@ -266,9 +294,11 @@ class StoreFiles:
         if self.local_root is not None:
             atomic.write_bytes(self.local_root / key, data, readonly, self.reach)
             return
-        with self._errors("write"):
+        def put() -> None:
             with self.fs.open_output_stream(self.path(key)) as sink:
                 sink.write(data)
+
+        self.call("write", put)
 
     def write_new(self, key: str, data: bytes) -> None:
         """Write a file under a name no one else uses, in place (a lease: a temp file renamed
@@ -288,10 +318,12 @@ class StoreFiles:
         if self.local_root is not None:
             atomic.publish(temp, self.local_root / key, readonly, self.reach)
             return
-        with self._errors("write"):
+        def upload() -> None:
             with open(temp, "rb") as source, self.fs.open_output_stream(self.path(key)) as sink:
                 while chunk := source.read(1 << 22):
                     sink.write(chunk)
+
+        self.call("write", upload)
         if cache_as is None:
             temp.unlink(missing_ok=True)
             return
@@ -302,14 +334,12 @@ class StoreFiles:
     def move(self, key: str, to: str) -> None:
         """Rename a file (gc's trash; on S3 a copy and a delete). FileNotFoundError when it
         is gone."""
-        with self._errors("clean"):
-            self.fs.move(self.path(key), self.path(to))
+        self.call("clean", lambda: self.fs.move(self.path(key), self.path(to)))
 
     def delete(self, key: str) -> None:
         """Remove a file; nothing when it is gone already."""
         try:
-            with self._errors("clean"):
-                self.fs.delete_file(self.path(key))
+            self.call("clean", lambda: self.fs.delete_file(self.path(key)))
         except FileNotFoundError:
             pass
 
@@ -323,14 +353,30 @@ class StoreFiles:
 
     # -- errors ----------------------------------------------------------------------------------
 
-    def _errors(self, doing: str):
-        return _translated(self, doing)
+    def call(self, doing: str, action: Callable[[], T]) -> T:
+        """`action()`, its failures translated (`_translated`). On S3, one the client gave up on
+        for the network or a 5xx is run again, after a pause that doubles (with jitter), while
+        the store's `retry_time` lasts; a timeout is not (the client spent its attempts
+        waiting, or found no server: a silent server is given up on within attempts x
+        timeout)."""
+        deadline = time.monotonic() + self.network.retry_time
+        pause = RETRY_PAUSE
+        while True:
+            try:
+                with _translated(self, doing):
+                    return action()
+            except Unreachable as exc:
+                if exc.silent or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause * random.uniform(0.5, 1.0))
+            pause = min(2 * pause, RETRY_PAUSE_MAX)
+            self.retried += 1
 
     def error(self, exc: OSError, doing: str) -> StoreError:
         from triage.archive.store import os_error
 
         return os_error(exc, self.where, doing) if self.local_root is not None \
-            else remote_error(exc, self.where, self.bucket, doing)
+            else remote_error(exc, self.where, self.bucket, doing, self.endpoint)
 
 
 @contextmanager
@@ -345,6 +391,37 @@ def _translated(files: StoreFiles, doing: str) -> Iterator[None]:
         if files.local_root is not None or missing:
             raise
         raise files.error(exc, doing) from None
+
+
+class SourceFailed(Exception):
+    """A read of a store that failed while something else was being written (a copy into
+    another store, a bundle): not an OSError, so that the writer does not take it for its own
+    failure and name the wrong party. `error` is the read's own."""
+
+    def __init__(self, error: OSError):
+        super().__init__(str(error))
+        self.error = error
+
+
+class SourceStream:
+    """A stream read from a store, whose failures are `SourceFailed`."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            return self.stream.read(size)
+        except OSError as exc:
+            raise SourceFailed(exc) from None
+
+
+def _environment_endpoint() -> str | None:
+    """AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, checked: userinfo in it is refused, unprinted."""
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        if os.environ.get(name):
+            return endpoint_address(f"${name}", os.environ[name])
+    return None
 
 
 def own_spool(root: Path) -> Path:
@@ -384,174 +461,6 @@ def clean_spool(root: Path, grace: float = SPOOL_GRACE) -> None:
                 shutil.rmtree(path)
         except OSError:  # removed meanwhile (another process cleaning), or not ours to remove
             continue
-
-
-def remote_error(exc: BaseException, where: str, bucket: str, doing: str) -> StoreError:
-    """One line for a failed S3 request: what failed, at which endpoint, and the fix."""
-    text = str(exc)
-    if "NO_SUCH_BUCKET" in text or "NoSuchBucket" in text:
-        why = (f"bucket {bucket} does not exist; create it (e.g. `aws s3 mb s3://{bucket}`) or "
-               "fix the URL")
-    elif any(k in text for k in ("ACCESS_DENIED", "AccessDenied", "InvalidAccessKeyId",
-                                 "SignatureDoesNotMatch", "INVALID_ACCESS_KEY", "SIGNATURE",
-                                 "HTTP status 403")):
-        why = ("access denied; check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or "
-               "AWS_PROFILE)")
-    elif any(k in text for k in ("NETWORK_CONNECTION", "curlCode", "Could not connect",
-                                 "Timeout", "timed out", "Couldn't resolve")):
-        why = ("cannot reach the server; check AWS_ENDPOINT_URL and that the server is up, "
-               "then run the command again")
-    else:
-        why = f"{first_line(exc)}; run the command again, `triage verify` checks the store"
-    return StoreError(f"cannot {doing} store {where}: {why}")
-
-
-def first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-
-
-# What an s3:// URL may set after its `?` (a remote's settings): name -> the setting it is.
-S3_SETTINGS = {"endpoint": "endpoint", "endpoint_override": "endpoint",
-               "endpoint_url": "endpoint", "region": "region", "profile": "profile",
-               "credentials": "credentials"}
-CREDENTIAL_SOURCES = ("environment", "anonymous")  # besides profile=NAME
-# Query names that would carry a secret: refused (a remote's URL is kept in the store, pushed
-# and printed), and masked where an older store kept one.
-SECRET_RE = re.compile(r"secret|password|passwd|token|access.?key|credential_", re.I)
-REGION_RE = re.compile(r"^[a-z]{2}(-[a-z0-9]+)+-\d+$|^[a-z0-9-]{1,40}$")
-
-
-@dataclass(frozen=True)
-class S3Place:
-    """An s3://bucket/prefix URL and the settings it carries after `?`: the server's endpoint
-    (an S3-compatible one), its region, and where credentials come from: a named profile of
-    ~/.aws/credentials, none (`credentials=anonymous`), or the environment (the default: the
-    AWS_* variables, AWS_PROFILE). Secrets never: they stay in the profile or environment."""
-
-    bucket: str
-    prefix: str
-    endpoint: str | None = None
-    region: str | None = None
-    profile: str | None = None
-    credentials: str = "environment"
-
-    @classmethod
-    def parse(cls, url: str) -> S3Place:
-        """The place and its settings, each checked; every refusal names the URL with any
-        secret in it masked (`shown_url`)."""
-        from urllib.parse import parse_qsl
-
-        shown = shown_url(url)
-        parsed = urlparse(url)
-        if "@" in parsed.netloc:
-            raise StoreError(f"store {shown}: keys do not belong in a store URL; put them in a "
-                             "profile (~/.aws/credentials) and add ?profile=NAME")
-        if not parsed.netloc:
-            raise StoreError(f"store {shown}: no bucket; give s3://bucket/prefix")
-        settings: dict[str, str] = {}
-        for key, value in parse_qsl(parsed.query, keep_blank_values=True):
-            settings.update(_setting(shown, key, value, settings))
-        place = cls(parsed.netloc, parsed.path.strip("/"), **settings)
-        if place.profile and "credentials" in settings:
-            raise StoreError(f"store {shown}: profile= and credentials= both say where "
-                             "credentials come from; give one")
-        return place
-
-    def settings(self) -> dict[str, str]:
-        """What the URL sets, as `triage remote list` shows it (never a secret: none is kept)."""
-        found = {"endpoint": self.endpoint, "region": self.region, "profile": self.profile,
-                 "credentials": None if self.credentials == "environment" else self.credentials}
-        return {key: value for key, value in found.items() if value}
-
-
-def _setting(shown: str, key: str, value: str, settings: dict[str, str]) -> dict[str, str]:
-    """One `key=value` of an s3:// URL as the setting it names, or why it is refused."""
-    if SECRET_RE.search(key):
-        raise StoreError(f"store {shown}: a secret ({key}) does not belong in a store URL; put "
-                         "the keys in a profile (~/.aws/credentials) and add ?profile=NAME")
-    name = S3_SETTINGS.get(key.lower())
-    if name is None:
-        raise StoreError(f"store {shown}: unknown setting {key!r}; an s3:// URL takes "
-                         "endpoint, region, profile and credentials (environment or anonymous)")
-    if name in settings:
-        raise StoreError(f"store {shown}: {name} given twice; give it once")
-    if name == "endpoint":
-        address = urlparse(value)
-        if address.scheme not in ("http", "https") or not address.hostname \
-                or address.path.strip("/") or address.query:
-            raise StoreError(f"store {shown}: endpoint {value!r} is not a server's address; "
-                             "give http(s)://HOST[:PORT]")
-        return {name: f"{address.scheme}://{address.netloc}"}
-    if name == "region" and not REGION_RE.match(value):
-        raise StoreError(f"store {shown}: region {value!r} is not a region name (us-east-1)")
-    if name == "profile" and not re.match(r"^[\w.+@-]{1,64}$", value):
-        raise StoreError(f"store {shown}: profile {value!r} is not a profile name")
-    if name == "credentials" and value not in CREDENTIAL_SOURCES:
-        raise StoreError(f"store {shown}: credentials={value!r}; give one of "
-                         f"{', '.join(CREDENTIAL_SOURCES)}, or profile=NAME")
-    return {name: value}
-
-
-def shown_url(url: str) -> str:
-    """A store URL as it may be printed: keys before the host and secret-named settings (an
-    older store may have kept one) masked."""
-    from urllib.parse import parse_qsl, urlencode
-
-    parsed = urlparse(url)
-    if not URL_RE.match(url) or (not parsed.query and "@" not in parsed.netloc):
-        return url
-    netloc = parsed.netloc.rpartition("@")[2]
-    if "@" in parsed.netloc:
-        netloc = "***@" + netloc
-    query = urlencode([(k, "***" if SECRET_RE.search(k) else v)
-                       for k, v in parse_qsl(parsed.query, keep_blank_values=True)], safe=":/*")
-    return parsed._replace(netloc=netloc, query=query).geturl()
-
-
-def _credentials(place: S3Place, where: str) -> dict:
-    """The S3 client's credentials options: the URL's source (profile, anonymous), else the
-    environment's (AWS_PROFILE where no keys are set; pyarrow reads the keys itself)."""
-    if place.credentials == "anonymous":
-        return {"anonymous": True}
-    if place.profile:
-        keys = _profile_keys(place.profile)
-        if not keys:
-            raise StoreError(f"store {where}: no profile {place.profile!r} with keys in "
-                             f"{credentials_file()}; add it there, or point "
-                             "AWS_SHARED_CREDENTIALS_FILE at the file that has it")
-        return keys
-    if os.environ.get("AWS_PROFILE") and not os.environ.get("AWS_ACCESS_KEY_ID"):
-        return _profile_keys(os.environ["AWS_PROFILE"])
-    return {}
-
-
-def check_profile(profile: str) -> None:
-    """Refuse a profile ~/.aws/credentials (or $AWS_SHARED_CREDENTIALS_FILE) has no keys for."""
-    if not _profile_keys(profile):
-        raise StoreError(f"no profile {profile!r} with keys in {credentials_file()}; add it "
-                         "there (aws configure --profile NAME), or point "
-                         "AWS_SHARED_CREDENTIALS_FILE at the file that has it")
-
-
-def credentials_file() -> Path:
-    return Path(os.environ.get("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials")).expanduser()
-
-
-def _profile_keys(profile: str) -> dict[str, str]:
-    """Keys of a named profile in ~/.aws/credentials (pyarrow's client reads the default profile
-    and AWS_PROFILE itself; passed explicitly so that AWS_SHARED_CREDENTIALS_FILE is honoured the
-    same way everywhere)."""
-    import configparser
-
-    parser = configparser.ConfigParser()
-    parser.read(credentials_file())
-    if not parser.has_section(profile):
-        return {}
-    section = parser[profile]
-    keys = {"access_key": section.get("aws_access_key_id"),
-            "secret_key": section.get("aws_secret_access_key"),
-            "session_token": section.get("aws_session_token")}
-    return {k: v for k, v in keys.items() if v}
 
 
 def _walk(root: Path, folder: str, recursive: bool) -> Iterator[Entry]:

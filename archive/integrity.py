@@ -6,6 +6,11 @@ name; a catalog segment whose name is not the hash of its bytes; a key or label 
 run; a manifest or annotation that its schema refuses (readers skip those); a file whose name
 has no place in the layout.
 
+A file that could not be read at all (the network after every retry, a permission) is
+`unreachable`, never `corrupt`: only bytes that were read and do not match are damage, and the
+two call for different fixes (run verify again; repair). Exit 6 when something was unreachable
+and nothing damaged.
+
 It also checks what no run owns: the store marker must be the bytes triage writes, and
 annotations must hash to the checksum they carry (older ones carry none: for them only their
 schema, field names and canonical form can be checked).
@@ -33,9 +38,10 @@ from triage.archive.store import STORE_MARKER, Store, marker_bytes
 from triage.archive.table_files import TABLES_DIR, TABLE_KEY_RE
 from triage.base.errors import StoreError, UsageError
 from triage.base.progress import Progress, Step, no_progress
-from triage.base.hashing import SHA256_RE, hash_stream
+from triage.base.hashing import SHA256_RE
 
-ERROR_KINDS = ("missing", "corrupt", "dangling", "unexpected")
+DAMAGE_KINDS = ("missing", "corrupt", "dangling", "unexpected")
+ERROR_KINDS = (*DAMAGE_KINDS, "unreachable")
 GC_TRASH_PREFIX = atomic.TMP_PREFIX + "gc-"
 DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -88,10 +94,32 @@ class VerifyReport:
     def ok(self) -> bool:
         return not self.errors
 
+    @property
+    def damage(self) -> list[Finding]:
+        return [f for f in self.findings if f.kind in DAMAGE_KINDS]
+
+    @property
+    def unreachable(self) -> list[Finding]:
+        return [f for f in self.findings if f.kind == "unreachable"]
+
+    @property
+    def verdict(self) -> str:
+        """ok; damaged (bytes read that are wrong, or files missing); or unreachable (some
+        files could not be read, and none read was wrong: run verify again)."""
+        return "damaged" if self.damage else "unreachable" if self.unreachable else "ok"
+
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "scope": self.scope, "runs": self.runs, "objects": self.objects,
-                "bytes": self.bytes, "errors": [f.to_json() for f in self.errors],
+        return {"ok": self.ok, "verdict": self.verdict, "scope": self.scope, "runs": self.runs,
+                "objects": self.objects, "bytes": self.bytes,
+                "errors": [f.to_json() for f in self.errors],
                 "leftovers": [f.to_json() for f in self.leftovers]}
+
+
+def _unreadable(path: str, what: str, exc: Exception, run: str | None = None) -> Finding:
+    """A file that could not be read (no byte of it judged): the network after every retry, a
+    permission, an I/O error. `run verify again`, not repair, is the fix."""
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return Finding("unreachable", path, f"{what} could not be read: {reason}", run)
 
 
 # -- references ----------------------------------------------------------------------------------
@@ -166,8 +194,11 @@ def _check_marker(store: Store, findings: list[Finding]) -> None:
     expected = marker_bytes()
     try:
         intact = store.files.read(STORE_MARKER) == expected
-    except OSError:
+    except FileNotFoundError:
         intact = False
+    except (OSError, StoreError) as exc:
+        findings.append(_unreadable(STORE_MARKER, "store marker", exc))
+        return
     if not intact:
         findings.append(Finding("corrupt", STORE_MARKER, "store marker is not what triage "
                                 f"writes; write {expected.decode()} into it"))
@@ -182,7 +213,10 @@ def _check_run(store: Store, run_id: str, findings: list[Finding],
     except FileNotFoundError:
         findings.append(Finding("missing", where, "manifest vanished", run_id))
         return
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (OSError, StoreError) as exc:
+        findings.append(_unreadable(where, "manifest", exc, run_id))
+        return
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         findings.append(Finding("corrupt", where, f"unreadable manifest ({exc})", run_id))
         return
     digest = manifest_id(data)
@@ -221,13 +255,12 @@ def _check_part(store: Store, part: Part, run_id: str, findings: list[Finding]) 
     or not), None when it could not be read."""
     where, what, sha, size = part.key, part.what, part.sha256, part.size
     try:
-        with store.open_file(where) as stream:
-            digest, actual = hash_stream(stream)
+        digest, actual = store.files.digest(where)
     except FileNotFoundError:
         findings.append(Finding("missing", where, f"{what} of run {run_id[:12]}", run_id))
         return None
-    except OSError as exc:
-        findings.append(Finding("corrupt", where, f"unreadable {what} ({exc.strerror})", run_id))
+    except (OSError, StoreError) as exc:
+        findings.append(_unreadable(where, f"{what} of run {run_id[:12]}", exc, run_id))
         return None
     if digest != sha or (size is not None and size != actual):
         findings.append(Finding("corrupt", where, f"{what} of run {run_id[:12]}: bytes "
@@ -317,6 +350,9 @@ def _check_segments(store: Store, findings: list[Finding]) -> None:
             digest = catalog.segment_digest(store, key)
         except FileNotFoundError:
             continue  # merged away while we looked
+        except (OSError, StoreError) as exc:
+            findings.append(_unreadable(key, "catalog segment", exc))
+            continue
         if digest != expected:
             findings.append(Finding("corrupt", key, "catalog segment bytes "
                                     f"hash to {digest[:12]}; delete it, the catalog is "
@@ -352,7 +388,10 @@ def _check_pointers(store: Store, findings: list[Finding]) -> None:
                 target = store.files.read(key).decode().strip()
             except FileNotFoundError:
                 continue  # moved or removed since the listing
-            except (OSError, UnicodeDecodeError) as exc:
+            except (OSError, StoreError) as exc:
+                findings.append(_unreadable(key, kind, exc))
+                continue
+            except UnicodeDecodeError as exc:
                 findings.append(Finding("corrupt", key, f"unreadable {kind} "
                                         f"({exc})"))
                 continue
@@ -371,7 +410,10 @@ def _check_annotations(store: Store, run_ids: set[str], findings: list[Finding])
             _check_annotation_bytes(store.files.read(key))
         except FileNotFoundError:
             continue
-        except (OSError, ValueError) as exc:
+        except (OSError, StoreError) as exc:
+            findings.append(_unreadable(key, "annotations", exc, run_id or None))
+            continue
+        except ValueError as exc:
             findings.append(Finding("corrupt", key,
                                     f"unreadable annotations ({exc})", run_id or None))
             continue

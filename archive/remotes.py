@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from triage.archive.files import URL_RE, S3Place, check_profile, shown_url
+from triage.archive.s3place import (URL_RE, S3Place, check_profile, refuse_userinfo,
+                                    shown_url)
 from triage.archive.remote_config import REMOTE_RE
 from triage.archive.store import STORE_VERSION, Store
 from triage.base.errors import StoreError, UnknownRemote, UsageError
@@ -67,7 +68,8 @@ def add_remote(store: Store, name: str, url: str,
                          "'_' and '-', starting with a letter or digit")
     if not url.strip():
         raise UsageError(f"remote {name}: an empty URL; give a store directory or URL")
-    url = with_settings(name, url, {k: v for k, v in (settings or {}).items() if v})
+    url = with_settings(name, url, {k: str(v) for k, v in (settings or {}).items()
+                                    if v is not None})
     remotes = store.remotes.all()
     if name in remotes:
         raise UsageError(f"remote {name} exists ({shown_url(remotes[name])}); `triage remote "
@@ -81,6 +83,10 @@ def with_settings(name: str, url: str, settings: dict[str, str]) -> str:
     """The URL with `settings` added to its query, each setting of an s3:// URL checked."""
     from urllib.parse import urlencode
 
+    try:
+        refuse_userinfo(url)
+    except StoreError as exc:
+        raise UsageError(f"remote {name}: {exc}") from None
     is_s3 = url.lower().startswith("s3://")
     if settings and not is_s3:
         raise UsageError(f"remote {name}: --{', --'.join(settings)} set(s) an s3:// remote's "
@@ -130,6 +136,7 @@ def named_remote(remotes: dict[str, str], word: str) -> Remote:
     if word in remotes:
         return Remote(word, remotes[word])
     if is_location(word):
+        refuse_userinfo(word)  # its name is printed in every message about it
         return Remote(word, location(word))
     raise _unknown(word, remotes)
 

@@ -225,9 +225,10 @@ class Store:
         except OSError as exc:
             raise self.error(exc, "open") from None
         if found.type == fs.FileType.NotFound:
-            from triage.archive.files import remote_error
+            from triage.archive.network import remote_error
 
-            raise remote_error(OSError("NO_SUCH_BUCKET"), self.where, self.files.bucket, "open")
+            raise remote_error(OSError("NO_SUCH_BUCKET"), self.where, self.files.bucket, "open",
+                               self.files.endpoint)
 
     def _opened(self, doc: dict, upgrade: bool) -> "Store":
         """This store, whose marker is `doc`: refused when it is of an older format (or being

@@ -69,6 +69,15 @@ class CorruptObject(StoreError):
     """A stored object whose bytes no longer match its hash."""
 
 
+class Unreachable(StoreError):
+    """A remote store that did not answer, or answered with a failure, after its retries:
+    nothing was judged damaged; running the command again is the fix. Exit code 6.
+    `silent`: no server answered at all (running it again at once would only wait again)."""
+
+    exit_code = 6
+    silent = False
+
+
 class CaptureFailed(TriageError):
     """A profiler run that produced no report; the attempt itself is still recorded."""
 

@@ -242,3 +242,13 @@ def runs_and_files(store: StoreRef, refs: list[str],
     paths = {report.path for report in reports}
     firsts = [ref if ref in paths or not sides else side_parts(ref)[0] for ref in refs]
     return named, [os.path.basename(first) if first in paths else None for first in firsts]
+
+
+def timeout_option(command):
+    """--timeout SECONDS: how long one request to an S3 store may wait for its answer (the
+    store's `timeout` setting, over the remote's and $TRIAGE_S3_TIMEOUT)."""
+    return click.option(
+        "--timeout", type=click.FloatRange(0.1, 600), metavar="SECONDS",
+        help="S3 stores: seconds one request may wait for an answer before it is tried again "
+        "[default: $TRIAGE_S3_TIMEOUT, else the remote's timeout=, else 3]; a silent server "
+        "is given up on after its tries (4) of this, plus the backoff between them.")(command)

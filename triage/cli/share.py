@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from triage.cli.options import output_options, pass_store, runs_named, store_option
+from triage.cli.options import (output_options, pass_store, runs_named, store_option,
+                                timeout_option)
 from triage.views import text as textview
 
 
@@ -60,19 +61,30 @@ def remote():
               "it uses (default: the AWS_* variables, AWS_PROFILE).")
 @click.option("--anonymous", is_flag=True, help="s3:// remote: send no credentials (a public "
               "bucket).")
+@click.option("--attempts", type=click.IntRange(1, 20), help="s3:// remote: tries of each "
+              "request, with exponential backoff and jitter [default: 4].")
+@click.option("--timeout", type=click.FloatRange(0.1, 600), metavar="SECONDS",
+              help="s3:// remote: seconds one request may wait for an answer [default: 3].")
+@click.option("--retry-time", type=click.FloatRange(0, 3600), metavar="SECONDS",
+              help="s3:// remote: seconds triage keeps running again an operation the S3 "
+              "client gave up on [default: 30].")
 @store_option
 @pass_store
-def remote_add(store, name, url, endpoint, region, profile, anonymous):
+def remote_add(store, name, url, endpoint, region, profile, anonymous, attempts, timeout,
+               retry_time):
     """Add remote NAME: a store directory (local, or on a shared filesystem) or a store URL.
 
     An s3:// remote keeps its own server settings, given as options or in the URL
-    (s3://bucket/prefix?endpoint=http://HOST:PORT&region=R&profile=P, or credentials=anonymous);
-    they win over the AWS_* variables for this remote. Each is checked now; keys are never
-    kept: they stay in the profile or the environment."""
+    (s3://bucket/prefix?endpoint=http://HOST:PORT&region=R&profile=P, or credentials=anonymous;
+    attempts=N&timeout=S&retry_time=S); they win over the AWS_* variables for this remote
+    ($TRIAGE_S3_ATTEMPTS, _TIMEOUT and _RETRY_TIME win over its network settings). Each is
+    checked now. Keys are never kept: a URL with user:password@ is refused; they stay in the
+    profile or the environment."""
     from triage.archive.remotes import add_remote
 
     settings = {"endpoint": endpoint, "region": region, "profile": profile,
-                "credentials": "anonymous" if anonymous else None}
+                "credentials": "anonymous" if anonymous else None, "attempts": attempts,
+                "timeout": timeout, "retry_time": retry_time}
     added = add_remote(store.open(create=True), name, url, settings)
     click.echo(f"remote {added.name} -> {textview.printable(added.shown)}")
 
@@ -105,10 +117,11 @@ def remote_remove(store, name):
 @click.argument("words", nargs=-1, metavar="[NAME] [RUN]...")
 @click.option("--label", "label_glob", metavar="GLOB",
               help="The runs labels GLOB matches point at ('release/*'), with those labels.")
+@timeout_option
 @output_options("text", "json")
 @store_option
 @pass_store
-def push(store, words, label_glob, out):
+def push(store, words, label_glob, timeout, out):
     """Send runs (default: all) with their notes and labels to remote NAME (default: the only
     remote, else origin). Only what the remote lacks is sent, each object checked against its
     hash on arrival; a run appears there once whole. Safe to rerun after a kill."""
@@ -117,9 +130,11 @@ def push(store, words, label_glob, out):
     from triage.views.progress import status_line
     from triage.views.sync import render_sync
 
+    from triage.archive.network import network_chosen
+
     st = store.open()
     target, refs = push_target(st, list(words))
-    with status_line(out.json) as progress:
+    with network_chosen(timeout=timeout), status_line(out.json) as progress:
         result = push_runs(st, target, refs, label_glob, progress=progress)
     out.show(result, render_sync)
 
@@ -129,10 +144,11 @@ def push(store, words, label_glob, out):
 @click.argument("runs", nargs=-1)
 @click.option("--label", "label_glob", metavar="GLOB",
               help="The runs labels GLOB matches point at there, with those labels.")
+@timeout_option
 @output_options("text", "json")
 @store_option
 @pass_store
-def pull(store, name, runs, label_glob, out):
+def pull(store, name, runs, label_glob, timeout, out):
     """Fetch runs (default: all) with their notes and labels from remote NAME (or a store's
     path or URL) into this store, which is made if need be. Incremental and checked like
     push."""
@@ -141,7 +157,9 @@ def pull(store, name, runs, label_glob, out):
     from triage.views.progress import status_line
     from triage.views.sync import render_sync
 
+    from triage.archive.network import network_chosen
+
     target = named_remote(remotes_of(store.path), name)
-    with status_line(out.json) as progress:
+    with network_chosen(timeout=timeout), status_line(out.json) as progress:
         result = pull_runs(store.path, target, list(runs), label_glob, progress=progress)
     out.show(result, render_sync)

@@ -4,34 +4,44 @@ from __future__ import annotations
 
 import click
 
-from triage.cli.options import output_options, pass_store, runs_named, store_option
+from triage.cli.options import (output_options, pass_store, runs_named, store_option,
+                                timeout_option)
 
 
 @click.command()
 @click.argument("runs", nargs=-1)
+@timeout_option
 @output_options("text", "json")
 @store_option
 @pass_store
-def verify(store, runs, out):
+def verify(store, runs, timeout, out):
     """Re-hash every object, table and manifest the runs (default: all) reference.
 
     Without RUN, also report objects no run references, leftover temp files and leases, damaged
     catalog segments, keys or labels that point at no run, annotations that fail their checksum
-    and a damaged store marker. Exit 1 when anything is wrong; leftovers of an interrupted
-    archive are listed but are not wrong (`triage gc` removes them)."""
+    and a damaged store marker. Exit 1 when anything is damaged; leftovers of an interrupted
+    archive are listed but are not wrong (`triage gc` removes them). A file that could not be
+    read (on S3: after every retry) is `unreachable`, not damaged: exit 6 when nothing read was
+    wrong, and running verify again is the fix."""
+    from triage.archive.network import network_chosen
     from triage.archive.integrity import verify as verify_store
-    from triage.base.errors import CorruptObject
+    from triage.base.errors import CorruptObject, Unreachable
     from triage.views.progress import status_line
     from triage.views.upkeep import verify_text
 
     named = runs_named(store, list(runs))  # before the store opens: it may make it
-    with status_line(out.json) as progress:
+    with network_chosen(timeout=timeout), status_line(out.json) as progress:
         report = verify_store(store.open(), named, progress=progress)
     out.show(report, verify_text)
-    if not report.ok:
-        raise CorruptObject(f"{len(report.errors)} problem(s) in the store; the list above says "
-                            "which files (restore them from a bundle, or archive the reports again "
-                            "with `triage archive --repair REPORT...`)")
+    unread = f"; {len(report.unreachable)} could not be read" if report.unreachable else ""
+    if report.damage:
+        raise CorruptObject(f"{len(report.damage)} problem(s) in the store{unread}; the list "
+                            "above says which files (restore them from a bundle, or archive the "
+                            "reports again with `triage archive --repair REPORT...`)")
+    if report.unreachable:
+        raise Unreachable(f"{len(report.unreachable)} file(s) could not be read (the network or a "
+                          "permission, see the list above) and nothing read was damaged; run "
+                          "`triage verify` again (nothing needs repair)")
 
 
 @click.command(name="gc")

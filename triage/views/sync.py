@@ -30,6 +30,12 @@ def render_sync(result: SyncResult) -> str:
               f"than {MAX_SKEW.seconds // 60} minutes ahead of this clock (it would pin the "
               "label until then); fix that writer's clock and move the label again"
               for m in result.merges for move in m.refused]
+    if result.objects_resumed:
+        lines.append(f"resumed: {result.objects_resumed} object(s) of unfinished runs were there "
+                     "already (an earlier try's), checked by name and size, not sent again")
+    if result.retried:
+        lines.append(f"retried: {result.retried} request(s) the S3 client gave up on were run "
+                     "again (the client's own retries of each request are not counted)")
     lines.append(f"{len(result.runs_sent)} run(s) {verb} {where}: {result.objects_sent} "
                  f"object(s) sent ({fmt_bytes(result.bytes_sent)}), "
                  f"{result.objects_skipped} there already")
