@@ -155,7 +155,7 @@ def _archive(store: Store, request: CaptureRequest, captured: Captured,
     the blob is referenced by nothing until the manifest lands and gc must not take it. `tried`:
     the label a failed try of a series would have had (LABEL/i), kept as the capture block's
     `series` (only there: an ordinary run's manifest, and so its id, is as before)."""
-    git = _stored_git(store, captured.git, request.redaction())
+    git = stored_git(store, captured.git, request.redaction())
     run = _run_request(request, captured, ncu_lists, git, from_run)
     if tried:
         run.capture = {**(run.capture or {}), "series": tried}
@@ -173,7 +173,7 @@ def _archive(store: Store, request: CaptureRequest, captured: Captured,
     raise failed
 
 
-def _stored_git(store: Store, snapshot: GitSnapshot, patterns: tuple[str, ...]) -> dict:
+def stored_git(store: Store, snapshot: GitSnapshot, patterns: tuple[str, ...]) -> dict:
     """The capture block's `git`: the state as recorded, with `patch` (the stored blob) and
     `patch_note` (why there is none, where that needs saying) for a repository."""
     state, patch = snapshot.state, snapshot.patch

@@ -387,8 +387,8 @@ def no_report_notice(parsed: ParsedCommand, captured: Captured) -> str:
     return text
 
 
-def capture_record(request: CaptureRequest, parsed: ParsedCommand, executable: str,
-                   version_text: str, outcome: Outcome, extra: dict) -> dict:
+def capture_record(request: CaptureRequest, executable: str, version_text: str,
+                   outcome: Outcome, extra: dict) -> dict:
     """The `capture` block of the manifest: how the profiler ran, on what, from which source."""
     patterns = redact.extra_patterns(request.redaction())
     return {
@@ -463,7 +463,7 @@ class Captured:
                  "machine": ready.facts, "git": git, "ncu_lists": ncu_lists,
                  "warnings": ready.warnings, "rank": _fact(ready.facts, "scheduler", "rank"),
                  "reports_found": [str(f.path) for f in self.found], "from_run": from_run}
-        return capture_record(request, ready.parsed, ready.executable, ready.version_text,
+        return capture_record(request, ready.executable, ready.version_text,
                               self.outcome, extra)
 
 
