@@ -17,7 +17,7 @@ from typing import Any
 from triage.archive.store import Store
 from triage.base.errors import UsageError
 from triage.capture.bench import LOWER, WALL_TIME, BenchMeasured
-from triage.compare.noise import RUNS, SIGNIFICANT, Noise, compare, sample_of
+from triage.compare.noise import CONFIDENCE, RUNS, SIGNIFICANT, Noise, compare, sample_of
 from triage.compare.rundata import RunData
 
 
@@ -92,23 +92,34 @@ def diff_bench(runs_a: Sequence[RunData], runs_b: Sequence[RunData]) -> BenchDif
 
 @dataclass(frozen=True)
 class AgainstCheck:
-    """`bench --repeat auto --against RUN`: the side the new series is compared with, and the
-    metric that decides (the first --metric, else wall time)."""
+    """`bench --repeat auto --against RUN`: the side the new series is compared with, the
+    metric that decides (the first --metric, else wall time), and how many times the series
+    may look (one test after each run, up to --max-runs).
+
+    Looking after every run and stopping at the first significant test would find a change
+    that is not there far more often than 1% of the time; each look is tested at 1 - 1%/looks
+    (Bonferroni), so that the series as a whole keeps noise.py's 99%."""
 
     ref: str
     metric: str
     against: tuple[float, ...]
+    looks: int = 1
+
+    @property
+    def confidence(self) -> float:
+        return 1 - (1 - CONFIDENCE) / max(self.looks, 1)
 
     def noise(self, measured: BenchMeasured) -> Noise:
-        """The series so far against the other side."""
-        return compare(sample_of(self.against), sample_of(measured.values(self.metric)), RUNS)
+        """The series so far against the other side, at the per-look confidence."""
+        return compare(sample_of(self.against), sample_of(measured.values(self.metric)), RUNS,
+                       self.confidence)
 
     def decided(self, measured: BenchMeasured) -> bool:
         """The change is told from noise (the interval excludes 0)."""
         return self.noise(measured).significance == SIGNIFICANT
 
 
-def against_check(store: Store, ref: str, metric: str | None) -> AgainstCheck:
+def against_check(store: Store, ref: str, metric: str | None, looks: int = 1) -> AgainstCheck:
     """The --against side's samples of the deciding metric (a label glob names several runs)."""
     from triage.compare.repeats import side_runs
 
@@ -118,4 +129,4 @@ def against_check(store: Store, ref: str, metric: str | None) -> AgainstCheck:
     if name not in series:
         raise UsageError(f"--against {ref}: its bench runs did not measure {name} "
                          f"(they measured {', '.join(series)}); bench with the same --metric")
-    return AgainstCheck(ref, name, series[name].values)
+    return AgainstCheck(ref, name, series[name].values, looks)

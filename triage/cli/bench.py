@@ -77,7 +77,8 @@ def bench(store, command, repeat, warmup, metrics, against, max_runs, budget, la
     if against:
         from triage.compare.bench import against_check
 
-        check = against_check(store.open(), against, specs[0].name if specs else None)
+        check = against_check(store.open(), against, specs[0].name if specs else None,
+                              max_runs if count is None else 1)
     request = BenchRequest(
         CaptureRequest(list(command), store=store.path, label=label, note=note, shell=shell,
                        from_run=from_run, redact_patterns=tuple(redact),

@@ -64,7 +64,7 @@ def render_bench(run: BenchRun, against: AgainstCheck | None = None) -> str:
         noise = against.noise(measured)
         lines.append(f"  {against.metric} against {textview.printable(against.ref)}: "
                      f"{textview.fmt_noise(noise)}")
-        if noise.significance != "significant":
+        if noise.min_detectable_pct is None:
             lines.append(f"  {detectable_line(noise, measured.runs)}")
     return "\n".join(lines)
 
