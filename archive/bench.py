@@ -35,11 +35,18 @@ class BenchRun:
     not_recorded: tuple[str, ...]
 
     def to_json(self) -> dict:
-        """`bench --json`: the run as `archive --json` gives it, and how the series ended."""
-        request = self.measured.request
-        return {**self.result.to_json(), "runs": self.measured.runs,
-                "warmup": request.warmup, "stopped": self.measured.stopped,
-                "investigation": request.investigation,
+        """The run as `archive --json` gives it, how the series ended, each metric's median."""
+        import statistics
+
+        request, measured = self.measured.request, self.measured
+        metrics: dict[str, dict[str, object]] = {
+            s.metric: {"unit": s.unit, "better": s.better} for s in measured.samples}
+        for name, metric in metrics.items():
+            values = measured.values(name)
+            metric.update(n=len(values), median=statistics.median(values))
+        return {"run": self.result.to_json(), "runs": measured.runs,
+                "warmup": request.warmup, "stopped": measured.stopped,
+                "investigation": request.investigation, "metrics": metrics,
                 "not_recorded": list(self.not_recorded)}
 
 

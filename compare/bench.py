@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from triage.archive.bench import BenchRun
 from triage.archive.store import Store
 from triage.base.errors import UsageError
 from triage.capture.bench import LOWER, WALL_TIME, BenchMeasured
@@ -117,6 +118,21 @@ class AgainstCheck:
     def decided(self, measured: BenchMeasured) -> bool:
         """The change is told from noise (the interval excludes 0)."""
         return self.noise(measured).significance == SIGNIFICANT
+
+
+@dataclass(frozen=True)
+class BenchOutcome:
+    """`triage bench` as it ends: the run archived and, with --against, its change."""
+
+    run: BenchRun
+    against: AgainstCheck | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The `bench --json` document (schemas/bench.schema.json)."""
+        check = self.against
+        return {**self.run.to_json(), "against": None if check is None else {
+            "ref": check.ref, "metric": check.metric, "confidence": check.confidence,
+            "noise": check.noise(self.run.measured).to_json()}}
 
 
 def against_check(store: Store, ref: str, metric: str | None, looks: int = 1) -> AgainstCheck:

@@ -64,6 +64,7 @@ def bench(store, command, repeat, warmup, metrics, against, max_runs, budget, la
 
     Example: triage bench --repeat 10 --metric 'step_ms:ms=re:step (?P<v>[0-9.]+) ms' -- ./train"""
     from triage.archive.bench import bench as run_bench
+    from triage.compare.bench import BenchOutcome
     from triage.archive.integrity import parse_duration
     from triage.capture.bench import BenchRequest, MetricSpec
     from triage.capture.session import CaptureRequest
@@ -87,4 +88,4 @@ def bench(store, command, repeat, warmup, metrics, against, max_runs, budget, la
         budget=parse_duration(budget) if budget else None, investigation=investigation)
     result = run_bench(request, lambda n, s: click.echo(run_line(n, s, warmup), err=True),
                        warn, check.decided if check is not None else None)
-    out.show(result, lambda r: render_bench(r, check))
+    out.show(BenchOutcome(result, check), render_bench)

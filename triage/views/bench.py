@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING
 from triage.views import text as textview
 
 if TYPE_CHECKING:
-    from triage.archive.bench import BenchRun
     from triage.capture.bench import BenchSample
-    from triage.compare.bench import AgainstCheck, BenchDiff
+    from triage.compare.bench import BenchDiff, BenchOutcome
     from triage.compare.noise import Noise
 
 STOPPED = {"repeat": "the runs asked for", "decided": "decided against {against}",
@@ -43,11 +42,12 @@ def detectable_line(noise: Noise, runs: int) -> str:
             f"{noise.min_detectable_pct:.1f}% cannot be told from noise")
 
 
-def render_bench(run: BenchRun, against: AgainstCheck | None = None) -> str:
+def render_bench(outcome: BenchOutcome) -> str:
     """The archived run, each metric's median and spread over the measured runs, how the series
     ended, and (with --against) the change and what the samples could detect."""
     from triage.views.runs import archive_line
 
+    run, against = outcome.run, outcome.against
     measured = run.measured
     lines = [archive_line(run.result)]
     names = dict.fromkeys(s.metric for s in measured.samples)
@@ -76,8 +76,8 @@ def bench_lines(bench: BenchDiff) -> list[str]:
         noise = metric.noise
         medians = (fmt_value(noise.a.median if noise.a else None, metric.unit),
                    fmt_value(noise.b.median if noise.b else None, metric.unit))
-        lines.append(f"  {textview.printable(metric.name)} ({metric.better} is better): "
-                     f"{medians[0]} -> {medians[1]}  {textview.fmt_noise(noise)}")
+        lines += [f"  {textview.printable(metric.name)} ({metric.better} is better): "
+                  f"A {medians[0]}, B {medians[1]}", f"      {textview.fmt_noise(noise)}"]
     for side, names in (("A", bench.only_a), ("B", bench.only_b)):
         if names:
             lines.append(f"  only {side} measured: {textview.printable(', '.join(names))}")

@@ -1,0 +1,125 @@
+"""`triage bench`: the workload run unprofiled, archived as a run of tool bench, compared and
+gated on its own numbers. No GPU and no profiler are needed: the programs are the NVTX test
+program (tests/programs/nvtx_steps.c, run directly) and shell commands whose printed metric is
+fixed by the test, so that the statistics are checked on known values, not on timing luck."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import assert_valid
+
+STEP = "step_ms:ms=re:step time: (?P<v>[0-9.]+) ms"
+
+
+def printing(tmp_path: Path, name: str, values: list[float], key: str = "step time") -> str:
+    """A shell command that prints `key: VALUE ms`, the next of `values` at each run (cycling):
+    a workload whose metric the test knows."""
+    counter = tmp_path / f"{name}.count"
+    table = " ".join(f"{v:g}" for v in values)
+    return (f"n=$(cat {counter} 2>/dev/null || echo 0); echo $((n + 1)) > {counter}; "
+            f"set -- {table}; shift $((n % $#)); echo \"{key}: $1 ms\"")
+
+
+def bench(triage, *args, expect: int | None = 0):
+    return triage("bench", *args, expect=expect)
+
+
+def test_bench_records_runs_metrics_and_what_it_could_not(triage, nvtx_program, store_dir):
+    out = json.loads(bench(triage, "--repeat", 3, "--warmup", 1, "--label", "base", "--metric",
+                           STEP, "--json", "--", nvtx_program, 5, 50, 100).stdout)
+    assert_valid("bench.schema.json", out)
+    assert (out["runs"], out["warmup"], out["stopped"]) == (3, 1, "repeat")
+    assert out["run"]["tool"] == "bench" and set(out["metrics"]) == {"wall_time", "step_ms"}
+    assert out["metrics"]["step_ms"] == {**out["metrics"]["step_ms"], "unit": "ms",
+                                         "better": "lower", "n": 3}
+    if shutil.which("nvidia-smi") is None:  # this machine: said, never guessed
+        assert any("nvidia-smi" in line for line in out["not_recorded"])
+        assert out["not_recorded"] == out["run"]["notices"]
+    manifest = triage.json("show", "base")
+    assert_valid("manifest.schema.json", {k: v for k, v in manifest.items()
+                                          if k not in ("id", "archived", "labels", "notes")})
+    assert manifest["source"] == "bench" and manifest["capture"]["bench"]["warmup"] == 1
+    assert manifest["capture"]["argv"] == [str(nvtx_program), "5", "50", "100"]
+    rows = triage.json("query", "select repeat, warmup, metric from bench_samples "
+                       "order by metric, repeat")
+    got = [(r["repeat"], r["warmup"], r["metric"]) for r in rows]
+    assert got == [(r, r < 0, m) for m in ("step_ms", "wall_time") for r in (-1, 1, 2, 3)]
+    assert [r["id"][:12] for r in triage.json("ls", "--tool", "bench")] == [out["run"]["id"][:12]]
+
+
+def test_gate_judges_bench_metrics_first_each_in_its_direction(triage, tmp_path, store_dir,
+                                                               monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    base = [100, 101, 102, 100.5, 101.5, 99.5]
+    for label, values, tps in (("base", base, base), ("slow", [v * 1.15 for v in base], base),
+                               ("fewer", base, [v * 0.8 for v in base])):
+        bench(triage, "--repeat", 6, "--label", label, "--shell",
+              "--metric", "step_ms:ms=re:step time: (?P<v>[0-9.]+) ms",
+              "--metric", "tps:tok/s:higher=re:tps: (?P<v>[0-9.]+) ms", "--",
+              printing(tmp_path, label, values) + "; "
+              + printing(tmp_path, label + "t", tps, key="tps"))
+    slow = json.loads(triage("diff", "base", "slow", "--max-slowdown", 5, "--json",
+                             expect=4).stdout)
+    assert_valid("diff.schema.json", slow)
+    checks = {c["name"]: c for c in slow["gate"]["checked"]}
+    assert [c["kind"] for c in slow["gate"]["checked"]] == ["bench"] * 3
+    assert list(checks)[1:] == ["step_ms", "tps"]  # wall_time first, then --metric order
+    assert checks["step_ms"]["failed"] and checks["step_ms"]["significance"] == "significant"
+    assert checks["step_ms"]["change_pct"] == pytest.approx(15, abs=0.5)
+    assert not checks["tps"]["failed"] and checks["tps"]["better"] == "higher"
+    assert checks["tps"]["min_detectable_pct"] > 0  # within noise: what it could have seen
+    # throughput 20% lower fails, in its own direction
+    fewer = json.loads(triage("diff", "base", "fewer", "--max-slowdown", 5, "--json",
+                              expect=4).stdout)
+    checks = {c["name"]: c for c in fewer["gate"]["checked"]}
+    assert checks["tps"]["failed"] and checks["tps"]["change_pct"] < -15
+    assert not checks["step_ms"]["failed"]
+    text = triage("diff", "base", "slow", "--max-slowdown", 5, expect=4).output
+    assert "Gate failed: bench step_ms +15.0%" in text
+    assert "step_ms (lower is better): A 100.8 ms, B 115.9 ms\n      +15.0% [" in text
+    assert "cannot be told from noise" in text  # the tps row within noise
+
+
+def test_repeat_auto_decides_a_change_and_stops_undecided_with_what_it_could_see(
+        triage, tmp_path, store_dir, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    base = [100, 101, 102, 100.5, 101.5, 99.5, 100.2, 101.2]
+    bench(triage, "--repeat", 8, "--label", "base", "--shell", "--metric", STEP, "--",
+          printing(tmp_path, "base", base))
+    decided = json.loads(bench(
+        triage, "--repeat", "auto", "--against", "base", "--max-runs", 20, "--metric", STEP,
+        "--shell", "--json", "--", printing(tmp_path, "slow", [v * 1.15 for v in base])).stdout)
+    assert_valid("bench.schema.json", decided)
+    assert decided["stopped"] == "decided" and decided["runs"] < 20
+    assert decided["against"]["noise"]["significance"] == "significant"
+    same = bench(triage, "--repeat", "auto", "--against", "base", "--max-runs", 8,
+                 "--metric", STEP, "--shell", "--", printing(tmp_path, "same", base))
+    assert "stopped: --max-runs reached, not decided" in same.output
+    assert "within noise; changes under" in same.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--metric", "step=re:no group"), "needs a group named v"),
+    (("--metric", "step_ms"), "give NAME[:UNIT][:higher]=re:REGEX"),
+    (("--metric", "wall_time=json:t"), "wall_time is measured always"),
+    (("--repeat", "0"), "give a number of runs >= 1, or auto"),
+    (("--repeat", "auto"), "--repeat auto needs --against"),
+])
+def test_bad_options_are_refused_before_anything_runs(triage, store_dir, args, message):
+    result = bench(triage, *args, "--", "true", expect=2)
+    assert message in result.output
+    assert not store_dir.exists()
+
+
+def test_a_failed_run_or_a_metric_never_printed_archives_nothing(triage, store_dir, tmp_path,
+                                                                 monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    failed = bench(triage, "--repeat", 3, "--shell", "--", "echo broken; exit 3", expect=1)
+    assert "run 1 of the bench exited 3 and said 'broken'; nothing was archived" in failed.output
+    missing = bench(triage, "--repeat", 2, "--metric", STEP, "--", "echo", "hello", expect=1)
+    assert "no line of its output gave --metric step_ms" in missing.output
+    assert triage.json("ls") == []
