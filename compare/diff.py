@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from triage.archive.store import Store
 from triage.compare.aggregate import median_rows
+from triage.compare.accounts import accounts
 from triage.compare.bench import BenchDiff, diff_bench
 from triage.compare.drift import (INFO, INVALIDATES, UNRECORDED, drift_item, grade,
                                   kernel_set_drift, verdict)
@@ -98,6 +99,7 @@ def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions | None = N
                                 "A and B are the same run: nothing below can differ"))
     nsys: NsysDiff | None = None
     bench = _bench_pair(runs_a, runs_b)
+    explained = accounts(bench, runs_a, runs_b) if bench is not None else None
     kernels: list[KernelDiff]
     if bench is not None:
         kernels = []
@@ -129,4 +131,4 @@ def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions | None = N
                       gate=regression_gate(grade_, kernels, nsys, opts, bench),
                       refs=(ref_a, ref_b), files=files, side_names=(names_a, names_b),
                       failed=(failed_tries(store, ref_a), failed_tries(store, ref_b)),
-                      bench=bench)
+                      bench=bench, accounts=explained)

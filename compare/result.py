@@ -21,6 +21,7 @@ from triage.compare.noise import Noise
 from triage.base.errors import UsageError
 
 if TYPE_CHECKING:
+    from triage.compare.accounts import Accounts
     from triage.compare.bench import BenchDiff
 
 # 2: one kernel shape on every path; drift items carry codes and whole names; no nsys.kernels.
@@ -521,6 +522,7 @@ class DiffResult:
     # the failed tries of a series each side's label glob matched: listed, never sampled
     failed: tuple[tuple[FailedTry, ...], tuple[FailedTry, ...]] = ((), ())
     bench: BenchDiff | None = None  # two sides of `triage bench` runs
+    accounts: Accounts | None = None  # what their profiles (bench --from) account for
 
     def named_labels(self, side: str) -> tuple[str, ...]:
         """The names of a side's run: the report file name it was given as (`triage diff
@@ -574,7 +576,8 @@ class DiffResult:
                 "sides": {"a": list(self.runs_of[0]), "b": list(self.runs_of[1])},
                 "aggregate": self.aggregate_json(),
                 **({"gate": self.gate.to_json()} if self.gate else {}),
-                **({"bench": self.bench.to_json()} if self.bench else {})}
+                **({"bench": self.bench.to_json()} if self.bench else {}),
+                **({"accounts": self.accounts.to_json()} if self.accounts else {})}
 
 
 def _noise_json(noise: Noise | None) -> JsonDict | None:

@@ -10,6 +10,7 @@ from triage.views import text as textview
 
 if TYPE_CHECKING:
     from triage.capture.bench import BenchSample
+    from triage.compare.accounts import Accounting, Accounts
     from triage.compare.bench import BenchDiff, BenchOutcome
     from triage.compare.noise import Noise
 
@@ -81,4 +82,42 @@ def bench_lines(bench: BenchDiff) -> list[str]:
     for side, names in (("A", bench.only_a), ("B", bench.only_b)):
         if names:
             lines.append(f"  only {side} measured: {textview.printable(', '.join(names))}")
+    return lines
+
+
+BASIS_WORDS = {"gpu_busy": ("GPU busy time", "gaps between kernels and host time"),
+               "nvtx": ("time inside NVTX ranges", "host time outside every NVTX range")}
+DISAGREE_WORDS = {
+    "slower_explained_faster": "the benchmark got slower while the profile got faster",
+    "faster_explained_slower": "the benchmark got faster while the profile got slower",
+    "flat_explained_changed": "the benchmark is flat while the profile changed beyond its noise"}
+
+
+def accounts_lines(found: Accounts) -> list[str]:
+    """After the benchmark: how much of each metric's change its profiles account for."""
+    a, b = found.profile_a, found.profile_b
+    busy, rest = BASIS_WORDS[a.basis]
+    lines = ["", f"what the profile accounts for (nsys {textview.short_id(a.run_id)} vs "
+             f"{textview.short_id(b.run_id)}; points of the benchmark, of A's traced span "
+             f"{textview.fmt_ns(a.span_ns)}):"]
+    for item in found.metrics:
+        lines += _accounting_lines(item, busy, rest)
+    return lines
+
+
+def _accounting_lines(item: Accounting, busy: str, rest: str) -> list[str]:
+    change = f"{item.bench_pct:+.1f}" if item.bench_pct is not None else "?"
+    head = (f"  {textview.printable(item.metric)} {change}% "
+            f"{textview.fmt_interval(item.bench_ci_pct)}: {busy} explains "
+            f"{item.explained_points:+.1f} of those {change} points")
+    if item.within_noise:
+        head += " (within the benchmark's noise)"
+    parts = "; ".join(f"{textview.printable(textview.truncate(p.name, 40))} "
+                      f"{textview.fmt_pct(p.change_pct)} explains {p.points:+.1f}"
+                      for p in item.parts if abs(p.points) >= 0.05)
+    lines = [head] + ([f"    {parts}"] if parts else [])
+    if item.unexplained_points is not None:
+        lines.append(f"    {item.unexplained_points:+.1f} points unexplained ({rest})")
+    if item.disagrees:
+        lines.append(f"    !! DISAGREE: {DISAGREE_WORDS[item.disagrees]}")
     return lines

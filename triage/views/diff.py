@@ -235,9 +235,10 @@ def render_diff(diff: DiffResult, limit: int = 20, width: int | None = None,
         lines += textwrap.wrap(line, width, subsequent_indent="  ", break_on_hyphens=False)
     lines += _drift_lines(diff, width)
     if diff.bench is not None:
-        from triage.views.bench import bench_lines
+        from triage.views.bench import accounts_lines, bench_lines
 
-        return "\n".join(truncate(line, width) for line in lines + bench_lines(diff.bench))
+        lines += bench_lines(diff.bench) + (accounts_lines(diff.accounts) if diff.accounts else [])
+        return "\n".join(truncate(line, width) for line in lines)
     kernels = sorted(diff.kernels, key=lambda k: k.time_changed, reverse=True)
     if not kernels:
         lines += ["", "kernels: no kernel activity recorded in either run"]
