@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from triage.archive import lease
-from triage.archive.captured import stored_git
+from triage.archive.captured import resolve_from, investigation_of, stored_git
 from triage.archive.ingest import RunRequest, record_attempt
 from triage.archive.labels import check_label
 from triage.archive.model import ArchiveResult
@@ -64,7 +64,7 @@ def bench(request: BenchRequest, on_run: Callable[[int, list[BenchSample]], None
         check_label(cap.label)
     store = Store.open(cap.store, create=True)
     store.check_writable()
-    request.capture.from_run = _resolve(store, cap.from_run)
+    request.capture.from_run = resolve_from(store, cap.from_run)
     if request.investigation is None and cap.from_run:
         request.investigation = investigation_of(store, cap.from_run)
     facts = collect_machine_facts(cap.argv, cap.environ)
@@ -76,19 +76,6 @@ def bench(request: BenchRequest, on_run: Callable[[int, list[BenchSample]], None
     return BenchRun(result, measured, missing)
 
 
-def investigation_of(store: Store, run_id: str) -> str | None:
-    """The investigation a run belongs to (`--investigation`, or inherited by `--from`)."""
-    capture = store.runs.read_manifest(run_id).get("capture")
-    found = capture.get("investigation") if isinstance(capture, dict) else None
-    return found if isinstance(found, str) else None
-
-
-def _resolve(store: Store, ref: str | None) -> str | None:
-    if not ref:
-        return None
-    from triage.archive.runs import resolve
-
-    return resolve(store, ref)
 
 
 @lease.holding("bench")

@@ -130,7 +130,9 @@ def capture(request: CaptureRequest, on_output: Callable[[ProgressEvent], None],
         check_label(request.label)
     store = Store.open(request.store, create=True)
     store.check_writable()
-    from_run = _resolve_from(store, request.from_run)
+    from_run = resolve_from(store, request.from_run)
+    if request.investigation is None and from_run:
+        request = replace(request, investigation=investigation_of(store, from_run))
     ready = session.prepare(request, planned, on_warning)
     ncu_lists = _stored_listings(store, ready.listings)
     captured = session.run(request, ready, on_output, tick_after)
@@ -238,7 +240,14 @@ def after_run_warnings(captured: Captured, run: RunRecord) -> list[str]:
     return []
 
 
-def _resolve_from(store: Store, ref: str | None) -> str | None:
+def investigation_of(store: Store, run_id: str) -> str | None:
+    """The investigation a run belongs to (`--investigation`, or inherited by `--from`)."""
+    capture = store.runs.read_manifest(run_id).get("capture")
+    found = capture.get("investigation") if isinstance(capture, dict) else None
+    return found if isinstance(found, str) else None
+
+
+def resolve_from(store: Store, ref: str | None) -> str | None:
     if not ref:
         return None
     from triage.archive.runs import resolve

@@ -58,6 +58,7 @@ class CaptureRequest:
     nsys: str | None = None
     timeout: float | None = None  # seconds the profiler may run before it is ended; None: no limit
     series: str | None = None  # the --repeat group this capture is one try of
+    investigation: str | None = None  # --investigation NAME, or the --from run's
     redact_patterns: tuple[str, ...] = ()
     cwd: Path = field(default_factory=Path.cwd)
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
@@ -462,7 +463,9 @@ class Captured:
         extra = {"tool": ready.tool, "tool_version": ready.version,
                  "machine": ready.facts, "git": git, "ncu_lists": ncu_lists,
                  "warnings": ready.warnings, "rank": _fact(ready.facts, "scheduler", "rank"),
-                 "reports_found": [str(f.path) for f in self.found], "from_run": from_run}
+                 "reports_found": [str(f.path) for f in self.found], "from_run": from_run,
+                 # only when named: the capture blocks (and ids) of other captures stay as they were
+                 **({"investigation": request.investigation} if request.investigation else {})}
         return capture_record(request, ready.executable, ready.version_text,
                               self.outcome, extra)
 

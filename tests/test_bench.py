@@ -176,3 +176,14 @@ def _epochs(triage) -> dict[str, int]:
                            f"text = 'epoch' and run_id = '{run_id}'")
         found[f"prof/{name}"] = rows[0]["ns"]
     return found
+
+
+def test_investigation_is_recorded_and_inherited_through_from(triage, tmp_path, store_dir,
+                                                              monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    bench(triage, "--repeat", 1, "--investigation", "fuse-gemm", "--label", "first", "--",
+          "true")
+    bench(triage, "--repeat", 1, "--from", "first", "--label", "second", "--", "true")
+    bench(triage, "--repeat", 1, "--label", "third", "--", "true")
+    assert [triage.json("show", name)["capture"]["investigation"]
+            for name in ("first", "second", "third")] == ["fuse-gemm", "fuse-gemm", None]
