@@ -17,12 +17,14 @@ from triage.archive import lease
 from triage.archive.captured import resolve_from, investigation_of, stored_git
 from triage.archive.ingest import RunRequest, record_attempt
 from triage.archive.labels import check_label
-from triage.archive.model import ArchiveResult
+from triage.archive.model import ArchiveResult, RunRecord
+from triage.base.records import mapping_of
 from triage.archive.store import Store
 from triage.base.version import __version__
 from triage.capture import bench as measure
 from triage.capture import session
-from triage.capture.bench import BenchMeasured, BenchRequest, BenchSample
+from triage.capture.bench import BenchMeasured, BenchRequest, BenchSample, MetricSpec
+from triage.capture.session import CaptureRequest
 from triage.capture.git_state import GitSnapshot
 
 
@@ -102,3 +104,16 @@ def _archive(store: Store, measured: BenchMeasured, facts: dict, git: GitSnapsho
                      overrides={"command": command},
                      extra_tables={"bench_samples": measure.samples_table(measured.samples)})
     return record_attempt(store, run, provenance)
+
+
+def rerun_bench(original: RunRecord, capture: CaptureRequest,
+                on_warning: Callable[[str], None]) -> ArchiveResult:
+    """`triage rerun` of a bench run: its recorded series (metrics, runs, warm-ups) again, as
+    `capture` describes it (where, with which environment, rerun_of the original)."""
+    recorded = mapping_of(mapping_of(original.manifest.get("capture")).get("bench"))
+    metrics = tuple(MetricSpec(str(m["name"]), str(m["source"]), str(m["pattern"]),
+                               str(m.get("unit") or ""), str(m.get("better") or "lower"))
+                    for m in recorded.get("metrics") or [] if isinstance(m, dict))
+    request = BenchRequest(capture, metrics, repeat=int(recorded.get("repeat") or 5),
+                           warmup=int(recorded.get("warmup") or 0))
+    return bench(request, lambda _number, _samples: None, on_warning).result

@@ -187,3 +187,21 @@ def test_investigation_is_recorded_and_inherited_through_from(triage, tmp_path, 
     bench(triage, "--repeat", 1, "--label", "third", "--", "true")
     assert [triage.json("show", name)["capture"]["investigation"]
             for name in ("first", "second", "third")] == ["fuse-gemm", "fuse-gemm", None]
+
+
+def test_rerun_of_a_bench_run_runs_its_series_again_and_judges_its_metrics(
+        triage, tmp_path, store_dir, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    values = [100, 101, 102, 100.5, 101.5, 99.5]
+    bench(triage, "--repeat", 6, "--warmup", 1, "--label", "base", "--shell", "--metric", STEP,
+          "--", printing(tmp_path, "same", values))
+    out = triage.json("rerun", "base", "--label", "again")
+    again = triage.json("show", "again")
+    assert again["tool"] == "bench" and again["capture"]["rerun_of"] == out["rerun_of"]
+    assert again["capture"]["bench"]["repeat"] == 6 and again["capture"]["bench"]["warmup"] == 1
+    assert out["reproduced"]["judged"] == 2  # wall_time and step_ms, not kernels
+    # the counter went on from 7: the same six values in another order, so step_ms is within
+    # noise (wall_time is this machine's load: nothing the test can know)
+    diff = triage.json("diff", "base", "again")
+    assert [m["name"] for m in diff["bench"]["metrics"]] == ["wall_time", "step_ms"]
+    assert diff["bench"]["metrics"][1]["noise"]["significance"] == "within_noise"
