@@ -68,7 +68,8 @@ def render_rerun(result: RerunResult, run: str) -> str:
     from triage.views.diff import render_diff
 
     lines = [f"{short_id(run_id)}  rerun of {short_id(run)}" for run_id in result.new_runs]
-    return "\n".join([*lines, "", render_diff(result.diff), outcome_line(result.outcome, result.diff.bench is not None)])
+    return "\n".join([*lines, "", render_diff(result.diff),
+                      outcome_line(result.outcome, result.diff.bench is not None)])
 
 
 def rerun_json(result: RerunResult) -> dict[str, Any]:
