@@ -82,6 +82,9 @@ def test_gate_judges_bench_metrics_first_each_in_its_direction(triage, tmp_path,
     assert "Gate failed: bench step_ms +15.0%" in text
     assert "step_ms (lower is better): A 100.8 ms, B 115.9 ms\n      +15.0% [" in text
     assert "cannot be told from noise" in text  # the tps row within noise
+    page = triage("report", "base", "slow", "--format", "md").output
+    assert "| `step_ms` | lower | 100.8 ms | 115.9 ms | 6 vs 6 | **+15.0% [" in page
+    assert page.index("**Benchmark**") < page.index("Kernels by time changed")
 
 
 def test_repeat_auto_decides_a_change_and_stops_undecided_with_what_it_could_see(
@@ -165,6 +168,10 @@ def test_the_profile_accounts_for_a_slower_range_and_not_for_host_time(
     assert wall["unexplained_points"] == pytest.approx(wall["bench_pct"] - wall["explained_points"])
     text = triage("diff", "base", "host").output
     assert "points unexplained (host time outside every NVTX range)" in text
+    html = triage("report", "base", "host", "-o", store_dir.parent / "review.html").output
+    page = (store_dir.parent / "review.html").read_text()
+    assert "wrote" in html and page.index("<h2>Benchmark") < page.index("What the profile accounts")
+    assert "points unexplained (host time outside every NVTX range)" in page
 
 
 def _epochs(triage) -> dict[str, int]:

@@ -121,3 +121,23 @@ def _accounting_lines(item: Accounting, busy: str, rest: str) -> list[str]:
     if item.disagrees:
         lines.append(f"    !! DISAGREE: {DISAGREE_WORDS[item.disagrees]}")
     return lines
+
+
+def bench_rows(bench: BenchDiff) -> list[dict]:
+    """The benchmark panel of the review page (HTML and Markdown): one row per metric, worded."""
+    rows = []
+    for metric in bench.metrics:
+        noise = metric.noise
+        rows.append({
+            "name": metric.name, "better": metric.better,
+            "a": fmt_value(noise.a.median if noise.a else None, metric.unit),
+            "b": fmt_value(noise.b.median if noise.b else None, metric.unit),
+            "runs": f"{noise.a.n if noise.a else 0} vs {noise.b.n if noise.b else 0}",
+            "change": textview.fmt_noise(noise),
+            "worse": (metric.worse_pct or 0) > 0 and noise.significance == "significant"})
+    return rows
+
+
+def accounts_text(found: Accounts) -> list[str]:
+    """What the profile accounts for, as the review page lists it under the benchmark."""
+    return [line.strip() for line in accounts_lines(found) if line.strip()]
