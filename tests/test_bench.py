@@ -82,6 +82,8 @@ def test_gate_judges_bench_metrics_first_each_in_its_direction(triage, tmp_path,
     assert "Gate failed: bench step_ms +15.0%" in text
     assert "step_ms (lower is better): A 100.8 ms, B 115.9 ms\n      +15.0% [" in text
     assert "cannot be told from noise" in text  # the tps row within noise
+    history = triage.json("history", "base,slow", "--metric", "step_ms")
+    assert [p["spread"]["median"] for p in history["points"]] == pytest.approx([100.75, 115.8625])
     page = triage("report", "base", "slow", "--format", "md").output
     assert "| `step_ms` | lower | 100.8 ms | 115.9 ms | 6 vs 6 | **+15.0% [" in page
     assert page.index("**Benchmark**") < page.index("Kernels by time changed")
