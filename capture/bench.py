@@ -201,8 +201,9 @@ def run_series(request: BenchRequest, on_run: Callable[[int, list[BenchSample]],
         if request.auto and decided is not None and decided(measured):
             measured.stopped = "decided"
             break
-        if request.budget is not None and time.monotonic() - clock >= request.budget:
-            measured.stopped = "budget" if number < request.repeat else measured.stopped
+        if request.budget is not None and number < request.repeat \
+                and time.monotonic() - clock >= request.budget:
+            measured.stopped = "budget"
             break
     else:
         measured.stopped = "max_runs" if request.auto else "repeat"

@@ -105,6 +105,9 @@ def test_repeat_auto_decides_a_change_and_stops_undecided_with_what_it_could_see
                  "--metric", STEP, "--shell", "--", printing(tmp_path, "same", base))
     assert "stopped: --max-runs reached, not decided" in same.output
     assert "within noise; changes under" in same.output
+    spent = json.loads(bench(triage, "--repeat", 20, "--budget", "1s", "--json", "--",
+                             "sleep", "0.6").stdout)
+    assert spent["stopped"] == "budget" and spent["runs"] in (1, 2)  # 0.6 s a run at least
 
 
 @pytest.mark.parametrize("args, message", [
