@@ -217,3 +217,22 @@ def test_rerun_of_a_bench_run_runs_its_series_again_and_judges_its_metrics(
     diff = triage.json("diff", "base", "again")
     assert [m["name"] for m in diff["bench"]["metrics"]] == ["wall_time", "step_ms"]
     assert diff["bench"]["metrics"][1]["noise"]["significance"] == "within_noise"
+
+
+def test_a_bench_run_travels_like_any_run(triage, tmp_path, store_dir, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run = json.loads(bench(triage, "--repeat", 2, "--json", "--", "true").stdout)["run"]["id"]
+    team = tmp_path / "team"
+    team.mkdir()
+    triage("remote", "add", "origin", team)
+    triage("push", "origin")
+    triage("export", run, "-o", tmp_path / "bench.tar")
+    for other, how in (("pulled", ("pull", "origin")), ("imported", ("import", tmp_path / "bench.tar"))):
+        monkeypatch.setenv("TRIAGE_STORE", str(tmp_path / other))
+        if how[0] == "pull":
+            triage("remote", "add", "origin", team)
+        triage(*how)
+        rows = triage.json("query", "select metric, count(*) as n from bench_samples group by all "
+                           "order by metric")
+        assert rows == [{"metric": "wall_time", "n": 2}], other
+        triage("verify")
