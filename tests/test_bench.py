@@ -227,7 +227,8 @@ def test_a_bench_run_travels_like_any_run(triage, tmp_path, store_dir, monkeypat
     triage("remote", "add", "origin", team)
     triage("push", "origin")
     triage("export", run, "-o", tmp_path / "bench.tar")
-    for other, how in (("pulled", ("pull", "origin")), ("imported", ("import", tmp_path / "bench.tar"))):
+    for other, how in (("pulled", ("pull", "origin")),
+                       ("imported", ("import", tmp_path / "bench.tar"))):
         monkeypatch.setenv("TRIAGE_STORE", str(tmp_path / other))
         if how[0] == "pull":
             triage("remote", "add", "origin", team)
