@@ -237,3 +237,33 @@ def test_a_bench_run_travels_like_any_run(triage, tmp_path, store_dir, monkeypat
                            "order by metric")
         assert rows == [{"metric": "wall_time", "n": 2}], other
         triage("verify")
+
+
+def test_a_profile_with_kernels_accounts_by_gpu_busy_time(triage, archived, tmp_path,
+                                                          monkeypatch):
+    """Two real nsys profiles with kernels (corpus exports, read without nsys) as what two
+    bench runs follow up: the explained points are their kernel totals' change over A's traced
+    span, as computed here straight from the tables."""
+    ids = archived(("0x822a5b87__test-cuda__report1.sqlite",),
+                   ("0x822a5b87__test-cuda__report2.sqlite",))
+    monkeypatch.chdir(tmp_path)
+    for name, run in zip(("a", "b"), ids, strict=True):
+        bench(triage, "--repeat", 5, "--from", run, "--label", name, "--shell", "--metric", STEP,
+              "--", printing(tmp_path, name, [100, 101, 102, 103, 104]))
+    found = triage.json("diff", "a", "b")["accounts"]
+    assert [p["id"] for p in found["profiles"].values()] == ids
+    step = next(m for m in found["metrics"] if m["metric"] == "step_ms")
+    totals = {row["run_id"]: row for row in triage.json(
+        "query", "select k.run_id, sum(total_ns) as busy, "
+        "(select max(end_ns) - min(start_ns) from kernels x where x.run_id = k.run_id) as span "
+        "from kernel_summary k group by k.run_id")}
+    a, b = totals[ids[0]], totals[ids[1]]
+    assert step["basis"] == "gpu_busy"
+    assert step["explained_points"] == pytest.approx((b["busy"] - a["busy"]) / a["span"] * 100)
+    # the benchmark flat (the same printed values) while the kernels grew beyond its interval
+    assert step["bench_pct"] == 0 and step["explained_points"] > step["bench_ci_pct"][1]
+    assert step["disagrees"] == "flat_explained_changed" and not step["within_noise"]
+    assert step["parts"][0]["points"] == pytest.approx(step["explained_points"])
+    text = triage("diff", "a", "b").output
+    assert "!! DISAGREE: the benchmark is flat while the profile changed beyond its noise" in text
+    assert "GPU busy time explains +6.2 of those +0.0 points" in text
