@@ -20,6 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from triage.base.errors import TriageError
 from triage.compare.bench import BenchDiff, BenchMetricDiff
 from triage.compare.noise import SIGNIFICANT
@@ -140,24 +143,40 @@ def _union_ns(intervals: Sequence[tuple[int, int]]) -> float:
     return total
 
 
+def _bounds(table: pa.Table | None) -> tuple[int, int] | None:
+    """The first start and the last end of a table's intervals (Arrow computes them: a
+    profile may hold millions of launches)."""
+    if table is None or table.num_rows == 0:
+        return None
+    first, last = pc.min(table["start_ns"]).as_py(), pc.max(table["end_ns"]).as_py()
+    return (first, last) if first is not None and last is not None else None
+
+
 def read_profile(run: RunData) -> Profile:
     """A profile's span (first to last traced NVTX range or kernel), busy total and parts."""
-    kernels = run.table("kernel_summary")
-    ranges = run.table("nvtx_ranges", columns=["text", "start_ns", "end_ns"])
-    spans = [(r["start_ns"], r["end_ns"]) for r in (ranges.to_pylist() if ranges else [])
-             if r["start_ns"] is not None and r["end_ns"] is not None]
-    launches = run.table("kernels", columns=["start_ns", "end_ns"])
-    spans_all = spans + [(r["start_ns"], r["end_ns"]) for r in
-                         (launches.to_pylist() if launches is not None else [])
-                         if r["start_ns"] is not None and r["end_ns"] is not None]
-    span = (max(e for _, e in spans_all) - min(s for s, _ in spans_all)) if spans_all else 0.0
+    ranges = run.table("nvtx_ranges", columns=["start_ns", "end_ns"])
+    found = [b for b in (_bounds(ranges), _bounds(run.table("kernels",
+                                                              columns=["start_ns", "end_ns"])))
+             if b is not None]
+    span = float(max(e for _, e in found) - min(s for s, _ in found)) if found else 0.0
+    kernels = run.table("kernel_summary", columns=["name", "total_ns"])
     if kernels is not None and kernels.num_rows:
-        parts = {r["name"]: float(r["total_ns"] or 0) for r in kernels.to_pylist()}
+        parts = _totals(kernels, "name")
         return Profile(run.id, span, sum(parts.values()), parts, "gpu_busy")
-    summary = run.table("nvtx_summary")
-    parts = {r["text"]: float(r["total_ns"] or 0)
-             for r in (summary.to_pylist() if summary is not None else [])}
-    return Profile(run.id, span, _union_ns(spans), parts, "nvtx")
+    intervals = [] if ranges is None else [
+        (s, e) for s, e in zip(ranges["start_ns"].to_pylist(), ranges["end_ns"].to_pylist(),
+                               strict=True) if s is not None and e is not None]
+    summary = run.table("nvtx_summary", columns=["text", "total_ns"])
+    return Profile(run.id, span, _union_ns(intervals),
+                   _totals(summary, "text") if summary is not None else {}, "nvtx")
+
+
+def _totals(table: pa.Table, key: str) -> dict[str, float]:
+    """Total time by name (a range text in several domains, or push/pop and start/end: one)."""
+    totals: dict[str, float] = {}
+    for name, total in zip(table[key].to_pylist(), table["total_ns"].to_pylist(), strict=True):
+        totals[str(name)] = totals.get(str(name), 0.0) + float(total or 0)
+    return totals
 
 
 def _account(metric: BenchMetricDiff, a: Profile, b: Profile) -> Accounting:
