@@ -250,6 +250,8 @@ def test_a_profile_with_kernels_accounts_by_gpu_busy_time(triage, archived, tmp_
     for name, run in zip(("a", "b"), ids, strict=True):
         bench(triage, "--repeat", 5, "--from", run, "--label", name, "--shell", "--metric", STEP,
               "--", printing(tmp_path, name, [100, 101, 102, 103, 104]))
+    refused = triage("diff", "a", ids[1], expect=2).output
+    assert "A is bench and B is nsys: a bench run compares with bench runs" in refused
     found = triage.json("diff", "a", "b")["accounts"]
     assert [p["id"] for p in found["profiles"].values()] == ids
     step = next(m for m in found["metrics"] if m["metric"] == "step_ms")
