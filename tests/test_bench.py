@@ -44,6 +44,9 @@ def test_bench_records_runs_metrics_and_what_it_could_not(triage, nvtx_program, 
                                           if k not in ("id", "archived", "labels", "notes")})
     assert manifest["source"] == "bench" and manifest["capture"]["bench"]["warmup"] == 1
     assert manifest["capture"]["argv"] == [str(nvtx_program), "5", "50", "100"]
+    shown = triage("show", "base").output
+    assert "runs             3 (+1 warm-up), stopped: repeat" in shown
+    assert "metric           step_ms (ms, lower is better): re:step time:" in shown
     rows = triage.json("query", "select repeat, warmup, metric from bench_samples "
                        "order by metric, repeat")
     got = [(r["repeat"], r["warmup"], r["metric"]) for r in rows]
