@@ -1,11 +1,11 @@
-"""`diff --max-slowdown PCT`: the regression gate over bench metrics, NVTX ranges, the total
-GPU time and matched kernels.
+"""`diff --max-slowdown PCT`: the regression gate over bench metrics, matched kernels, NVTX
+ranges and the total GPU time.
 
 Bench metrics (`triage bench` runs) are judged first, each in its better direction: they are
 the acceptance, a profile's times the explanation. A time fails the gate when it is slower by
 more than PCT (the change of its median) and not within noise: its confidence interval lies
-above 0, or its noise is unknown (too few samples:
-then the percentage alone decides, and the check says `unknown`). `--kernel RE` narrows the gate
+above 0, or its noise is unknown (too few samples: then the percentage alone decides, and the
+check says `unknown`). `--kernel RE` narrows the gate
 to the matching kernels. Under an `invalid` verdict nothing is judged, and neither is a kernel
 compared on a guess (two names paired by launch order) until `--pair A=B` confirms it.
 """
