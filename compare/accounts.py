@@ -42,6 +42,12 @@ class Profile:
     parts: dict[str, float]
     basis: str  # "gpu_busy" (kernel time) or "nvtx" (time inside any NVTX range)
 
+    @property
+    def outside_ns(self) -> float:
+        """The traced time the busy total leaves out: gaps between kernels and host time, or
+        host time outside every range."""
+        return self.span_ns - self.busy_ns
+
 
 @dataclass(frozen=True)
 class Part:
@@ -66,6 +72,7 @@ class Accounting:
     basis: str  # "gpu_busy" (kernel time) or "nvtx" (time inside any NVTX range)
     explained_points: float
     parts: tuple[Part, ...]
+    outside_delta_ns: float = 0.0  # B's traced time outside the busy total minus A's
 
     @property
     def unexplained_points(self) -> float | None:
@@ -101,6 +108,7 @@ class Accounting:
                 "explained_points": self.explained_points,
                 "unexplained_points": self.unexplained_points,
                 "within_noise": self.within_noise, "disagrees": self.disagrees,
+                "outside_delta_ns": self.outside_delta_ns,
                 "parts": [p.to_json() for p in self.parts]}
 
 
@@ -190,7 +198,7 @@ def _account(metric: BenchMetricDiff, a: Profile, b: Profile) -> Accounting:
                   for n in changed[:TOP_PARTS])
     noise = metric.noise
     return Accounting(metric.name, noise.change_pct, noise.ci_pct, noise.significance, a.basis,
-                      points(b.busy_ns - a.busy_ns), parts)
+                      points(b.busy_ns - a.busy_ns), parts, b.outside_ns - a.outside_ns)
 
 
 def _pct(a: float | None, b: float | None) -> float | None:

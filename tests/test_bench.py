@@ -175,11 +175,11 @@ def test_the_profile_accounts_for_a_slower_range_and_not_for_host_time(
     wall = next(m for m in host["accounts"]["metrics"] if m["metric"] == "wall_time")
     assert wall["unexplained_points"] == pytest.approx(wall["bench_pct"] - wall["explained_points"])
     text = triage("diff", "base", "host").output
-    assert "points unexplained (host time outside every NVTX range)" in text
+    assert "points unexplained (host time outside every NVTX range; inside the traced span" in text
     html = triage("report", "base", "host", "-o", store_dir.parent / "review.html").output
     page = (store_dir.parent / "review.html").read_text()
     assert "wrote" in html and page.index("<h2>Benchmark") < page.index("What the profile accounts")
-    assert "points unexplained (host time outside every NVTX range)" in page
+    assert "points unexplained (host time outside every NVTX range; inside the traced span" in page
 
 
 def _epochs(triage) -> dict[str, int]:

@@ -117,7 +117,10 @@ def _accounting_lines(item: Accounting, busy: str, rest: str) -> list[str]:
                       for p in item.parts if abs(p.points) >= 0.05)
     lines = [head] + ([f"    {parts}"] if parts else [])
     if item.unexplained_points is not None:
-        lines.append(f"    {item.unexplained_points:+.1f} points unexplained ({rest})")
+        sign = "+" if item.outside_delta_ns >= 0 else "-"
+        lines.append(f"    {item.unexplained_points:+.1f} points unexplained ({rest}; inside "
+                     f"the traced span that time changed by {sign}"
+                     f"{textview.fmt_ns(abs(item.outside_delta_ns))})")
     if item.disagrees:
         lines.append(f"    !! DISAGREE: {DISAGREE_WORDS[item.disagrees]}")
     return lines
