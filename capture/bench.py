@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import shlex
 import shutil
 import statistics
 import time
@@ -264,11 +263,6 @@ def not_recorded(facts: dict) -> list[str]:
         if isinstance(node, dict) and node.get("value") is None and node.get("reason"):
             reasons.setdefault(str(node["reason"]), []).append(what)
     return [f"not recorded: {', '.join(whats)} ({reason})" for reason, whats in reasons.items()]
-
-
-def command_line(request: BenchRequest) -> str:
-    return shlex.join(request.capture.argv) if not request.capture.shell \
-        else " ".join(request.capture.argv)
 
 
 def samples_table(samples: Sequence[BenchSample]) -> pa.Table:
