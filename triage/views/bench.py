@@ -64,8 +64,8 @@ def render_bench(outcome: BenchOutcome) -> str:
     if against is not None:
         noise = against.noise(measured)
         lines.append(f"  {against.metric} against {textview.printable(against.ref)}: "
-                     f"{textview.fmt_noise(noise)}")
-        if noise.min_detectable_pct is None:
+                     f"{textview.fmt_noise(noise, detectable=False)}")
+        if noise.significance != "significant":
             lines.append(f"  {detectable_line(noise, measured.runs)}")
     return "\n".join(lines)
 

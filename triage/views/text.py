@@ -547,7 +547,7 @@ def fmt_interval(ci: tuple[float, float] | None) -> str:
     return f"[{ci[0]:+.1f}, {ci[1]:+.1f}]" if ci else ""
 
 
-def fmt_noise(noise) -> str:
+def fmt_noise(noise, detectable: bool = True) -> str:
     """A change with its noise: '+12.3% [+9.1, +15.2] significant', 'noise unknown (1 vs 1;
     5 per side needed)'."""
     if noise is None:
@@ -558,7 +558,7 @@ def fmt_noise(noise) -> str:
         return f"{fmt_pct(noise.change_pct)} {words} ({counts} {noise.samples}; " \
             f"{noise.needed} per side needed)"
     return f"{fmt_pct(noise.change_pct)} {fmt_interval(noise.ci_pct)} {words}" \
-        + detectable_words(noise)
+        + (detectable_words(noise) if detectable else "")
 
 
 def detectable_words(noise) -> str:
