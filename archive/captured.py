@@ -130,7 +130,9 @@ def capture(request: CaptureRequest, on_output: Callable[[ProgressEvent], None],
         check_label(request.label)
     store = Store.open(request.store, create=True)
     store.check_writable()
-    from_run = _resolve_from(store, request.from_run)
+    from_run = resolve_from(store, request.from_run)
+    if request.investigation is None and from_run:
+        request = replace(request, investigation=investigation_of(store, from_run))
     ready = session.prepare(request, planned, on_warning)
     ncu_lists = _stored_listings(store, ready.listings)
     captured = session.run(request, ready, on_output, tick_after)
@@ -155,7 +157,7 @@ def _archive(store: Store, request: CaptureRequest, captured: Captured,
     the blob is referenced by nothing until the manifest lands and gc must not take it. `tried`:
     the label a failed try of a series would have had (LABEL/i), kept as the capture block's
     `series` (only there: an ordinary run's manifest, and so its id, is as before)."""
-    git = _stored_git(store, captured.git, request.redaction())
+    git = stored_git(store, captured.git, request.redaction())
     run = _run_request(request, captured, ncu_lists, git, from_run)
     if tried:
         run.capture = {**(run.capture or {}), "series": tried}
@@ -173,7 +175,7 @@ def _archive(store: Store, request: CaptureRequest, captured: Captured,
     raise failed
 
 
-def _stored_git(store: Store, snapshot: GitSnapshot, patterns: tuple[str, ...]) -> dict:
+def stored_git(store: Store, snapshot: GitSnapshot, patterns: tuple[str, ...]) -> dict:
     """The capture block's `git`: the state as recorded, with `patch` (the stored blob) and
     `patch_note` (why there is none, where that needs saying) for a repository."""
     state, patch = snapshot.state, snapshot.patch
@@ -238,7 +240,14 @@ def after_run_warnings(captured: Captured, run: RunRecord) -> list[str]:
     return []
 
 
-def _resolve_from(store: Store, ref: str | None) -> str | None:
+def investigation_of(store: Store, run_id: str) -> str | None:
+    """The investigation a run belongs to (`--investigation`, or inherited by `--from`)."""
+    capture = store.runs.read_manifest(run_id).get("capture")
+    found = capture.get("investigation") if isinstance(capture, dict) else None
+    return found if isinstance(found, str) else None
+
+
+def resolve_from(store: Store, ref: str | None) -> str | None:
     if not ref:
         return None
     from triage.archive.runs import resolve

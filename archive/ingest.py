@@ -692,7 +692,8 @@ def _discard_copies(store: Store, copies: list[Future]) -> None:
 
 @lease.holding("archive")
 def record_attempt(store: Store, request: RunRequest, provenance: dict) -> ArchiveResult:
-    """A capture that produced no report still becomes a run: the attempt is not lost."""
+    """A run without a report: a capture that produced none (the attempt is not lost), or a
+    bench, whose tables come with the request."""
     with TableSet(store) as tables:
         write_batches(tables, request.extra_tables.items())
         manifest = _manifest(request, [provenance], [], tables.seal())
@@ -776,7 +777,7 @@ def _redacted_application(application: dict | None, extra) -> dict | None:
 
 @lru_cache(maxsize=None)
 def _library_versions(tool: str) -> dict[str, str | None]:
-    names = {"ncu": ["ncu-report", "pyarrow"], "nsys": ["pyarrow", "duckdb"]}[tool]
+    names = {"ncu": ["ncu-report", "pyarrow"], "nsys": ["pyarrow", "duckdb"]}.get(tool, ["pyarrow"])
     return {name: _installed_version(name) for name in names}
 
 

@@ -58,6 +58,7 @@ class CaptureRequest:
     nsys: str | None = None
     timeout: float | None = None  # seconds the profiler may run before it is ended; None: no limit
     series: str | None = None  # the --repeat group this capture is one try of
+    investigation: str | None = None  # --investigation NAME, or the --from run's
     redact_patterns: tuple[str, ...] = ()
     cwd: Path = field(default_factory=Path.cwd)
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
@@ -387,8 +388,8 @@ def no_report_notice(parsed: ParsedCommand, captured: Captured) -> str:
     return text
 
 
-def capture_record(request: CaptureRequest, parsed: ParsedCommand, executable: str,
-                   version_text: str, outcome: Outcome, extra: dict) -> dict:
+def capture_record(request: CaptureRequest, executable: str, version_text: str,
+                   outcome: Outcome, extra: dict) -> dict:
     """The `capture` block of the manifest: how the profiler ran, on what, from which source."""
     patterns = redact.extra_patterns(request.redaction())
     return {
@@ -462,8 +463,10 @@ class Captured:
         extra = {"tool": ready.tool, "tool_version": ready.version,
                  "machine": ready.facts, "git": git, "ncu_lists": ncu_lists,
                  "warnings": ready.warnings, "rank": _fact(ready.facts, "scheduler", "rank"),
-                 "reports_found": [str(f.path) for f in self.found], "from_run": from_run}
-        return capture_record(request, ready.parsed, ready.executable, ready.version_text,
+                 "reports_found": [str(f.path) for f in self.found], "from_run": from_run,
+                 # only when named: the capture blocks (and ids) of other captures stay as they were
+                 **({"investigation": request.investigation} if request.investigation else {})}
+        return capture_record(request, ready.executable, ready.version_text,
                               self.outcome, extra)
 
 

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 from triage.archive.store import Store
 from triage.compare.aggregate import median_rows
+from triage.compare.accounts import accounts
+from triage.compare.bench import BenchDiff, diff_bench
 from triage.compare.drift import (INFO, INVALIDATES, UNRECORDED, drift_item, grade,
                                   kernel_set_drift, verdict)
 from triage.compare.matching import group_kernels, match_key
@@ -69,6 +71,18 @@ def _check_filters(opts: DiffOptions, run_a: RunData, run_b: RunData,
                           "metric_label from sections\"` lists them")
 
 
+def _bench_pair(runs_a: Sequence[RunData], runs_b: Sequence[RunData]) -> BenchDiff | None:
+    """Two sides of bench runs compared (None when neither side is one); a bench run against a
+    profile is refused: the workload's numbers and a profiler's are not one measurement."""
+    tools = runs_a[0].tool, runs_b[0].tool
+    if "bench" not in tools:
+        return None
+    if tools[0] != tools[1]:
+        raise UsageError(f"A is {tools[0]} and B is {tools[1]}: a bench run compares with bench "
+                         "runs: `triage diff BENCH_A BENCH_B`")
+    return diff_bench(runs_a, runs_b)
+
+
 def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions | None = None,
               files: tuple[str | None, str | None] = (None, None)) -> DiffResult:
     """Compare two runs: verdict, drift, kernels (and nsys summaries for nsys pairs). `files`:
@@ -84,7 +98,12 @@ def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions | None = N
         items.append(drift_item("run", SAME_RUN, run_a.id[:12], run_b.id[:12], INFO,
                                 "A and B are the same run: nothing below can differ"))
     nsys: NsysDiff | None = None
-    if run_a.tool == run_b.tool == "ncu":
+    bench = _bench_pair(runs_a, runs_b)
+    explained = accounts(bench, runs_a, runs_b) if bench is not None else None
+    kernels: list[KernelDiff]
+    if bench is not None:
+        kernels = []
+    elif run_a.tool == run_b.tool == "ncu":
         kernels, found = diff_ncu(runs_a, runs_b, opts)
         items += found
     else:
@@ -109,6 +128,7 @@ def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions | None = N
     grade_ = verdict(items)
     return DiffResult(run_a.record, run_b.record, grade_, tuple(items), tuple(kernels), nsys,
                       opts, sides=(tuple(r.id for r in runs_a), tuple(r.id for r in runs_b)),
-                      gate=regression_gate(grade_, kernels, nsys, opts), refs=(ref_a, ref_b),
-                      files=files, side_names=(names_a, names_b),
-                      failed=(failed_tries(store, ref_a), failed_tries(store, ref_b)))
+                      gate=regression_gate(grade_, kernels, nsys, opts, bench),
+                      refs=(ref_a, ref_b), files=files, side_names=(names_a, names_b),
+                      failed=(failed_tries(store, ref_a), failed_tries(store, ref_b)),
+                      bench=bench, accounts=explained)

@@ -7,7 +7,8 @@ was made (`created`), then the time it was archived, then the order the selector
 
 Each run gives one sample, read from the one table it needs: the durations of the launches of
 the kernels whose name matches --kernel (`kernels`; ncu: its results), of the NVTX ranges named
---nvtx (`nvtx_ranges`), or the values of the ncu metric --metric over those launches (`metrics`).
+--nvtx (`nvtx_ranges`), or the values of the ncu metric --metric over those launches (`metrics`),
+or, of `triage bench` runs, the metric --metric over its measured runs (`bench_samples`).
 Its value is their median; n, min/max and the quartiles are its spread.
 
 Each run is graded against the one before it with the drift table `diff` uses
@@ -287,9 +288,19 @@ def _metric_sample(run: RunData, name: str, pattern: re.Pattern[str] | None
     return sample_of(values), unit
 
 
+def _bench_sample(run: RunData, name: str) -> tuple[Sample | None, str | None]:
+    """A bench metric over the run's measured runs of the workload, and its unit."""
+    from triage.compare.bench import side_series
+
+    found = side_series([run]).get(name)
+    return (sample_of(found.values), found.unit) if found is not None else (None, None)
+
+
 def run_sample(run: RunData, measure: Measure) -> tuple[Sample | None, str | None]:
     """The run's sample of the measure and its unit (durations: ns)."""
     pattern = re.compile(measure.kernel) if measure.kernel else None
+    if measure.metric and run.tool == "bench":
+        return _bench_sample(run, measure.metric)
     if measure.metric:
         return _metric_sample(run, measure.metric, pattern)
     if measure.nvtx:
@@ -315,9 +326,13 @@ def _check_measure(measure: Measure, records: Sequence[RunRecord]) -> None:
         raise UsageError(f"the series holds {' and '.join(tools)} runs; a history follows one "
                          "tool's measurements (ncu replays kernels with locked clocks, nsys "
                          "times them live)")
-    others = sorted({r.tool for r in records} - {"ncu"})
+    others = sorted({r.tool for r in records} - {"ncu", "bench"})
     if measure.metric and others:
-        raise UsageError(f"--metric follows an ncu metric; the series holds {others[0]} runs")
+        raise UsageError(f"--metric follows an ncu metric or a bench metric; the series holds "
+                         f"{others[0]} runs")
+    if "bench" in tools and not measure.metric:
+        raise UsageError("a series of bench runs is followed by one of its metrics: "
+                         "--metric wall_time, or a --metric NAME it measured")
     if measure.nvtx and "ncu" in {r.tool for r in records}:
         raise UsageError("--nvtx follows an NVTX range of nsys runs; the series holds ncu runs")
 

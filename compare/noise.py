@@ -114,6 +114,13 @@ class Noise:
     confidence: float = CONFIDENCE
 
     @property
+    def min_detectable_pct(self) -> float | None:
+        """The smallest change these samples could tell from noise, in % of A's median: half
+        the interval's width (a shift of that size, with this spread, would put the interval
+        clear of 0). None when there is no interval (too few samples: see `needed`)."""
+        return (self.ci_pct[1] - self.ci_pct[0]) / 2 if self.ci_pct is not None else None
+
+    @property
     def slower(self) -> bool:
         """B measurably slower than A (the interval lies above 0)."""
         return self.significance == SIGNIFICANT and self.ci_pct is not None and self.ci_pct[0] > 0
@@ -124,7 +131,8 @@ class Noise:
                 "b": self.b.to_json() if self.b else None,
                 "change_pct": self.change_pct, "median_change_pct": self.median_change_pct,
                 "ci_pct": list(self.ci_pct) if self.ci_pct else None,
-                "significance": self.significance, "needed": self.needed}
+                "significance": self.significance, "needed": self.needed,
+                "min_detectable_pct": self.min_detectable_pct}
 
 
 @lru_cache(maxsize=256)

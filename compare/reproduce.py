@@ -170,8 +170,15 @@ def predict(original: RunRecord, environ: Mapping[str, str]) -> Prediction:
     capture = original.capture
     parsed = parse_command(list(capture.argv) if capture else [])
     tool = parsed.tool or original.tool
-    version, _ = profilers.tool_version(tool, profilers.find_tool(tool, parsed.executable))
-    facts = collect_machine_facts(parsed.application, environ)
+    version: str | None
+    if tool == "bench":  # no profiler: the workload itself is the command, triage measures it
+        from triage.base.version import __version__ as version
+
+        application = list(capture.argv) if capture else []
+    else:
+        version, _ = profilers.tool_version(tool, profilers.find_tool(tool, parsed.executable))
+        application = parsed.application
+    facts = collect_machine_facts(application, environ)
     manifest = dict(original.manifest)
     manifest.update(
         tool_version=version,
@@ -277,6 +284,7 @@ def run_repeats(store: Store, request: RerunRequest, ready: Plan, cwd: Path,
                 on_output: Callable[[ProgressEvent], None],
                 on_warning: Callable[[str], None]) -> tuple[str, ...]:
     """Each repeat a normal capture, outputs in a fresh directory, linked by `rerun_of`."""
+    from triage.archive.bench import rerun_bench
     from triage.archive.captured import capture
 
     original = ready.original
@@ -290,8 +298,12 @@ def run_repeats(store: Store, request: RerunRequest, ready: Plan, cwd: Path,
     for i in range(1, request.repeat + 1):
         fresh = Path(tempfile.mkdtemp(prefix="triage-rerun-out-"))
         try:
-            one = replace(base, argv=replay.rewrite_outputs(ready.argv, fresh),
-                          label=series_label(request.label, i, request.repeat))
+            label = series_label(request.label, i, request.repeat)
+            if original.tool == "bench":  # the recorded series again (its metrics, its size)
+                made.append(rerun_bench(original, replace(base, argv=list(ready.argv),
+                                                          label=label), on_warning).id)
+                continue
+            one = replace(base, argv=replay.rewrite_outputs(ready.argv, fresh), label=label)
             made.append(capture(one, on_output, on_warning).id)
         finally:
             shutil.rmtree(fresh, ignore_errors=True)

@@ -49,7 +49,7 @@ def reproduced(result: DiffResult) -> Reproduced:
     if result.verdict == "invalid":
         return Reproduced(NOT_COMPARABLE, drift=tuple(i for i in result.drift
                                                       if i.severity == INVALIDATES))
-    checks = gate_checks(result.kernels, result.nsys, result.options, 0.0)
+    checks = gate_checks(result.kernels, result.nsys, result.options, 0.0, result.bench)
     limit = result.options.threshold_pct
     changed = [c for c in checks if c.significance == SIGNIFICANT and c.change_pct is not None
                and abs(c.change_pct) > limit]

@@ -13,12 +13,16 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from triage.archive.model import RunRecord
 from triage.compare.matching import PairEvidence
 from triage.compare.noise import Noise
 from triage.base.errors import UsageError
+
+if TYPE_CHECKING:
+    from triage.compare.accounts import Accounts
+    from triage.compare.bench import BenchDiff
 
 # 2: one kernel shape on every path; drift items carry codes and whole names; no nsys.kernels.
 DIFF_FORMAT = 2
@@ -419,13 +423,14 @@ class NsysDiff:
 
 
 GATE_KERNEL, GATE_NVTX, GATE_GPU = "kernel", "nvtx", "gpu_total"
+GATE_BENCH = "bench"  # a metric of `triage bench` runs: what accepts a change
 
 
 @dataclass(frozen=True)
 class GateCheck:
-    """One time `--max-slowdown` judged: a matched kernel, an NVTX range or the total GPU time.
-    `failed` when slower by more than the gate and not within noise (unknown noise: by the
-    percentage alone)."""
+    """One item `--max-slowdown` judged: a bench metric, a matched kernel, an NVTX range or the
+    total GPU time, all of one shape. `failed` when worse (in the direction opposite `better`)
+    by more than the gate and not within noise (unknown noise: by the percentage alone)."""
 
     kind: str
     name: str
@@ -433,11 +438,16 @@ class GateCheck:
     ci_pct: tuple[float, float] | None
     significance: str
     failed: bool
+    better: str = "lower"
+    unit: str | None = None
+    min_detectable_pct: float | None = None
 
     def to_json(self) -> JsonDict:
         return {"kind": self.kind, "name": self.name, "change_pct": self.change_pct,
                 "ci_pct": list(self.ci_pct) if self.ci_pct else None,
-                "significance": self.significance, "failed": self.failed}
+                "significance": self.significance, "failed": self.failed,
+                "better": self.better, "unit": self.unit,
+                "min_detectable_pct": self.min_detectable_pct}
 
 
 # Why the regression gate judged nothing (Gate.reason): the verdict is invalid; the diff holds
@@ -511,6 +521,8 @@ class DiffResult:
     side_names: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
     # the failed tries of a series each side's label glob matched: listed, never sampled
     failed: tuple[tuple[FailedTry, ...], tuple[FailedTry, ...]] = ((), ())
+    bench: BenchDiff | None = None  # two sides of `triage bench` runs
+    accounts: Accounts | None = None  # what their profiles (bench --from) account for
 
     def named_labels(self, side: str) -> tuple[str, ...]:
         """The names of a side's run: the report file name it was given as (`triage diff
@@ -563,7 +575,9 @@ class DiffResult:
                 "options": self.options.to_json(),
                 "sides": {"a": list(self.runs_of[0]), "b": list(self.runs_of[1])},
                 "aggregate": self.aggregate_json(),
-                **({"gate": self.gate.to_json()} if self.gate else {})}
+                **({"gate": self.gate.to_json()} if self.gate else {}),
+                **({"bench": self.bench.to_json()} if self.bench else {}),
+                **({"accounts": self.accounts.to_json()} if self.accounts else {})}
 
 
 def _noise_json(noise: Noise | None) -> JsonDict | None:

@@ -29,7 +29,7 @@ COMMANDS = {
     "archive": ("runs", "archive"), "ls": ("runs", "ls_command"), "show": ("runs", "show"),
     "label": ("runs", "label"), "query": ("runs", "query"),
     "capture": ("capture", "capture"), "rerun": ("capture", "rerun"),
-    "env": ("capture", "env_command"),
+    "env": ("capture", "env_command"), "bench": ("bench", "bench"),
     "diff": ("compare", "diff"), "report": ("compare", "report"), "top": ("compare", "top"),
     "explain": ("compare", "explain"), "history": ("compare", "history"),
     "verify": ("upkeep", "verify"), "gc": ("upkeep", "gc_command"),

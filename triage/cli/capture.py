@@ -21,6 +21,8 @@ DEFAULT_TIMEOUT = "6h"  # ends a hung profiler; docs/capture.md states it
 @click.option("--shell", is_flag=True, help="Run the command through /bin/sh.")
 @click.option("--group", help="Tag the run as one rank of a group (srun/mpirun on every rank).")
 @click.option("--from", "from_run", help="The run (e.g. an nsys run) this capture follows up.")
+@click.option("--investigation", metavar="NAME", help="The investigation this run belongs to "
+              "(inherited from --from when not given; `triage bench` takes it too).")
 @click.option("--nsys", "nsys", envvar="TRIAGE_NSYS", help="nsys used to export the report.")
 @click.option("--redact", multiple=True, help="Extra regex of names to redact.")
 @click.option("--repeat", default=1, type=click.IntRange(min=1), metavar="N",
@@ -34,8 +36,8 @@ DEFAULT_TIMEOUT = "6h"  # ends a hung profiler; docs/capture.md states it
 @output_options("text", "json")
 @store_option
 @pass_store
-def capture(store, command, label, note, shell, group, from_run, nsys, redact, repeat, timeout,
-            out):
+def capture(store, command, label, note, shell, group, from_run, investigation, nsys, redact,
+            repeat, timeout, out):
     """Run `ncu ...` or `nsys profile ...` as given and archive what it wrote, with everything
     needed to reproduce it: argv, versions, --list-sections, settings, GPUs and clocks, git state.
 
@@ -50,7 +52,8 @@ def capture(store, command, label, note, shell, group, from_run, nsys, redact, r
     if from_run:  # a report path: its run (archived now if need be)
         from_run = runs_named(store, [from_run])[0]
     request = CaptureRequest(list(command), store=store.path, label=label, note=note,
-                             shell=shell, group=group, from_run=from_run, nsys=nsys,
+                             shell=shell, group=group, from_run=from_run,
+                             investigation=investigation, nsys=nsys,
                              redact_patterns=tuple(redact),
                              timeout=parse_duration(timeout) or None)
     stream = out.stream()

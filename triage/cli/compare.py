@@ -214,7 +214,8 @@ def explain(store, run, kernel, width, out):
               "regex (with --metric: whose metric to follow).")
 @click.option("--nvtx", help="Follow the NVTX ranges of this text (nsys runs).")
 @click.option("--metric", help="Follow this ncu metric (raw name, e.g. "
-              "dram__throughput.avg.pct_of_peak_sustained_elapsed) over the launches.")
+              "dram__throughput.avg.pct_of_peak_sustained_elapsed) over the launches; of "
+              "`triage bench` runs, this bench metric (wall_time, a --metric NAME) over its runs.")
 @click.option("--workload", "workload_of", is_flag=True,
               help="SELECTOR is one run: follow every run of its tool and workload (program "
               "and arguments).")

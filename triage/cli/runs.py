@@ -57,7 +57,8 @@ def archive(store, reports, label, note, nsys, redact, repair, fail_fast, out):
 @click.option("-n", "count", metavar="N|all",
               help="The newest N runs, or all (default: 50 as text; every run with --json or "
               "--csv).")
-@click.option("--tool", type=click.Choice(["ncu", "nsys"]), help="Only runs of this profiler.")
+@click.option("--tool", type=click.Choice(["ncu", "nsys", "bench"]),
+              help="Only runs of this tool (bench: `triage bench` runs).")
 @click.option("--gpu", metavar="TEXT", help="Only runs whose GPU name holds TEXT, in any case.")
 @click.option("--label", "label_glob", metavar="GLOB",
               help="Only runs with a label GLOB matches (rc1, 'before/*').")

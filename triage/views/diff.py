@@ -232,6 +232,11 @@ def render_diff(diff: DiffResult, limit: int = 20, layout: Layout | None = None,
     for line in gate_lines(diff.gate) if diff.gate else []:
         lines += textwrap.wrap(line, width, subsequent_indent="  ", break_on_hyphens=False)
     lines += drift_lines(diff.drift, layout)
+    if diff.bench is not None:
+        from triage.views.bench import accounts_lines, bench_lines
+
+        lines += bench_lines(diff.bench) + (accounts_lines(diff.accounts) if diff.accounts else [])
+        return "\n".join(map(layout.line, lines))
     kernels = sorted(diff.kernels, key=lambda k: k.time_changed, reverse=True)
     if not kernels:
         lines += ["", "kernels: no kernel activity recorded in either run"]

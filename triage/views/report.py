@@ -369,6 +369,7 @@ def _context(diffs: list[DiffResult], show_unchanged: bool | None, charts: bool,
                       "details": [kernel_view(r, legend, colors, show_unchanged) for r in rows
                                   if r["kernel"].sections or r["notes"]],
                       "gate": gate_lines(diff.gate) if diff.gate else [],
+                      **_bench_panel(diff),
                       "noise": noise_rows(diff), "aggregate": aggregate_words(diff),
                       "failed": [f"{side}: {words}" for side, tries in zip("AB", diff.failed,
                                                                            strict=True)
@@ -382,6 +383,14 @@ def _context(diffs: list[DiffResult], show_unchanged: bool | None, charts: bool,
             "provenance": provenance_rows(runs), "version": __version__,
             "tools": sorted({r.tool for r in runs}), "ncu_caveat": NCU_CAVEAT,
             "show_unchanged": show_unchanged, "raw_names": raw_names}
+
+
+def _bench_panel(diff: DiffResult) -> dict:
+    """The benchmark panel a step of bench runs opens with, and what its profiles account for."""
+    from triage.views.bench import accounts_text, bench_rows
+
+    return {"bench": bench_rows(diff.bench) if diff.bench else [],
+            "accounts": accounts_text(diff.accounts) if diff.accounts else []}
 
 
 def noise_rows(diff: DiffResult) -> list[dict]:

@@ -57,10 +57,10 @@ def tree_line(tree: TreeDelta) -> str:
                                         else "same commit and edits as recorded")
 
 
-def outcome_line(outcome: Reproduced) -> str:
-    """The one line the rerun ends with."""
+def outcome_line(outcome: Reproduced, bench: bool = False) -> str:
+    """The one line the rerun ends with (`bench`: of a bench run, judged on its metrics)."""
     if outcome.outcome == YES:
-        return "reproduced: yes — every kernel within noise"
+        return f"reproduced: yes — every {'bench metric' if bench else 'kernel'} within noise"
     if outcome.outcome == NO and outcome.change is not None:
         change = outcome.change
         ci = f" [{fmt_pct(change.ci_pct[0])}, {fmt_pct(change.ci_pct[1])}]" if change.ci_pct \
@@ -79,7 +79,8 @@ def render_rerun(result: RerunResult, run: str) -> str:
     from triage.views.diff import render_diff
 
     lines = [f"{short_id(run_id)}  rerun of {short_id(run)}" for run_id in result.new_runs]
-    return "\n".join([*lines, "", render_diff(result.diff), outcome_line(result.outcome)])
+    return "\n".join([*lines, "", render_diff(result.diff),
+                      outcome_line(result.outcome, result.diff.bench is not None)])
 
 
 def rerun_json(result: RerunResult) -> dict[str, Any]:
@@ -95,5 +96,5 @@ def rerun_json(result: RerunResult) -> dict[str, Any]:
         "supplied_variables": list(plan.environment.supplied),
         "original_runs": list(result.original_side), "new_runs": list(result.new_runs),
         "verdict": result.diff.verdict, "reproduced": result.outcome.to_json(),
-        "line": outcome_line(result.outcome),
+        "line": outcome_line(result.outcome, result.diff.bench is not None),
     }

@@ -80,9 +80,30 @@ def render_show(record: RunRecord) -> str:
     lines += [f"note ({note.time[:10]}): {note.text}" for note in record.notes]
     if record.capture is not None:
         lines += _capture_lines(record.capture, record.id)
+    lines += _bench_lines(record)
     # Names, notes and commands come from a report or a user: each line escaped (ESC, BEL,
     # U+202E, a newline), so none reaches the terminal as a control or fakes a line.
     return "\n".join(map(printable, lines))
+
+
+def _bench_lines(record: RunRecord) -> list[str]:
+    """A bench run's series: its runs and warm-ups, how it stopped, the metrics it read (the
+    values: `triage query "select * from bench_samples"`)."""
+    from triage.base.records import mapping_of
+
+    capture = mapping_of(record.manifest.get("capture"))
+    bench = capture.get("bench")
+    if not isinstance(bench, dict):
+        return []
+    metrics = ["wall_time (s, lower is better)"] + [
+        f"{m.get('name')} ({m.get('unit') or 'no unit'}, {m.get('better')} is better): "
+        f"{m.get('source')}:{m.get('pattern')}" for m in bench.get("metrics") or []
+        if isinstance(m, dict)]
+    return ["bench",
+            _line("runs", f"{bench.get('repeat')} (+{bench.get('warmup')} warm-up), stopped: "
+                          f"{bench.get('stopped')}"),
+            _line("investigation", capture.get("investigation")),
+            *(_line("metric", m) for m in metrics)]
 
 
 def _git_text(git: GitState | None) -> str | None:

@@ -571,7 +571,7 @@ def rule_failure(error: str) -> str:
     return f"could not run: {reason}"
 
 
-GATE_KINDS = {"kernel": "kernel", "nvtx": "NVTX range", "gpu_total": "total"}
+GATE_KINDS = {"bench": "bench", "kernel": "kernel", "nvtx": "NVTX range", "gpu_total": "total"}
 SIGNIFICANCE_WORDS = {"significant": "significant", "within_noise": "within noise",
                       "unknown": "noise unknown"}
 
@@ -581,7 +581,7 @@ def fmt_interval(ci: tuple[float, float] | None) -> str:
     return f"[{ci[0]:+.1f}, {ci[1]:+.1f}]" if ci else ""
 
 
-def fmt_noise(noise) -> str:
+def fmt_noise(noise, detectable: bool = True) -> str:
     """A change with its noise: '+12.3% [+9.1, +15.2] significant', 'noise unknown (1 vs 1;
     5 per side needed)'."""
     if noise is None:
@@ -591,7 +591,16 @@ def fmt_noise(noise) -> str:
         counts = f"{noise.a.n if noise.a else 0} vs {noise.b.n if noise.b else 0}"
         return f"{fmt_pct(noise.change_pct)} {words} ({counts} {noise.samples}; " \
             f"{noise.needed} per side needed)"
-    return f"{fmt_pct(noise.change_pct)} {fmt_interval(noise.ci_pct)} {words}"
+    return f"{fmt_pct(noise.change_pct)} {fmt_interval(noise.ci_pct)} {words}" \
+        + (detectable_words(noise) if detectable else "")
+
+
+def detectable_words(noise) -> str:
+    """For a change within noise: the smallest change its samples could have told apart."""
+    smallest = noise.min_detectable_pct
+    if noise.significance != "within_noise" or smallest is None:
+        return ""
+    return f"; changes under {smallest:.1f}% cannot be told from noise"
 
 
 def fmt_spread(spread) -> str:

@@ -1,0 +1,146 @@
+"""Wording of `triage bench` and of the benchmark part of `diff`: each metric's median per side,
+its change with the interval, and the smallest change the samples could tell from noise."""
+
+from __future__ import annotations
+
+import statistics
+from typing import TYPE_CHECKING
+
+from triage.views import text as textview
+
+if TYPE_CHECKING:
+    from triage.capture.bench import BenchSample
+    from triage.compare.accounts import Accounting, Accounts
+    from triage.compare.bench import BenchDiff, BenchOutcome
+    from triage.compare.noise import Noise
+
+STOPPED = {"repeat": "the runs asked for", "decided": "decided against {against}",
+           "max_runs": "--max-runs reached, not decided", "budget": "--budget spent, not decided"}
+
+
+def fmt_value(value: float | None, unit: str) -> str:
+    """A metric's value in its own unit (seconds of wall time as ms or s)."""
+    if value is None:
+        return "-"
+    if unit == "s" and abs(value) < 1:
+        return f"{value * 1000:.4g} ms"
+    return f"{value:.4g}{' ' + textview.printable(unit) if unit else ''}"
+
+
+def run_line(number: int, samples: list[BenchSample], warmup: int) -> str:
+    """One run of the series as it ends (a progress line on stderr)."""
+    which = f"warm-up {number + warmup + 1}/{warmup}" if number < 0 else f"run {number}"
+    values = "  ".join(f"{s.metric} {fmt_value(s.value, s.unit)}" for s in samples)
+    return f"bench: {which}: {values}"
+
+
+def detectable_line(noise: Noise, runs: int) -> str:
+    """'with 7 runs a side, changes under 3.1% cannot be told from noise'."""
+    if noise.min_detectable_pct is None:
+        return (f"with {runs} run(s) the noise is unknown: {noise.needed} a side are the fewest "
+                "for an interval")
+    return (f"with {noise.a.n if noise.a else 0} vs {runs} runs, changes under "
+            f"{noise.min_detectable_pct:.1f}% cannot be told from noise")
+
+
+def render_bench(outcome: BenchOutcome) -> str:
+    """The archived run, each metric's median and spread over the measured runs, how the series
+    ended, and (with --against) the change and what the samples could detect."""
+    from triage.views.runs import archive_line
+
+    run, against = outcome.run, outcome.against
+    measured = run.measured
+    lines = [archive_line(run.result)]
+    names = dict.fromkeys(s.metric for s in measured.samples)
+    for name in names:
+        values = measured.values(name)
+        unit = next(s.unit for s in measured.samples if s.metric == name)
+        median = fmt_value(statistics.median(values), unit)
+        lines.append(f"  {textview.printable(name)}: median {median}"
+                     f" ({len(values)} runs, {fmt_value(min(values), unit)}.."
+                     f"{fmt_value(max(values), unit)})")
+    stopped = STOPPED[measured.stopped].format(against=against.ref if against else "")
+    lines.append(f"  stopped: {stopped}")
+    if against is not None:
+        noise = against.noise(measured)
+        lines.append(f"  {against.metric} against {textview.printable(against.ref)}: "
+                     f"{textview.fmt_noise(noise, detectable=False)}")
+        if noise.significance != "significant":
+            lines.append(f"  {detectable_line(noise, measured.runs)}")
+    return "\n".join(lines)
+
+
+def bench_lines(bench: BenchDiff) -> list[str]:
+    """The benchmark part of a diff: each metric both sides measured, B against A."""
+    lines = ["", "benchmark (median over each side's measured runs; the acceptance):"]
+    for metric in bench.metrics:
+        noise = metric.noise
+        medians = (fmt_value(noise.a.median if noise.a else None, metric.unit),
+                   fmt_value(noise.b.median if noise.b else None, metric.unit))
+        lines += [f"  {textview.printable(metric.name)} ({metric.better} is better): "
+                  f"A {medians[0]}, B {medians[1]}", f"      {textview.fmt_noise(noise)}"]
+    for side, names in (("A", bench.only_a), ("B", bench.only_b)):
+        if names:
+            lines.append(f"  only {side} measured: {textview.printable(', '.join(names))}")
+    return lines
+
+
+BASIS_WORDS = {"gpu_busy": ("GPU busy time", "gaps between kernels and host time"),
+               "nvtx": ("time inside NVTX ranges", "host time outside every NVTX range")}
+DISAGREE_WORDS = {
+    "slower_explained_faster": "the benchmark got slower while the profile got faster",
+    "faster_explained_slower": "the benchmark got faster while the profile got slower",
+    "flat_explained_changed": "the benchmark is flat while the profile changed beyond its noise"}
+
+
+def accounts_lines(found: Accounts) -> list[str]:
+    """After the benchmark: how much of each metric's change its profiles account for."""
+    a, b = found.profile_a, found.profile_b
+    busy, rest = BASIS_WORDS[a.basis]
+    lines = ["", f"what the profile accounts for (nsys {textview.short_id(a.run_id)} vs "
+             f"{textview.short_id(b.run_id)}; points of the benchmark, of A's traced span "
+             f"{textview.fmt_ns(a.span_ns)}):"]
+    for item in found.metrics:
+        lines += _accounting_lines(item, busy, rest)
+    return lines
+
+
+def _accounting_lines(item: Accounting, busy: str, rest: str) -> list[str]:
+    change = f"{item.bench_pct:+.1f}" if item.bench_pct is not None else "?"
+    head = (f"  {textview.printable(item.metric)} {change}% "
+            f"{textview.fmt_interval(item.bench_ci_pct)}: {busy} explains "
+            f"{item.explained_points:+.1f} of those {change} points")
+    if item.within_noise:
+        head += " (within the benchmark's noise)"
+    parts = "; ".join(f"{textview.printable(textview.truncate(p.name, 40))} "
+                      f"{textview.fmt_pct(p.change_pct)} explains {p.points:+.1f}"
+                      for p in item.parts if abs(p.points) >= 0.05)
+    lines = [head] + ([f"    {parts}"] if parts else [])
+    if item.unexplained_points is not None:
+        sign = "+" if item.outside_delta_ns >= 0 else "-"
+        lines.append(f"    {item.unexplained_points:+.1f} points unexplained ({rest}; inside "
+                     f"the traced span that time changed by {sign}"
+                     f"{textview.fmt_ns(abs(item.outside_delta_ns))})")
+    if item.disagrees:
+        lines.append(f"    !! DISAGREE: {DISAGREE_WORDS[item.disagrees]}")
+    return lines
+
+
+def bench_rows(bench: BenchDiff) -> list[dict]:
+    """The benchmark panel of the review page (HTML and Markdown): one row per metric, worded."""
+    rows = []
+    for metric in bench.metrics:
+        noise = metric.noise
+        rows.append({
+            "name": metric.name, "better": metric.better,
+            "a": fmt_value(noise.a.median if noise.a else None, metric.unit),
+            "b": fmt_value(noise.b.median if noise.b else None, metric.unit),
+            "runs": f"{noise.a.n if noise.a else 0} vs {noise.b.n if noise.b else 0}",
+            "change": textview.fmt_noise(noise),
+            "worse": (metric.worse_pct or 0) > 0 and noise.significance == "significant"})
+    return rows
+
+
+def accounts_text(found: Accounts) -> list[str]:
+    """What the profile accounts for, as the review page lists it under the benchmark."""
+    return [line.strip() for line in accounts_lines(found) if line.strip()]
