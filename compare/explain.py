@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
-from triage.compare.explain_launches import (LaunchData, carries_values, launch_config,
-                                             mean_values, read_launches, split_by_behaviour)
+from triage.compare.explain_launches import (MESSAGES, LaunchData, launch_config,
+                                             read_launches, rule_messages, split_by_behaviour)
 from triage.compare.explain_result import (CONCLUDED, NO_DATA, NOT_COLLECTED, Cite,
                                            ExplainResult, Finding, KernelExplained, LaunchGroup,
                                            Missing, NcuRule, Step)
@@ -40,6 +40,7 @@ from triage.compare.explain_sol import (BALANCED, FROM_REPORT, FROM_THRESHOLDS, 
 from triage.compare.explain_tables import (CONCLUSION_RULES, FLOP_METRICS, LIMITERS, METRICS,
                                            NS_PER_UNIT, STALL_METRICS, STALLS, THRESHOLDS, UNITS,
                                            limit)
+from triage.compare.launch_stats import MetricStat, NcuTables
 from triage.compare.matching import Launch, group_kernels
 from triage.compare.rundata import RunData
 from triage.base.errors import TriageError, UsageError
@@ -423,22 +424,26 @@ def without_data(steps: list[Step]) -> list[Step]:
 
 
 def explain_group(name: str, short_name: str | None, group: LaunchGroup, data: LaunchData,
+                  means: dict[str, MetricStat], sections: set[str], rules: list[NcuRule],
                   verdict: SolVerdict | None) -> KernelExplained:
+    """The five steps for one group of launches that behave alike, from its metrics' means
+    and the rule messages of its first launch."""
     launches = group.launch_ids
-    values = Values(mean_values([data.values.get(launch, {}) for launch in launches]),
-                    set().union(*(data.sections.get(launch, set()) for launch in launches)))
-    no_data = not any(carries_values(data.values.get(launch, {})) for launch in launches)
+    values = Values({metric: stat.raw for metric, stat in means.items()}, sections)
+    no_data = not data.carries_values(launches)
     steps = explain_values(values, verdict)
     return KernelExplained(name, short_name, len(launches), values.get("duration"),
                            tuple(without_data(steps) if no_data else steps), no_data,
-                           () if no_data else tuple(data.rules.get(launches[0], [])),
+                           () if no_data else tuple(rules),
                            launch_config(data.values.get(launches[0], {})), group)
 
 
-def explain_kernel(name: str, short_name: str | None, launches: Sequence[Launch],
-                   data: LaunchData) -> list[KernelExplained]:
+Split = list[tuple[tuple[Launch, ...], SolVerdict | None]]
+
+
+def split_kernel(launches: Sequence[Launch], data: LaunchData) -> Split:
     """One kernel's launches, each classified on its own (launch configuration, ncu's
-    SOLBottleneck outcome), explained per group of launches that behave alike."""
+    SOLBottleneck outcome), in groups that behave alike, each with its outcome."""
     verdicts = {launch: sol_verdict(Values(data.values.get(launch, {}), set()),
                                     data.rules.get(launch, ())) for launch in launches}
 
@@ -447,10 +452,30 @@ def explain_kernel(name: str, short_name: str | None, launches: Sequence[Launch]
         return (launch_config(data.values.get(launch, {})),
                 verdict and (verdict.outcome, verdict.bound))
 
-    groups = split_by_behaviour(launches, behaviour)
-    return [explain_group(name, short_name,
-                          LaunchGroup(index, len(groups), len(launches), tuple(group)), data,
-                          verdicts[group[0]]) for index, group in enumerate(groups, 1)]
+    return [(tuple(group), verdicts[group[0]])
+            for group in split_by_behaviour(launches, behaviour)]
+
+
+Kernel = tuple[str, str | None, Sequence[Launch]]  # name, short name, launches
+
+
+def explain_kernels(tables: NcuTables, kernels: Sequence[Kernel]) -> Iterator[KernelExplained]:
+    """Each kernel's launches explained per group that behaves alike, a group at a time: the
+    launches classified first (a few metrics each), then every group's statistics in one
+    query where the metrics are stored."""
+    data = read_launches(tables, [launch for _n, _s, launches in kernels for launch in launches])
+    splits = [split_kernel(launches, data) for _n, _s, launches in kernels]
+    groups = [group for split in splits for group, _verdict in split]
+    stats = tables.stats(groups)
+    rules = rule_messages(tables.rows("rules", [group[0] for group in groups], MESSAGES))
+    index = 0
+    for (name, short_name, launches), split in zip(kernels, splits, strict=True):
+        for number, (group, verdict) in enumerate(split, 1):
+            yield explain_group(name, short_name,
+                                LaunchGroup(number, len(split), len(launches), group), data,
+                                stats.of(index), stats.sections(index),
+                                rules.get(group[0], []), verdict)
+            index += 1
 
 
 def explain_run(run: RunData, kernel: str | None = None) -> ExplainResult:
@@ -469,9 +494,7 @@ def explain_run(run: RunData, kernel: str | None = None) -> ExplainResult:
         if not groups:
             raise TriageError(f"no kernel of run {run.id[:12]} matches --kernel {kernel!r}; "
                               f"`triage show {run.id[:12]}` lists its kernels")
-    data = read_launches(run)
-    kernels = [explained for group in groups
-               for explained in explain_kernel(group.name, group.short_name, group.launches,
-                                               data)]
+    kernels = explain_kernels(NcuTables(run), [(group.name, group.short_name, group.launches)
+                                               for group in groups])
     return ExplainResult(run.id, run.record.tool_version, run.record.gpu_name, tuple(kernels),
                          THRESHOLDS)
