@@ -34,7 +34,6 @@ from triage.archive.runs import resolve
 from triage.archive.store import Store
 from triage.compare import steps as step_method
 from triage.compare.drift import CAUTION, INVALIDATES, UNKNOWN, VERDICT_OF, grade, workload
-from triage.compare.launch_stats import NcuTables
 from triage.compare.noise import LAUNCHES, Noise, Sample, Spread, compare, sample_of
 from triage.compare.repeats import array_sample, failed_tries, side_refs
 from triage.compare.result import DriftItem, FailedTry, JsonDict
@@ -277,7 +276,7 @@ def _metric_sample(run: RunData, name: str, pattern: re.Pattern[str] | None
         launches = launches.filter(_matching(launches.column("name"), pattern.search))
     wanted = sorted(zip(launches.column("report_index").to_pylist(),
                         launches.column("kernel_index").to_pylist(), strict=True))
-    stat = NcuTables(run).stats([wanted], [name], spread=True).of(0).get(name)
+    stat = run.ncu.stats([wanted], [name], spread=True).of(0).get(name)
     return (stat.sample(), stat.unit) if stat and stat.n else (None, None)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import count
 from typing import TYPE_CHECKING, Any
 
@@ -56,11 +57,6 @@ class MetricStat:
         without `spread`)."""
         return Sample(self.spread, thinned(self.values)) if self.spread else None
 
-    @property
-    def raw(self) -> tuple[float | str | None, str | None]:
-        """(mean or text, unit): what `triage explain` reads of a metric."""
-        return self.mean, self.unit
-
 
 class GroupStats:
     """The statistics of each group asked for, as DuckDB returned them (one Arrow row per group
@@ -77,7 +73,7 @@ class GroupStats:
                 start = index
         self._sections = sections
         self._size = size
-        self._last: tuple[int, dict[str, MetricStat]] | None = None
+        self._last: tuple[int, RawValues] | None = None
 
     def __len__(self) -> int:
         return self._size
@@ -86,20 +82,32 @@ class GroupStats:
         """The ids of the sections collected for any launch of group `index`."""
         return self._sections.get(index, set())
 
+    def _columns(self, index: int) -> dict[str, list]:
+        offset, length = self._spans.get(index, (0, 0))
+        rows = self._table.slice(offset, length)
+        return {name: rows.column(name).to_pylist() for name in rows.column_names
+                if name != "grp"}
+
     def of(self, index: int) -> dict[str, MetricStat]:
         """Metric name -> its statistics over group `index` (the group's place in the list
         given to `NcuTables.stats`)."""
+        columns = self._columns(index)
+        names = columns.pop("name")
+        return {name: _stat(**{key: columns[key][i] for key in columns})
+                for i, name in enumerate(names)}
+
+    def raw(self, index: int) -> RawValues:
+        """Metric name -> (mean, else text; unit) over group `index`: what `explain` and
+        `diff` read, without a `MetricStat` per metric (hundreds of kernels of hundreds of
+        metrics each); the last group asked for is kept."""
         if self._last is not None and self._last[0] == index:
             return self._last[1]
-        offset, length = self._spans.get(index, (0, 0))
-        rows = self._table.slice(offset, length)
-        columns = {name: rows.column(name).to_pylist() for name in rows.column_names
-                   if name != "grp"}
-        names = columns.pop("name")
-        stats = {name: _stat(**{key: columns[key][i] for key in columns})
-                 for i, name in enumerate(names)}
-        self._last = (index, stats)
-        return stats
+        columns = self._columns(index)
+        raw = {name: (mean if n else text, unit) for name, mean, n, text, unit in zip(
+            columns["name"], columns["mean"], columns["n"], columns["text"], columns["unit"],
+            strict=True)}
+        self._last = (index, raw)
+        return raw
 
 
 def _stat(mean: float | None, text: str | None, unit: str | None, n: int,
@@ -145,14 +153,12 @@ class NcuTables:
 
     def _wanted(self, groups: Iterable[Sequence[Launch]]) -> str:
         """Register (launch, group, position) rows as a view; its name."""
-        rows: dict[str, list[int]] = {"report_index": [], "kernel_index": [], "grp": [],
-                                      "pos": []}
-        for index, group in enumerate(groups):
-            for pos, (report, kernel) in enumerate(group):
-                for key, value in zip(rows, (report, kernel, index, pos), strict=True):
-                    rows[key].append(value)
+        rows = [(report, kernel, index, pos) for index, group in enumerate(groups)
+                for pos, (report, kernel) in enumerate(group)]
+        columns = list(zip(*rows, strict=True)) or [(), (), (), ()]
         name = f"wanted_{next(self._names)}"
-        self.con.register(name, pa.table(rows, schema=_LAUNCH))
+        self.con.register(name, pa.table([pa.array(c, f.type) for c, f in zip(
+            columns, _LAUNCH, strict=True)], schema=_LAUNCH))
         return name
 
     def _query(self, sql: str, views: Sequence[str] = ()) -> pa.Table:
@@ -177,8 +183,7 @@ class NcuTables:
         where = f"WHERE m.name IN ({', '.join(map(sql_string, names))})" if names else ""
         table = self._query(
             f"SELECT w.grp, m.name, avg(m.value) AS mean, count(m.value) AS n, "
-            f"first(m.unit ORDER BY w.pos) AS unit, "
-            f"first(m.text ORDER BY w.pos) FILTER (WHERE m.text IS NOT NULL) AS text{extra} "
+            f"arg_min_null(m.unit, w.pos) AS unit, arg_min(m.text, w.pos) AS text{extra} "
             f"FROM {source} AS m JOIN {wanted} AS w USING (report_index, kernel_index) {where} "
             f"GROUP BY w.grp, m.name ORDER BY w.grp, m.name", [wanted])
         return GroupStats(table, self._section_ids(groups), len(groups))
@@ -222,6 +227,12 @@ class NcuTables:
         """Those of these launches whose results carry a value of a measured metric
         (`capture.ncu`'s measure, the one the archive's notice counts); None for a run that
         stored no metrics table."""
+        found = self._with_data
+        return None if found is None else found.intersection(launches)
+
+    @cached_property
+    def _with_data(self) -> set[Launch] | None:
+        """Every launch of the run that carries a value of a measured metric (one query)."""
         source = self._source("metrics", ("report_index", "kernel_index", "name", "value",
                                           "text"))
         if source is None:
@@ -230,11 +241,9 @@ class NcuTables:
                  .column("name").to_pylist() if n is not None and measured_metric(n)]
         if not names:
             return set()
-        wanted = self._wanted([list(launches)])
         table = self._query(
-            f"SELECT DISTINCT m.report_index, m.kernel_index FROM {source} AS m JOIN {wanted} "
-            f"USING (report_index, kernel_index) WHERE (m.value IS NOT NULL OR m.text IS NOT "
-            f"NULL) AND m.name IN ({', '.join(map(sql_string, names))})", [wanted])
+            f"SELECT DISTINCT report_index, kernel_index FROM {source} WHERE (value IS NOT "
+            f"NULL OR text IS NOT NULL) AND name IN ({', '.join(map(sql_string, names))})")
         return set(zip(table.column("report_index").to_pylist(),
                        table.column("kernel_index").to_pylist(), strict=True))
 

@@ -21,9 +21,9 @@ from functools import cached_property
 
 from triage.compare.aggregate import median_side, median_value
 from triage.compare.drift import NOT_COMPARABLE, drift_item, kernel_set_drift, no_data_drift
-from triage.compare.explain import duration_ns
+from triage.compare.explain import duration_ns, explain_planned, plan
 from triage.compare.explain_tables import METRICS
-from triage.compare.launch_stats import Group, NcuTables
+from triage.compare.launch_stats import Group
 from triage.compare.matching import (LAUNCH_ORDER, PAIR, KernelGroup, Launch, Match,
                                      group_kernels, match_kernels, match_key)
 from triage.compare.result import (SECTION_ONLY_A, SECTION_ONLY_B, Conclusion, DiffOptions,
@@ -43,7 +43,7 @@ def kernel_rows(run: RunData) -> list[dict]:
     unknown = [(r["report_index"], r["kernel_index"]) for r in rows if r["duration_ns"] is None]
     if not unknown:
         return rows
-    raw = NcuTables(run).per_launch(unknown, METRICS["duration"].names)
+    raw = run.ncu.per_launch(unknown, METRICS["duration"].names)
     for row in rows:
         if row["duration_ns"] is None:
             row["duration_ns"] = duration_ns(raw.get((row["report_index"], row["kernel_index"]),
@@ -63,10 +63,16 @@ class Side:
     launches: per kernel each metric's statistics (one query where the metrics are stored),
     the sections and rules of its first launch, and (when asked) explain's conclusion."""
 
-    def __init__(self, run: RunData, kernels: Sequence[Group]) -> None:
-        self.tables = NcuTables(run)
-        self.kernels = {group: index for index, group in enumerate(dict.fromkeys(kernels))}
-        self.stats = self.tables.stats(list(self.kernels))
+    def __init__(self, run: RunData, kernels: Sequence[Group], conclude: bool = True) -> None:
+        """`conclude`: explain's conclusions will be asked for (their launches are classified
+        now, so that one query reads the statistics of the kernels and of their groups)."""
+        self.tables = run.ncu
+        self.kernels = list(dict.fromkeys(kernels))
+        self.plan = plan(self.tables, [("", None, group) for group in self.kernels]) \
+            if conclude else None
+        groups = self.kernels + (self.plan.groups if self.plan else [])
+        self.index = {group: index for index, group in enumerate(dict.fromkeys(groups))}
+        self.stats = self.tables.stats(list(self.index))
         firsts = [group[0] for group in self.kernels]
         self.sections = _by_launch(self.tables.rows("sections", firsts))
         self.rules = _by_launch(self.tables.rows("rules", firsts))
@@ -86,8 +92,7 @@ class Side:
 
     def metric(self, launches: Sequence[Launch], name: str) -> tuple[Value, str | None]:
         """The metric's mean over these launches (one kernel's, as given), and its unit."""
-        stat = self.stats.of(self.kernels[tuple(launches)]).get(name)
-        return stat.raw if stat else (None, None)
+        return self.stats.raw(self.index[tuple(launches)]).get(name, (None, None))
 
     def conclusion(self, launches: Sequence[Launch]) -> str | None:
         """`triage explain`'s conclusion for a kernel's launches: explain's label where they
@@ -96,9 +101,8 @@ class Side:
 
     @cached_property
     def _conclusions(self) -> dict[Group, str | None]:
-        from triage.compare.explain import explain_kernels
-
-        explained = explain_kernels(self.tables, [("", None, group) for group in self.kernels])
+        assert self.plan is not None, "a Side made with conclude=False"
+        explained = explain_planned(self.tables, self.plan, self.stats, self.index)
         out: dict[Group, str | None] = {}
         for group in self.kernels:
             first = next(explained)
@@ -144,7 +148,8 @@ class SideRuns:
         self.groups = [{match_key(g.name): g for g in group_kernels(kernel_rows(run))
                         if match_key(g.name) in counts} for run in runs]
         self.sides = [Side(run, [tuple(group.launches[:counts[key]])
-                                 for key, group in groups.items() if counts[key]])
+                                 for key, group in groups.items() if counts[key]],
+                           conclude=False)
                       for run, groups in zip(runs, self.groups, strict=True)]
 
     def of(self, name: str) -> list[tuple[Side, KernelGroup]]:
@@ -358,8 +363,8 @@ def diff_ncu(runs_a: Sequence[RunData], runs_b: Sequence[RunData],
     run_a, run_b = runs_a[0], runs_b[0]
     matches = match_kernels(group_kernels(kernel_rows(run_a)), group_kernels(kernel_rows(run_b)),
                             opts.pairs, opts.rename_pairing)
-    data_a = NcuTables(run_a).with_data([p[0] for m in matches for p in m.pairs()])
-    data_b = NcuTables(run_b).with_data([p[1] for m in matches for p in m.pairs()])
+    data_a = run_a.ncu.with_data([p[0] for m in matches for p in m.pairs()])
+    data_b = run_b.ncu.with_data([p[1] for m in matches for p in m.pairs()])
     heads = [_kernel_head(m, _no_data(m, data_a, data_b)) for m in matches]
     set_drift = kernel_set_drift(heads) + no_data_drift(heads)
     shown = [(h, m) for h, m in zip(heads, matches, strict=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -13,6 +14,9 @@ from triage.archive.store import Store
 from triage.archive.tables import conform
 from triage.base.errors import CorruptObject, TriageError
 from triage.schemas.tables import arrow_schema
+
+if TYPE_CHECKING:
+    from triage.compare.launch_stats import NcuTables
 
 
 class RunData:
@@ -59,6 +63,13 @@ class RunData:
             return source.read(columns=columns)
         except (OSError, pa.ArrowInvalid) as exc:
             raise self._damaged(name, exc) from None
+
+    @cached_property
+    def ncu(self) -> NcuTables:
+        """The run's ncu tables as DuckDB queries them (one connection per run)."""
+        from triage.compare.launch_stats import NcuTables
+
+        return NcuTables(self)
 
     @cached_property
     def kernels(self) -> pa.Table:

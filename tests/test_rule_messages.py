@@ -7,7 +7,6 @@ import pytest
 
 from helpers import corpus_file
 from triage.archive.store import Store
-from triage.compare.launch_stats import NcuTables
 from triage.compare.ncu_diff import _fired
 from triage.compare.rundata import RunData
 from triage.views.text import rule_failure
@@ -49,7 +48,7 @@ def test_a_rule_that_could_not_run_shows_ncus_reason_not_ncu_reports_internals(f
     launches = [(r, k) for r, k in zip(failed_run.kernels["report_index"].to_pylist(),
                                         failed_run.kernels["kernel_index"].to_pylist(),
                                         strict=True) if k == 2]
-    fired = _fired(NcuTables(failed_run).rows("rules", launches))
+    fired = _fired(failed_run.ncu.rows("rules", launches))
     occupancy = fired[("Occupancy", "")]
     assert occupancy.message is None
     assert rule_failure(occupancy.error) == (
