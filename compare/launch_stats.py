@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from triage.base.duck import connect, fetch_arrow, sql_string
+from triage.base.duck import fetch_arrow, query_database, sql_string
 from triage.capture.ncu import measured_metric
 from triage.compare.matching import Launch
 from triage.compare.noise import Sample, Spread, thinned
@@ -132,7 +132,7 @@ class NcuTables:
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
-            self._con = connect()
+            self._con = query_database().cursor()
         return self._con
 
     def _source(self, table: str, columns: Sequence[str], ordered: bool = False) -> str | None:

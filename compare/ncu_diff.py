@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+from triage.archive.lease import side_by_side
 from triage.compare.aggregate import median_side, median_value
 from triage.compare.drift import NOT_COMPARABLE, drift_item, kernel_set_drift, no_data_drift
 from triage.compare.explain import duration_ns, explain_planned, plan
@@ -370,8 +371,10 @@ def diff_ncu(runs_a: Sequence[RunData], runs_b: Sequence[RunData],
     shown = [(h, m) for h, m in zip(heads, matches, strict=True)
              if opts.kernel_shown(*(g.name for g in (m.a, m.b) if g))]
     compared = [m for _h, m in shown if m.pairs()]
-    side_a = Side(run_a, [tuple(p[0] for p in m.pairs()) for m in compared])
-    side_b = Side(run_b, [tuple(p[1] for p in m.pairs()) for m in compared])
+    # each side's queries on a thread of its own (DuckDB releases the GIL)
+    side_a, side_b = side_by_side([
+        lambda: Side(run_a, [tuple(p[0] for p in m.pairs()) for m in compared]),
+        lambda: Side(run_b, [tuple(p[1] for p in m.pairs()) for m in compared])])
     rest = (SideRuns(runs_a[1:], {m.a.name: len(m.pairs()) for _h, m in shown if m.a})
             if len(runs_a) > 1 else None,
             SideRuns(runs_b[1:], {m.b.name: len(m.pairs()) for _h, m in shown if m.b})
