@@ -44,11 +44,12 @@ class LaunchData:
 
 
 def read_launches(tables: NcuTables, launches: Sequence[Launch]) -> LaunchData:
-    """What classifies each of these launches, and which carry values: a few rows per launch
-    (the statistics of each group come from `NcuTables.stats`)."""
-    return LaunchData(tables.per_launch(launches, CLASSIFYING),
-                      rule_messages(tables.rows("rules", launches, SOL_RULES)),
-                      tables.with_data(launches))
+    """What classifies each launch, and which carry values (of the whole run, one scan); the
+    SOLBottleneck messages of these launches (the statistics of each group come from
+    `NcuTables.stats`)."""
+    values, with_data = tables.facts(CLASSIFYING) or ({}, None)
+    return LaunchData(values, rule_messages(tables.rows("rules", launches, SOL_RULES)),
+                      with_data)
 
 
 def rule_messages(rows: list[dict]) -> dict[Launch, list[NcuRule]]:

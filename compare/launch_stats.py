@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from itertools import count
 from typing import TYPE_CHECKING, Any
 
@@ -120,6 +119,11 @@ def _stat(mean: float | None, text: str | None, unit: str | None, n: int,
     return MetricStat(mean if n else text, unit, n, spread, tuple(launch_values or ()))
 
 
+def _listed(names: Iterable[str]) -> str:
+    """Names as the items of a SQL IN list (NULL for none: IN (NULL) holds for no row)."""
+    return ", ".join(map(sql_string, names)) or "NULL"
+
+
 class NcuTables:
     """One ncu run's metrics, sections and rules tables, queried where they are stored."""
 
@@ -128,6 +132,7 @@ class NcuTables:
     def __init__(self, run: RunData) -> None:
         self.run = run
         self._con: duckdb.DuckDBPyConnection | None = None
+        self._facts: dict[tuple[str, ...], tuple[dict[Launch, RawValues], set[Launch]] | None] = {}
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
@@ -180,7 +185,7 @@ class NcuTables:
         extra = (f", {_QUARTILES} AS quartiles, min(m.value) AS low, max(m.value) AS high, "
                  "list(m.value ORDER BY w.pos) FILTER (WHERE m.value IS NOT NULL) "
                  "AS launch_values") if spread else ""
-        where = f"WHERE m.name IN ({', '.join(map(sql_string, names))})" if names else ""
+        where = f"WHERE m.name IN ({_listed(names)})" if names else ""
         table = self._query(
             f"SELECT w.grp, m.name, avg(m.value) AS mean, count(m.value) AS n, "
             f"arg_min_null(m.unit, w.pos) AS unit, arg_min(m.text, w.pos) AS text{extra} "
@@ -201,51 +206,44 @@ class NcuTables:
             found.setdefault(group, set()).add(section)
         return found
 
-    def per_launch(self, launches: Iterable[Launch], names: Sequence[str]) -> dict[Launch,
-                                                                                  RawValues]:
-        """The named metrics of each launch (value, else text; and unit): a few per launch,
-        such as the ones that classify it."""
-        source = self._source("metrics", ("report_index", "kernel_index", "name", "unit",
-                                          "value", "text"))
-        if source is None or not names:
-            return {}
-        wanted = self._wanted([list(launches)])
-        table = self._query(
-            f"SELECT m.report_index, m.kernel_index, m.name, m.value, m.text, m.unit "
-            f"FROM {source} AS m JOIN {wanted} "
-            f"USING (report_index, kernel_index) WHERE m.name IN "
-            f"({', '.join(map(sql_string, names))}) ORDER BY m.report_index, m.kernel_index",
-            [wanted])
-        out: dict[Launch, RawValues] = {}
-        for report, kernel, name, value, text, unit in zip(
-                *(table.column(c).to_pylist() for c in table.column_names), strict=True):
-            out.setdefault((report, kernel), {})[name] = (value if value is not None else text,
-                                                          unit)
-        return out
-
     def with_data(self, launches: Iterable[Launch]) -> set[Launch] | None:
         """Those of these launches whose results carry a value of a measured metric
         (`capture.ncu`'s measure, the one the archive's notice counts); None for a run that
         stored no metrics table."""
-        found = self._with_data
-        return None if found is None else found.intersection(launches)
+        facts = next(iter(self._facts.values()), None) or self.facts(())
+        return None if facts is None else facts[1].intersection(launches)
 
-    @cached_property
-    def _with_data(self) -> set[Launch] | None:
-        """Every launch of the run that carries a value of a measured metric (one query)."""
-        source = self._source("metrics", ("report_index", "kernel_index", "name", "value",
-                                          "text"))
+    def facts(self, keep: tuple[str, ...]) -> tuple[dict[Launch, RawValues], set[Launch]] | None:
+        """Of every launch of the run, in one scan: the `keep` metrics (value, else text; and
+        unit: a few per launch, such as those that classify it), and which launches carry a
+        value of a measured metric; None for a run that stored no metrics table."""
+        if keep not in self._facts:
+            self._facts[keep] = self._scan(keep)
+        return self._facts[keep]
+
+    def _scan(self, keep: tuple[str, ...]) -> tuple[dict[Launch, RawValues], set[Launch]] | None:
+        source = self._source("metrics", ("report_index", "kernel_index", "name", "unit",
+                                          "value", "text"))
         if source is None:
             return None
-        names = [n for n in self._query(f"SELECT DISTINCT name FROM {source}")
-                 .column("name").to_pylist() if n is not None and measured_metric(n)]
-        if not names:
-            return set()
+        measured = [n for n in self._query(f"SELECT DISTINCT name FROM {source}")
+                    .column("name").to_pylist() if n is not None and measured_metric(n)]
         table = self._query(
-            f"SELECT DISTINCT report_index, kernel_index FROM {source} WHERE (value IS NOT "
-            f"NULL OR text IS NOT NULL) AND name IN ({', '.join(map(sql_string, names))})")
-        return set(zip(table.column("report_index").to_pylist(),
-                       table.column("kernel_index").to_pylist(), strict=True))
+            f"SELECT report_index, kernel_index, bool_or((value IS NOT NULL OR text IS NOT "
+            f"NULL) AND name IN ({_listed(measured)})) AS data, list(struct_pack(name, value, "
+            f"text, unit)) FILTER (WHERE name IN ({_listed(keep)})) AS kept FROM {source} "
+            "GROUP BY report_index, kernel_index")
+        values: dict[Launch, RawValues] = {}
+        with_data: set[Launch] = set()
+        for report, kernel, data, kept in zip(
+                *(table.column(c).to_pylist() for c in table.column_names), strict=True):
+            if data:
+                with_data.add((report, kernel))
+            if kept:
+                values[(report, kernel)] = {
+                    m["name"]: (m["value"] if m["value"] is not None else m["text"], m["unit"])
+                    for m in kept}
+        return values, with_data
 
     def rows(self, table: str, launches: Iterable[Launch], where: str = "") -> list[dict[str,
                                                                                       Any]]:

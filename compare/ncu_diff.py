@@ -41,10 +41,9 @@ def kernel_rows(run: RunData) -> list[dict]:
     `triage explain` reads it (ncu 2019 reports record gpu__time_duration, without `.sum`, and
     their kernels table holds no duration)."""
     rows = run.kernels.to_pylist()  # with each launch's grid and block: pairing evidence
-    unknown = [(r["report_index"], r["kernel_index"]) for r in rows if r["duration_ns"] is None]
-    if not unknown:
+    if all(r["duration_ns"] is not None for r in rows):
         return rows
-    raw = run.ncu.per_launch(unknown, METRICS["duration"].names)
+    raw, _with_data = run.ncu.facts(METRICS["duration"].names) or ({}, set())
     for row in rows:
         if row["duration_ns"] is None:
             row["duration_ns"] = duration_ns(raw.get((row["report_index"], row["kernel_index"]),
@@ -364,20 +363,19 @@ def diff_ncu(runs_a: Sequence[RunData], runs_b: Sequence[RunData],
     run_a, run_b = runs_a[0], runs_b[0]
     matches = match_kernels(group_kernels(kernel_rows(run_a)), group_kernels(kernel_rows(run_b)),
                             opts.pairs, opts.rename_pairing)
-    data_a = run_a.ncu.with_data([p[0] for m in matches for p in m.pairs()])
-    data_b = run_b.ncu.with_data([p[1] for m in matches for p in m.pairs()])
-    heads = [_kernel_head(m, _no_data(m, data_a, data_b)) for m in matches]
-    set_drift = kernel_set_drift(heads) + no_data_drift(heads)
-    shown = [(h, m) for h, m in zip(heads, matches, strict=True)
-             if opts.kernel_shown(*(g.name for g in (m.a, m.b) if g))]
-    compared = [m for _h, m in shown if m.pairs()]
+    shown = [m for m in matches if opts.kernel_shown(*(g.name for g in (m.a, m.b) if g))]
+    compared = [m for m in shown if m.pairs()]
     # each side's queries on a thread of its own (DuckDB releases the GIL)
     side_a, side_b = side_by_side([
         lambda: Side(run_a, [tuple(p[0] for p in m.pairs()) for m in compared]),
         lambda: Side(run_b, [tuple(p[1] for p in m.pairs()) for m in compared])])
-    rest = (SideRuns(runs_a[1:], {m.a.name: len(m.pairs()) for _h, m in shown if m.a})
+    data_a = run_a.ncu.with_data([p[0] for m in matches for p in m.pairs()])
+    data_b = run_b.ncu.with_data([p[1] for m in matches for p in m.pairs()])
+    heads = {id(m): _kernel_head(m, _no_data(m, data_a, data_b)) for m in matches}
+    set_drift = kernel_set_drift(list(heads.values())) + no_data_drift(list(heads.values()))
+    rest = (SideRuns(runs_a[1:], {m.a.name: len(m.pairs()) for m in shown if m.a})
             if len(runs_a) > 1 else None,
-            SideRuns(runs_b[1:], {m.b.name: len(m.pairs()) for _h, m in shown if m.b})
+            SideRuns(runs_b[1:], {m.b.name: len(m.pairs()) for m in shown if m.b})
             if len(runs_b) > 1 else None)
-    kernels = [_kernel_entry(h, m, side_a, side_b, opts, rest) for h, m in shown]
+    kernels = [_kernel_entry(heads[id(m)], m, side_a, side_b, opts, rest) for m in shown]
     return kernels, _section_drift(kernels) + set_drift
