@@ -5,8 +5,9 @@ A full-set profile of a real workload holds thousands of launches of hundreds of
 `history` never read them into Python rows: DuckDB scans the stored Parquet and returns, per
 group of launches and metric, the mean, count, unit and first text (and, where asked, median,
 quartiles and the values in launch order a significance test needs). What comes back is one row
-per group and metric, read one group at a time (`GroupStats.of`). Only the few metrics that
-classify each launch (its configuration, ncu's SOLBottleneck inputs) come back per launch.
+per group and metric, as Arrow, turned into Python one group at a time (`GroupStats.raw`). Only
+the few metrics that classify each launch (its configuration, ncu's SOLBottleneck inputs) come
+back per launch (`NcuTables.facts`).
 
 The numbers are those of the old Python loops: a metric's mean is over the launches with a
 numeric value (NaN included, as Python's sum counts it), its unit that of the first launch that
@@ -15,7 +16,7 @@ has the metric, its text the first launch's text where no launch has a number.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import count
 from typing import TYPE_CHECKING, Any
@@ -61,7 +62,8 @@ class GroupStats:
     """The statistics of each group asked for, as DuckDB returned them (one Arrow row per group
     and metric, ordered by group); `of` turns one group's rows into Python at a time."""
 
-    def __init__(self, table: pa.Table, sections: dict[int, set[str]], size: int) -> None:
+    def __init__(self, table: pa.Table,
+                 sections: Callable[[], dict[int, set[str]]] = dict) -> None:
         self._table = table
         groups = table.column("grp").to_numpy() if table.num_rows else []
         self._spans: dict[int, tuple[int, int]] = {}
@@ -70,15 +72,15 @@ class GroupStats:
             if index == len(groups) or groups[index] != groups[start]:
                 self._spans[int(groups[start])] = (start, index - start)
                 start = index
-        self._sections = sections
-        self._size = size
+        self._read_sections = sections
+        self._sections: dict[int, set[str]] | None = None
         self._last: tuple[int, RawValues] | None = None
 
-    def __len__(self) -> int:
-        return self._size
-
     def sections(self, index: int) -> set[str]:
-        """The ids of the sections collected for any launch of group `index`."""
+        """The ids of the sections collected for any launch of group `index` (read on the
+        first call: `history` never asks)."""
+        if self._sections is None:
+            self._sections = self._read_sections()
         return self._sections.get(index, set())
 
     def _columns(self, index: int) -> dict[str, list]:
@@ -182,7 +184,7 @@ class NcuTables:
         source = self._source("metrics", ("report_index", "kernel_index", "name", "unit",
                                           "value", "text"))
         if source is None or not groups:
-            return GroupStats(pa.table({"grp": pa.array([], pa.int32())}), {}, len(groups))
+            return GroupStats(pa.table({"grp": pa.array([], pa.int32())}))
         wanted = self._wanted(groups)
         extra = (f", {_QUARTILES} AS quartiles, min(m.value) AS low, max(m.value) AS high, "
                  "list(m.value ORDER BY w.pos) FILTER (WHERE m.value IS NOT NULL) "
@@ -195,7 +197,7 @@ class NcuTables:
             f"FROM (SELECT * FROM {source} {only}) AS m JOIN {wanted} AS w "
             f"USING (report_index, kernel_index) GROUP BY w.grp, m.name ORDER BY w.grp, m.name",
             [wanted, *named])
-        return GroupStats(table, self._section_ids(groups), len(groups))
+        return GroupStats(table, lambda: self._section_ids(groups))
 
     def _section_ids(self, groups: Sequence[Sequence[Launch]]) -> dict[int, set[str]]:
         source = self._source("sections", ("report_index", "kernel_index", "section_id"))
