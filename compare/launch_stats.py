@@ -16,6 +16,7 @@ has the metric, its text the first launch's text where no launch has a number.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import count
@@ -38,6 +39,7 @@ Group = tuple[Launch, ...]
 _LAUNCH = pa.schema([("report_index", pa.int32()), ("kernel_index", pa.int64()),
                      ("grp", pa.int32()), ("pos", pa.int32())])
 _QUARTILES = "quantile_cont(m.value, [0.25, 0.5, 0.75])"
+_CURSORS = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -133,8 +135,12 @@ class NcuTables:
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
+        """This run's cursor of the process's query database (runs may be read on threads:
+        `compare.repeats`, and DuckDB's connection is not thread-safe, even to hand out
+        cursors)."""
         if self._con is None:
-            self._con = query_database().cursor()
+            with _CURSORS:
+                self._con = query_database().cursor()
         return self._con
 
     def _source(self, table: str, columns: Sequence[str], ordered: bool = False) -> str | None:
