@@ -18,6 +18,7 @@ import statistics
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
+from weakref import WeakKeyDictionary
 
 from triage.compare.aggregate import median_side, median_value
 from triage.compare.drift import NOT_COMPARABLE, drift_item, kernel_set_drift, no_data_drift
@@ -48,6 +49,17 @@ def kernel_rows(run: RunData) -> list[dict]:
             row["duration_ns"] = duration_ns(raw.get((row["report_index"], row["kernel_index"]),
                                                      {}))
     return rows
+
+
+_GROUPS: WeakKeyDictionary[RunData, list[KernelGroup]] = WeakKeyDictionary()
+
+
+def kernel_groups(run: RunData) -> list[KernelGroup]:
+    """`group_kernels(kernel_rows(run))`, once per run: a diff asks for them from four places
+    (the summary, matching, the noise of each side), 0.1 s each at thousands of launches."""
+    if run not in _GROUPS:
+        _GROUPS[run] = group_kernels(kernel_rows(run))
+    return _GROUPS[run]
 
 
 def _by_launch(rows: list[dict]) -> dict[Launch, list[dict]]:
@@ -144,7 +156,7 @@ class SideRuns:
         """`counts`: each kernel shown by name, with the number of its launches compared (0:
         a kernel of one side, whose metrics are not compared)."""
         counts = {match_key(name): count for name, count in counts.items()}
-        self.groups = [{match_key(g.name): g for g in group_kernels(kernel_rows(run))
+        self.groups = [{match_key(g.name): g for g in kernel_groups(run)
                         if match_key(g.name) in counts} for run in runs]
         self.sides = [Side(run, [tuple(group.launches[:counts[key]])
                                  for key, group in groups.items() if counts[key]],
@@ -360,7 +372,7 @@ def diff_ncu(runs_a: Sequence[RunData], runs_b: Sequence[RunData],
     first run, and a side of several runs has the median of its runs' numbers. The kernel-set
     drift is of every kernel, so that --kernel narrows what is shown, never the verdict."""
     run_a, run_b = runs_a[0], runs_b[0]
-    matches = match_kernels(group_kernels(kernel_rows(run_a)), group_kernels(kernel_rows(run_b)),
+    matches = match_kernels(kernel_groups(run_a), kernel_groups(run_b),
                             opts.pairs, opts.rename_pairing)
     shown = [m for m in matches if opts.kernel_shown(*(g.name for g in (m.a, m.b) if g))]
     compared = [m for m in shown if m.pairs()]
