@@ -17,8 +17,8 @@ from triage.compare.accounts import accounts
 from triage.compare.bench import BenchDiff, diff_bench
 from triage.compare.drift import (INFO, INVALIDATES, UNRECORDED, drift_item, grade,
                                   kernel_set_drift, verdict)
-from triage.compare.matching import group_kernels, match_key
-from triage.compare.ncu_diff import diff_ncu, kernel_rows
+from triage.compare.matching import match_key
+from triage.compare.ncu_diff import diff_ncu, kernel_groups
 from triage.compare.nsys_diff import (Row, diff_nsys, kernel_rows_of, nvtx_drift,
                                       summary_kernels)
 from triage.compare.result import (MIXED_TOOLS, SAME_RUN, DiffOptions, DiffResult, DriftItem,
@@ -32,7 +32,7 @@ from triage.base.errors import TriageError, UsageError
 def _ncu_summary(run: RunData) -> list[Row]:
     """An ncu run's kernels as an nsys-style ranking: mean, total and count per name."""
     rows = []
-    for group in group_kernels(kernel_rows(run)):
+    for group in kernel_groups(run):
         numbers = [d for d in group.durations if d is not None]
         rows.append({"name": group.name, "instances": len(group.durations),
                      "total_ns": sum(numbers) if numbers else None,

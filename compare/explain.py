@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 
-from triage.compare.explain_launches import (LaunchData, carries_values, launch_config,
-                                             mean_values, read_launches, split_by_behaviour)
+from triage.compare.explain_launches import (MESSAGES, LaunchData, launch_config,
+                                             read_launches, rule_messages, split_by_behaviour)
 from triage.compare.explain_result import (CONCLUDED, NO_DATA, NOT_COLLECTED, Cite,
                                            ExplainResult, Finding, KernelExplained, LaunchGroup,
                                            Missing, NcuRule, Step)
@@ -40,6 +40,7 @@ from triage.compare.explain_sol import (BALANCED, FROM_REPORT, FROM_THRESHOLDS, 
 from triage.compare.explain_tables import (CONCLUSION_RULES, FLOP_METRICS, LIMITERS, METRICS,
                                            NS_PER_UNIT, STALL_METRICS, STALLS, THRESHOLDS, UNITS,
                                            limit)
+from triage.compare.launch_stats import Group, GroupStats, NcuTables, RawValues
 from triage.compare.matching import Launch, group_kernels
 from triage.compare.rundata import RunData
 from triage.base.errors import TriageError, UsageError
@@ -49,6 +50,11 @@ def finding(text: str, cites: Sequence[Cite | None], tag: str | None = None) -> 
     """A statement and the values it rests on (those there are); the tag lets the conclusion
     quote it."""
     return Finding(text, tuple(c for c in cites if c), tag)
+
+
+STALL_PREFIX = "smsp__"  # of every naming of stall reasons in STALL_METRICS
+_STALL_PATTERNS = [(re.compile(pattern), measure) for pattern, _section, measure in STALL_METRICS]
+assert all(pattern.startswith("^" + STALL_PREFIX) for pattern, _s, _m in STALL_METRICS)
 
 
 class Values:
@@ -72,9 +78,10 @@ class Values:
 
     def stalls(self) -> tuple[list[tuple[str, Cite]], str | None]:
         """(reason, cite) pairs from the first naming that has any, and what they measure."""
-        for pattern, _section, measure in STALL_METRICS:
-            found = [(m.group(1), self.cite(name)) for name in sorted(self.raw)
-                     if (m := re.match(pattern, name))]
+        names = sorted(n for n in self.raw if n.startswith(STALL_PREFIX))
+        for pattern, measure in _STALL_PATTERNS:
+            found = [(m.group(1), self.cite(name)) for name in names
+                     if (m := pattern.match(name))]
             cited = [(reason, c) for reason, c in found if c]
             if cited:
                 return cited, measure
@@ -423,22 +430,27 @@ def without_data(steps: list[Step]) -> list[Step]:
 
 
 def explain_group(name: str, short_name: str | None, group: LaunchGroup, data: LaunchData,
+                  means: RawValues, sections: set[str], rules: list[NcuRule],
                   verdict: SolVerdict | None) -> KernelExplained:
+    """The five steps for one group of launches that behave alike, from its metrics' means
+    and the rule messages of its first launch."""
     launches = group.launch_ids
-    values = Values(mean_values([data.values.get(launch, {}) for launch in launches]),
-                    set().union(*(data.sections.get(launch, set()) for launch in launches)))
-    no_data = not any(carries_values(data.values.get(launch, {})) for launch in launches)
+    values = Values(means, sections)
+    no_data = not data.carries_values(launches)
     steps = explain_values(values, verdict)
     return KernelExplained(name, short_name, len(launches), values.get("duration"),
                            tuple(without_data(steps) if no_data else steps), no_data,
-                           () if no_data else tuple(data.rules.get(launches[0], [])),
+                           () if no_data else tuple(rules),
                            launch_config(data.values.get(launches[0], {})), group)
 
 
-def explain_kernel(name: str, short_name: str | None, launches: Sequence[Launch],
-                   data: LaunchData) -> list[KernelExplained]:
+Split = list[tuple[Group, SolVerdict | None]]
+Kernel = tuple[str, str | None, Sequence[Launch]]  # name, short name, launches
+
+
+def split_kernel(launches: Sequence[Launch], data: LaunchData) -> Split:
     """One kernel's launches, each classified on its own (launch configuration, ncu's
-    SOLBottleneck outcome), explained per group of launches that behave alike."""
+    SOLBottleneck outcome), in groups that behave alike, each with its outcome."""
     verdicts = {launch: sol_verdict(Values(data.values.get(launch, {}), set()),
                                     data.rules.get(launch, ())) for launch in launches}
 
@@ -447,10 +459,50 @@ def explain_kernel(name: str, short_name: str | None, launches: Sequence[Launch]
         return (launch_config(data.values.get(launch, {})),
                 verdict and (verdict.outcome, verdict.bound))
 
-    groups = split_by_behaviour(launches, behaviour)
-    return [explain_group(name, short_name,
-                          LaunchGroup(index, len(groups), len(launches), tuple(group)), data,
-                          verdicts[group[0]]) for index, group in enumerate(groups, 1)]
+    return [(tuple(group), verdicts[group[0]])
+            for group in split_by_behaviour(launches, behaviour)]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What explaining some kernels reads: each launch classified (a few metrics each), each
+    kernel's launches split by behaviour; `groups` those whose statistics it needs."""
+
+    kernels: Sequence[Kernel]
+    data: LaunchData
+    splits: list[Split]
+
+    @property
+    def groups(self) -> list[Group]:
+        return [group for split in self.splits for group, _verdict in split]
+
+
+def plan(tables: NcuTables, kernels: Sequence[Kernel]) -> Plan:
+    data = read_launches(tables, [launch for _n, _s, launches in kernels for launch in launches])
+    return Plan(kernels, data, [split_kernel(launches, data) for _n, _s, launches in kernels])
+
+
+def explain_planned(tables: NcuTables, planned: Plan, stats: GroupStats,
+                    index: Mapping[Group, int]) -> Iterator[KernelExplained]:
+    """Each planned group explained, a group at a time, from `stats` (where group g is
+    `index[g]`)."""
+    rules = rule_messages(tables.rows("rules", [group[0] for group in planned.groups], MESSAGES))
+    for (name, short_name, launches), split in zip(planned.kernels, planned.splits, strict=True):
+        for number, (group, verdict) in enumerate(split, 1):
+            yield explain_group(name, short_name,
+                                LaunchGroup(number, len(split), len(launches), group),
+                                planned.data, stats.raw(index[group]),
+                                stats.sections(index[group]), rules.get(group[0], []),
+                                verdict)
+
+
+def explain_kernels(tables: NcuTables, kernels: Sequence[Kernel]) -> Iterator[KernelExplained]:
+    """Each kernel's launches explained per group that behaves alike: the launches classified
+    first, then every group's statistics in one query where the metrics are stored."""
+    planned = plan(tables, kernels)
+    groups = planned.groups
+    return explain_planned(tables, planned, tables.stats(groups),
+                           {group: i for i, group in enumerate(groups)})
 
 
 def explain_run(run: RunData, kernel: str | None = None) -> ExplainResult:
@@ -469,9 +521,7 @@ def explain_run(run: RunData, kernel: str | None = None) -> ExplainResult:
         if not groups:
             raise TriageError(f"no kernel of run {run.id[:12]} matches --kernel {kernel!r}; "
                               f"`triage show {run.id[:12]}` lists its kernels")
-    data = read_launches(run)
-    kernels = [explained for group in groups
-               for explained in explain_kernel(group.name, group.short_name, group.launches,
-                                               data)]
+    kernels = explain_kernels(run.ncu, [(group.name, group.short_name, group.launches)
+                                               for group in groups])
     return ExplainResult(run.id, run.record.tool_version, run.record.gpu_name, tuple(kernels),
                          THRESHOLDS)

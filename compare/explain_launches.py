@@ -13,43 +13,43 @@ import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
-from triage.capture.ncu import measured_metric
 from triage.compare.explain_result import LaunchConfig, NcuRule
+from triage.compare.explain_sol import RULE_ID
 from triage.compare.explain_tables import METRICS
+from triage.compare.launch_stats import NcuTables, RawValues
 from triage.compare.matching import Launch
-from triage.compare.rundata import RunData
 
-RawValues = dict[str, tuple]  # metric name -> (value or text, unit)
+
+# What classifies a launch: its configuration and the inputs of ncu's SOLBottleneck rule.
+CLASSIFYING = tuple(n for key in ("grid_size", "block_size", "sm_pct", "mem_pct", "waves")
+                    for n in METRICS[key].names)
+MESSAGES = "message_type IN ('ok', 'optimization', 'warning')"  # an error is no message
+SOL_RULES = f"rule_id = '{RULE_ID}' AND {MESSAGES}"
 
 
 @dataclass(frozen=True)
 class LaunchData:
-    """Per launch (report index, kernel index): its metric values, the ids of the sections
-    collected for it and ncu's rule messages (ok ones too)."""
+    """Per launch (report index, kernel index): the metric values that classify it
+    (`CLASSIFYING`) and ncu's SOLBottleneck messages; the launches that carry metric values
+    (None: the run stored no metrics)."""
 
     values: dict[Launch, RawValues]
-    sections: dict[Launch, set[str]]
     rules: dict[Launch, list[NcuRule]]
+    with_data: set[Launch] | None
+
+    def carries_values(self, launches: Sequence[Launch]) -> bool:
+        """Whether any of these launches holds a value the profiler measured (`capture.ncu`'s
+        measure, the one the archive's notice and the diff's no_data use)."""
+        return bool(self.with_data and self.with_data.intersection(launches))
 
 
-def _rows(run: RunData, table: str, columns: list[str]) -> list[dict]:
-    data = run.table(table, columns)
-    return data.to_pylist() if data is not None else []
-
-
-def read_launches(run: RunData) -> LaunchData:
-    values: dict[Launch, RawValues] = {}
-    for row in _rows(run, "metrics", ["report_index", "kernel_index", "name", "unit", "value",
-                                      "text"]):
-        value = row["value"] if row["value"] is not None else row["text"]
-        values.setdefault((row["report_index"], row["kernel_index"]), {})[row["name"]] = \
-            (value, row["unit"])
-    sections: dict[Launch, set[str]] = {}
-    for row in _rows(run, "sections", ["report_index", "kernel_index", "section_id"]):
-        sections.setdefault((row["report_index"], row["kernel_index"]), set()).add(
-            row["section_id"])
-    return LaunchData(values, sections, rule_messages(_rows(run, "rules", [
-        "report_index", "kernel_index", "rule_id", "message_type", "title", "message"])))
+def read_launches(tables: NcuTables, launches: Sequence[Launch]) -> LaunchData:
+    """What classifies each launch, and which carry values (of the whole run, one scan); the
+    SOLBottleneck messages of these launches (the statistics of each group come from
+    `NcuTables.stats`)."""
+    values, with_data = tables.facts(CLASSIFYING) or ({}, None)
+    return LaunchData(values, rule_messages(tables.rows("rules", launches, SOL_RULES)),
+                      with_data)
 
 
 def rule_messages(rows: list[dict]) -> dict[Launch, list[NcuRule]]:
@@ -60,22 +60,6 @@ def rule_messages(rows: list[dict]) -> dict[Launch, list[NcuRule]]:
             rules.setdefault((row["report_index"], row["kernel_index"]), []).append(
                 NcuRule(row["rule_id"], row["message_type"], row["title"], row["message"]))
     return rules
-
-
-def carries_values(raw: RawValues) -> bool:
-    """Whether one launch's metrics hold any value the profiler measured (`capture.ncu`'s
-    measure, the one the archive's notice and the diff's no_data use)."""
-    return any(value is not None and measured_metric(name) for name, (value, _u) in raw.items())
-
-
-def mean_values(per_launch: list[RawValues]) -> RawValues:
-    """name -> (mean of the numeric values over launches, unit), or the first text."""
-    out: RawValues = {}
-    for name in {n for launch in per_launch for n in launch}:
-        found = [launch[name] for launch in per_launch if name in launch]
-        numbers = [v for v, _u in found if isinstance(v, (int, float))]
-        out[name] = (sum(numbers) / len(numbers) if numbers else found[0][0], found[0][1])
-    return out
 
 
 def _number(raw: RawValues, key: str) -> float | None:

@@ -270,22 +270,15 @@ def _nvtx_sample(run: RunData, text: str) -> Sample | None:
 
 def _metric_sample(run: RunData, name: str, pattern: re.Pattern[str] | None
                    ) -> tuple[Sample | None, str | None]:
-    """The metric's value over the launches of the matching kernels, and its unit."""
+    """The metric's value over the launches of the matching kernels, and its unit: its spread
+    and values in launch order computed where the metrics are stored."""
     launches = run.kernels
     if pattern is not None:
         launches = launches.filter(_matching(launches.column("name"), pattern.search))
-    wanted = set(zip(launches.column("report_index").to_pylist(),
-                     launches.column("kernel_index").to_pylist(), strict=True))
-    columns = ["report_index", "kernel_index", "name", "unit", "value"]
-    table = run.rows_for("metrics", [k for _r, k in wanted], columns)
-    table = table.filter(pc.fill_null(pc.equal(table.column("name"), name), False))
-    values, unit = [], None
-    for report, kernel, _name, found_unit, value in zip(
-            *(table.column(c).to_pylist() for c in columns), strict=True):
-        if (report, kernel) in wanted and value is not None:
-            values.append(value)
-            unit = unit or found_unit
-    return sample_of(values), unit
+    wanted = sorted(zip(launches.column("report_index").to_pylist(),
+                        launches.column("kernel_index").to_pylist(), strict=True))
+    stat = run.ncu.stats([wanted], [name], spread=True).of(0).get(name)
+    return (stat.sample(), stat.unit) if stat and stat.n else (None, None)
 
 
 def _bench_sample(run: RunData, name: str) -> tuple[Sample | None, str | None]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
 from triage.base.errors import UsageError
@@ -113,9 +114,11 @@ def dims(row: Mapping[str, Any], prefix: str) -> Dims | None:
         else None
 
 
+@lru_cache(maxsize=65536)
 def match_key(name: str) -> str:
     """A demangled name without the spaces around punctuation, for matching only (the real
-    name is what is shown)."""
+    name is what is shown). Cached: a run of thousands of launches repeats a few long
+    template names, each asked for per launch."""
     return _PUNCTUATION_SPACE.sub(r"\1", name.strip())
 
 

@@ -17,12 +17,14 @@ import re
 import statistics
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
+from weakref import WeakKeyDictionary
 
-from triage.capture.ncu import launches_with_values
 from triage.compare.aggregate import median_side, median_value
 from triage.compare.drift import NOT_COMPARABLE, drift_item, kernel_set_drift, no_data_drift
-from triage.compare.explain import duration_ns
+from triage.compare.explain import duration_ns, explain_planned, plan
 from triage.compare.explain_tables import METRICS
+from triage.compare.launch_stats import Group
 from triage.compare.matching import (LAUNCH_ORDER, PAIR, KernelGroup, Launch, Match,
                                      group_kernels, match_kernels, match_key)
 from triage.compare.result import (SECTION_ONLY_A, SECTION_ONLY_B, Conclusion, DiffOptions,
@@ -38,20 +40,10 @@ def kernel_rows(run: RunData) -> list[dict]:
     """The run's kernel rows, a missing duration read from the launch's metrics the way
     `triage explain` reads it (ncu 2019 reports record gpu__time_duration, without `.sum`, and
     their kernels table holds no duration)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     rows = run.kernels.to_pylist()  # with each launch's grid and block: pairing evidence
-    unknown = [r["kernel_index"] for r in rows if r["duration_ns"] is None]
-    if not unknown:
+    if all(r["duration_ns"] is not None for r in rows):
         return rows
-    columns = ["report_index", "kernel_index", "name", "unit", "value"]
-    table = run.rows_for("metrics", unknown, columns)
-    table = table.filter(pc.is_in(table["name"], value_set=pa.array(METRICS["duration"].names)))
-    raw: dict[Launch, dict] = {}
-    for report, kernel, name, unit, value in zip(*(table.column(c).to_pylist() for c in columns),
-                                                 strict=True):
-        raw.setdefault((report, kernel), {})[name] = (value, unit)
+    raw, _with_data = run.ncu.facts(METRICS["duration"].names) or ({}, set())
     for row in rows:
         if row["duration_ns"] is None:
             row["duration_ns"] = duration_ns(raw.get((row["report_index"], row["kernel_index"]),
@@ -59,45 +51,42 @@ def kernel_rows(run: RunData) -> list[dict]:
     return rows
 
 
-def launches_with_data(run: RunData, launches: set[Launch]) -> set[Launch] | None:
-    """Those of these launches whose results carry metric values (`capture.ncu`'s measure, the
-    one the archive's notice counts); None for a run that stored no metrics table."""
-    if not run.has("metrics"):
-        return None
-    columns = ["report_index", "kernel_index", "name", "value", "text"]
-    table = run.rows_for("metrics", [k for _r, k in launches], columns)
-    return launches & launches_with_values(table)
+_GROUPS: WeakKeyDictionary[RunData, list[KernelGroup]] = WeakKeyDictionary()
 
 
-def _mean(values: list[Value]) -> float | str | None:
-    numbers = [v for v in values if isinstance(v, (int, float))]
-    if numbers:
-        return statistics.fmean(numbers)
-    texts = [v for v in values if isinstance(v, str)]
-    return texts[0] if texts else None
+def kernel_groups(run: RunData) -> list[KernelGroup]:
+    """`group_kernels(kernel_rows(run))`, once per run: a diff asks for them from four places
+    (the summary, matching, the noise of each side), 0.1 s each at thousands of launches."""
+    if run not in _GROUPS:
+        _GROUPS[run] = group_kernels(kernel_rows(run))
+    return _GROUPS[run]
+
+
+def _by_launch(rows: list[dict]) -> dict[Launch, list[dict]]:
+    out: dict[Launch, list[dict]] = {}
+    for row in rows:
+        out.setdefault((row["report_index"], row["kernel_index"]), []).append(row)
+    return out
 
 
 class Side:
-    """One run's tables for the launches being compared, indexed by launch."""
+    """One run's tables for the kernels being compared, each kernel given as its compared
+    launches: per kernel each metric's statistics (one query where the metrics are stored),
+    the sections and rules of its first launch, and (when asked) explain's conclusion."""
 
-    def __init__(self, run: RunData, launches: set[Launch]) -> None:
-        indices = [k for _r, k in launches]
-        self.sections: dict[Launch, list[dict]] = {}
-        for row in run.rows_for("sections", indices).to_pylist():
-            key = (row["report_index"], row["kernel_index"])
-            if key in launches:
-                self.sections.setdefault(key, []).append(row)
-        self.values: dict[Launch, dict[str, tuple[Value, str | None]]] = {}
-        columns = ["report_index", "kernel_index", "name", "unit", "value", "text"]
-        table = run.rows_for("metrics", indices, columns)
-        for report, kernel, name, unit, value, text in zip(
-                *(table.column(c).to_pylist() for c in columns), strict=True):
-            if (report, kernel) in launches:
-                self.values.setdefault((report, kernel), {})[name] = (
-                    value if value is not None else text, unit)
-        self.rules: dict[Launch, list[dict]] = {}
-        for row in run.rows_for("rules", indices).to_pylist():
-            self.rules.setdefault((row["report_index"], row["kernel_index"]), []).append(row)
+    def __init__(self, run: RunData, kernels: Sequence[Group], conclude: bool = True) -> None:
+        """`conclude`: explain's conclusions will be asked for (their launches are classified
+        now, so that one query reads the statistics of the kernels and of their groups)."""
+        self.tables = run.ncu
+        self.kernels = list(dict.fromkeys(kernels))
+        self.plan = plan(self.tables, [("", None, group) for group in self.kernels]) \
+            if conclude else None
+        groups = self.kernels + (self.plan.groups if self.plan else [])
+        self.index = {group: index for index, group in enumerate(dict.fromkeys(groups))}
+        self.stats = self.tables.stats(list(self.index))
+        firsts = [group[0] for group in self.kernels]
+        self.sections = _by_launch(self.tables.rows("sections", firsts))
+        self.rules = _by_launch(self.tables.rows("rules", firsts))
 
     def section_layout(self, launch: Launch) -> list[tuple[str, str, Labels]]:
         """(section id, display name, {metric name: its label in the section}) in the report's
@@ -112,25 +101,28 @@ class Side:
                 entry[2].setdefault(row["metric_name"], row["metric_label"])
         return list(layout.values())
 
-    def metric(self, launches: list[Launch], name: str) -> tuple[Value, str | None]:
-        found = [self.values[l][name] for l in launches if name in self.values.get(l, {})]
-        if not found:
-            return None, None
-        return _mean([v for v, _u in found]), found[0][1]
+    def metric(self, launches: Sequence[Launch], name: str) -> tuple[Value, str | None]:
+        """The metric's mean over these launches (one kernel's, as given), and its unit."""
+        return self.stats.raw(self.index[tuple(launches)]).get(name, (None, None))
 
-    def conclusion(self, launches: list[Launch]) -> str | None:
-        """`triage explain`'s conclusion for these launches: explain's label where they behave
-        alike, else each group's label in launch order, joined by " / "."""
-        from triage.compare.explain import explain_kernel
-        from triage.compare.explain_launches import LaunchData, rule_messages
+    def conclusion(self, launches: Sequence[Launch]) -> str | None:
+        """`triage explain`'s conclusion for a kernel's launches: explain's label where they
+        behave alike, else each group's label in launch order, joined by " / "."""
+        return self._conclusions[tuple(launches)]
 
-        data = LaunchData(self.values, {launch: {row["section_id"] for row in rows}
-                                        for launch, rows in self.sections.items()},
-                          rule_messages([row for rows in self.rules.values() for row in rows]))
-        labels = [k.conclusion for k in explain_kernel("", None, launches, data)]
-        if len(set(labels)) == 1:
-            return labels[0]
-        return " / ".join(dict.fromkeys(label or "none" for label in labels))
+    @cached_property
+    def _conclusions(self) -> dict[Group, str | None]:
+        assert self.plan is not None, "a Side made with conclude=False"
+        explained = explain_planned(self.tables, self.plan, self.stats, self.index)
+        out: dict[Group, str | None] = {}
+        for group in self.kernels:
+            first = next(explained)
+            labels = [first.conclusion] + [next(explained).conclusion
+                                           for _ in range(first.group.of - 1 if first.group
+                                                          else 0)]
+            out[group] = labels[0] if len(set(labels)) == 1 else \
+                " / ".join(dict.fromkeys(label or "none" for label in labels))
+        return out
 
 
 @dataclass(frozen=True)
@@ -160,11 +152,15 @@ class SideRuns:
     """The runs of one side past the first, for the kernels shown: each run's launch groups by
     match key, its tables for the launches of those kernels."""
 
-    def __init__(self, runs: Sequence[RunData], names: Sequence[str]) -> None:
-        keys = {match_key(n) for n in names}
-        self.groups = [{match_key(g.name): g for g in group_kernels(kernel_rows(run))
-                        if match_key(g.name) in keys} for run in runs]
-        self.sides = [Side(run, {l for g in groups.values() for l in g.launches})
+    def __init__(self, runs: Sequence[RunData], counts: dict[str, int]) -> None:
+        """`counts`: each kernel shown by name, with the number of its launches compared (0:
+        a kernel of one side, whose metrics are not compared)."""
+        counts = {match_key(name): count for name, count in counts.items()}
+        self.groups = [{match_key(g.name): g for g in kernel_groups(run)
+                        if match_key(g.name) in counts} for run in runs]
+        self.sides = [Side(run, [tuple(group.launches[:counts[key]])
+                                 for key, group in groups.items() if counts[key]],
+                           conclude=False)
                       for run, groups in zip(runs, self.groups, strict=True)]
 
     def of(self, name: str) -> list[tuple[Side, KernelGroup]]:
@@ -376,19 +372,21 @@ def diff_ncu(runs_a: Sequence[RunData], runs_b: Sequence[RunData],
     first run, and a side of several runs has the median of its runs' numbers. The kernel-set
     drift is of every kernel, so that --kernel narrows what is shown, never the verdict."""
     run_a, run_b = runs_a[0], runs_b[0]
-    matches = match_kernels(group_kernels(kernel_rows(run_a)), group_kernels(kernel_rows(run_b)),
+    matches = match_kernels(kernel_groups(run_a), kernel_groups(run_b),
                             opts.pairs, opts.rename_pairing)
-    data_a = launches_with_data(run_a, {p[0] for m in matches for p in m.pairs()})
-    data_b = launches_with_data(run_b, {p[1] for m in matches for p in m.pairs()})
-    heads = [_kernel_head(m, _no_data(m, data_a, data_b)) for m in matches]
-    set_drift = kernel_set_drift(heads) + no_data_drift(heads)
-    shown = [(h, m) for h, m in zip(heads, matches, strict=True)
-             if opts.kernel_shown(*(g.name for g in (m.a, m.b) if g))]
-    side_a = Side(run_a, {p[0] for _h, m in shown for p in m.pairs()})
-    side_b = Side(run_b, {p[1] for _h, m in shown for p in m.pairs()})
-    rest = (SideRuns(runs_a[1:], [m.a.name for _h, m in shown if m.a]) if len(runs_a) > 1
-            else None,
-            SideRuns(runs_b[1:], [m.b.name for _h, m in shown if m.b]) if len(runs_b) > 1
-            else None)
-    kernels = [_kernel_entry(h, m, side_a, side_b, opts, rest) for h, m in shown]
+    shown = [m for m in matches if opts.kernel_shown(*(g.name for g in (m.a, m.b) if g))]
+    compared = [m for m in shown if m.pairs()]
+    # one side after the other: DuckDB uses every core for each already, and two at once
+    # hold two sides' hash tables (30-85 MB more at two million values a side)
+    side_a = Side(run_a, [tuple(p[0] for p in m.pairs()) for m in compared])
+    side_b = Side(run_b, [tuple(p[1] for p in m.pairs()) for m in compared])
+    data_a = run_a.ncu.with_data([p[0] for m in matches for p in m.pairs()])
+    data_b = run_b.ncu.with_data([p[1] for m in matches for p in m.pairs()])
+    heads = {id(m): _kernel_head(m, _no_data(m, data_a, data_b)) for m in matches}
+    set_drift = kernel_set_drift(list(heads.values())) + no_data_drift(list(heads.values()))
+    rest = (SideRuns(runs_a[1:], {m.a.name: len(m.pairs()) for m in shown if m.a})
+            if len(runs_a) > 1 else None,
+            SideRuns(runs_b[1:], {m.b.name: len(m.pairs()) for m in shown if m.b})
+            if len(runs_b) > 1 else None)
+    kernels = [_kernel_entry(heads[id(m)], m, side_a, side_b, opts, rest) for m in shown]
     return kernels, _section_drift(kernels) + set_drift

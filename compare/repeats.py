@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from triage.archive.lease import side_by_side
 from triage.archive.runs import resolve, side_parts
 from triage.archive.store import Store
-from triage.compare.matching import group_kernels, match_key
+from triage.compare.matching import match_key
 from triage.compare.noise import (LAUNCHES, MAX_SAMPLES, RUNS, Sample, Spread, compare,
                                   sample_of, thin_positions)
 from triage.compare.result import FailedTry, GpuChange, KernelDiff, NsysDiff, SummaryChange
@@ -140,10 +140,10 @@ def _kernel_key(key: Key) -> Key:
 def launch_kernels(run: RunData) -> dict[Key, Sample | None]:
     """Per kernel match key, the run's launch durations."""
     if run.tool == "ncu":
-        from triage.compare.ncu_diff import kernel_rows
+        from triage.compare.ncu_diff import kernel_groups
 
         return {(match_key(g.name),): sample_of(g.durations)
-                for g in group_kernels(kernel_rows(run))}
+                for g in kernel_groups(run)}
     return _grouped_samples(run.table("kernels", columns=["name", "duration_ns"],
                                       dictionary=("name",)), ("name",), "duration_ns",
                             _kernel_key)
@@ -163,9 +163,9 @@ def run_kernel_values(run: RunData) -> dict[Key, float]:
     launch (nsys: robust to a preempted launch), or for ncu its mean launch, the number an ncu
     diff shows per run (ncu replays each launch alone, with no other work to preempt it)."""
     if run.tool == "ncu":
-        from triage.compare.ncu_diff import kernel_rows
+        from triage.compare.ncu_diff import kernel_groups
 
-        return {(match_key(g.name),): mean for g in group_kernels(kernel_rows(run))
+        return {(match_key(g.name),): mean for g in kernel_groups(run)
                 if (mean := g.mean_ns) is not None}
     return _summary_medians(run, "kernel_summary", ("name",), _kernel_key)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,6 +14,9 @@ from triage.archive.store import Store
 from triage.archive.tables import conform
 from triage.base.errors import CorruptObject, TriageError
 from triage.schemas.tables import arrow_schema
+
+if TYPE_CHECKING:
+    from triage.compare.launch_stats import NcuTables
 
 
 class RunData:
@@ -62,6 +65,13 @@ class RunData:
             raise self._damaged(name, exc) from None
 
     @cached_property
+    def ncu(self) -> NcuTables:
+        """The run's ncu tables as DuckDB queries them (one connection per run)."""
+        from triage.compare.launch_stats import NcuTables
+
+        return NcuTables(self)
+
+    @cached_property
     def kernels(self) -> pa.Table:
         """Each launch: its indices, names, duration and launch configuration (grid, block)."""
         columns = ["report_index", "kernel_index", "name", "short_name", "duration_ns",
@@ -73,28 +83,3 @@ class RunData:
         stored = [c for c in columns if c in source.schema_arrow.names]
         table = self.table("kernels", columns=stored)
         return conform(table, pa.schema([schema.field(c) for c in columns]))
-
-    def rows_for(self, name: str, kernel_indices, columns=None) -> pa.Table:
-        """The row groups of a per-kernel table that can hold these kernels (by the row-group
-        statistics of kernel_index), so a 100,000-kernel run is not read whole for a few; in
-        today's columns, those added since the run was archived null."""
-        source = self.parquet(name)
-        if source is None:
-            return pa.table({})
-        schema = arrow_schema(name)
-        schema = pa.schema([schema.field(c) for c in columns]) if columns else schema
-        stored = [c for c in schema.names if c in source.schema_arrow.names]
-        wanted = sorted(set(kernel_indices))
-        groups = [i for i in range(source.num_row_groups) if _may_hold(source, i, wanted)]
-        table = source.read_row_groups(groups, columns=stored) if groups else \
-            source.schema_arrow.empty_table().select(stored)
-        return conform(table, schema)
-
-
-def _may_hold(source: pq.ParquetFile, group: int, wanted: list[int]) -> bool:
-    column = source.schema_arrow.get_field_index("kernel_index")
-    stats = source.metadata.row_group(group).column(column).statistics
-    if stats is None or not stats.has_min_max:
-        return True
-    first = bisect_left(wanted, stats.min)
-    return first < len(wanted) and wanted[first] <= stats.max

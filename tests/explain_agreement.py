@@ -188,9 +188,9 @@ def launch_bounds(report: str, run, result: dict) -> list[LaunchBound]:
     from triage.compare.explain_launches import read_launches
     from triage.compare.explain_sol import rule_verdict
 
-    data = read_launches(run)
     group_of = {tuple(launch): kernel for kernel in result["kernels"]
                 for launch in kernel["group"]["launch_ids"]}
+    data = read_launches(run.ncu, list(group_of))
     out = []
     for launch, rules in sorted(data.rules.items()):
         stored = stored_verdict((r.rule_id, r.title, r.message) for r in rules)

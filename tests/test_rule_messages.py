@@ -45,8 +45,10 @@ def test_ncus_failures_to_run_a_rule_are_kept_apart_from_what_rules_said(triage,
 
 
 def test_a_rule_that_could_not_run_shows_ncus_reason_not_ncu_reports_internals(failed_run):
-    rows = failed_run.rows_for("rules", [2]).to_pylist()
-    fired = _fired([r for r in rows if r["kernel_index"] == 2])
+    launches = [(r, k) for r, k in zip(failed_run.kernels["report_index"].to_pylist(),
+                                        failed_run.kernels["kernel_index"].to_pylist(),
+                                        strict=True) if k == 2]
+    fired = _fired(failed_run.ncu.rows("rules", launches))
     occupancy = fired[("Occupancy", "")]
     assert occupancy.message is None
     assert rule_failure(occupancy.error) == (
