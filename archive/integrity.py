@@ -279,7 +279,7 @@ def _classify(entry: Entry, fits: bool, referenced: set[str], findings: list[Fin
 
 
 FOLDERS = ("runs", "keys", "labels", "annotations", "index", "leases", "aliases",
-           "label-history", "remotes")
+           "label-history", "acceptances", "remotes")
 
 
 def _base_name(key: str) -> str:

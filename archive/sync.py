@@ -18,7 +18,8 @@ works between any two stores the Store can open. Per run, in this order:
 
 Then the dedup keys and catalog rows of the runs that arrived, then the labels: each label that
 points at a run sent carries its whole move history, merged into the destination's by
-Labels.add_moves (newest move wins, so two pushers lose neither move).
+Labels.add_moves (newest move wins, so two pushers lose neither move); and the acceptances of
+the runs sent (`triage accept`), write-once files added where the destination lacks them.
 
 A kill at any point leaves the destination as readers want it: whole runs, plus objects and temp
 files no manifest names yet (gc spares them while the push's lease is live). Running the push
@@ -142,6 +143,7 @@ def transfer(source: Store, dest: Store, chosen: Selection, direction: str, remo
                                 for r in runs if r.reindex])
         for name in chosen.labels:
             _carry_label(source, dest, name)
+        dest.acceptances.merge(a for a in source.acceptances.all() if a.run_id in manifests)
         pointers = dest.labels.all()
     return SyncResult.from_runs(direction, remote, runs,
                                 {name: pointers.get(name) for name in chosen.labels})

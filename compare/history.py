@@ -23,7 +23,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,6 +32,7 @@ from triage.archive.model import RunRecord
 from triage.archive.runs import resolve
 from triage.archive.store import Store
 from triage.compare import steps as step_method
+from triage.compare.accepted import capture_key
 from triage.compare.drift import CAUTION, INVALIDATES, UNKNOWN, VERDICT_OF, grade, workload
 from triage.compare.noise import LAUNCHES, Noise, Sample, Spread, compare, sample_of
 from triage.compare.repeats import array_sample, failed_tries, side_refs
@@ -173,26 +173,9 @@ class HistoryResult:
 # -- the series ----------------------------------------------------------------------------------
 
 
-def _moment(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
-
-
-def _seconds(text: str | None) -> tuple[bool, float]:
-    """A time as a sort key: unknown times last."""
-    moment = _moment(text)
-    return (moment is None, moment.timestamp() if moment else 0.0)
-
-
 def _capture_order(records: Sequence[RunRecord]) -> list[RunRecord]:
     """Created (else archived), then archived, then the selector's order (a stable sort)."""
-    return sorted(records, key=lambda r: (_seconds(r.created or r.archived),
-                                          _seconds(r.archived)))
+    return sorted(records, key=capture_key)
 
 
 def workload_runs(store: Store, ref: str) -> list[RunData]:
