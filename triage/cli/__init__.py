@@ -36,7 +36,7 @@ COMMANDS = {
     "migrate": ("upkeep", "migrate"),
     "export": ("share", "export_command"), "import": ("share", "import_command"),
     "remote": ("share", "remote"), "push": ("share", "push"), "pull": ("share", "pull"),
-    "demo": ("demo", "demo"),
+    "demo": ("demo", "demo"), "ci": ("ci", "ci"),
 }
 
 

@@ -1,0 +1,213 @@
+"""The CI kit (`triage ci run`, the action's and the GitLab template's one script), proved
+without the network: a real SeaweedFS remote (tests/s3server.py), real nsys captures of
+tests/programs/nvtx_steps.c, a fake GITHUB_* environment, and the GitHub API played by a real
+HTTP server on 127.0.0.1 that records each call. The JUnit file is checked against Jenkins'
+JUnit XSD, the action and the example workflows against their published JSON schemas
+(tests/data/README.md names the sources)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from triage.ci.forge import MARKER
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parent / "data"
+REPO = "acme/app"
+
+
+class GitHubStub(ThreadingHTTPServer):
+    """The issue-comment endpoints of GitHub's REST API, in memory; `calls` records them."""
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.calls: list[tuple[str, str, dict | None]] = []
+        self.comments: dict[int, dict] = {}
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: GitHubStub
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def _answer(self, doc, status: int = 200) -> None:
+        data = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> dict | None:
+        size = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(size)) if size else None
+
+    def _record(self) -> dict | None:
+        assert self.headers["Authorization"] == "Bearer test-token"
+        body = self._body()
+        self.server.calls.append((self.command, self.path, body))
+        return body
+
+    def do_GET(self):
+        self._record()
+        assert self.path.startswith(f"/repos/{REPO}/issues/7/comments?")
+        page = 1 if "page=1" in self.path else 2
+        self._answer(list(self.server.comments.values()) if page == 1 else [])
+
+    def do_POST(self):
+        body = self._record()
+        assert self.path == f"/repos/{REPO}/issues/7/comments"
+        number = len(self.server.comments) + 100
+        self.server.comments[number] = {"id": number, "body": body["body"]}
+        self._answer(self.server.comments[number], 201)
+
+    def do_PATCH(self):
+        body = self._record()
+        number = int(self.path.rsplit("/", 1)[-1])
+        assert self.path == f"/repos/{REPO}/issues/comments/{number}"
+        self.server.comments[number]["body"] = body["body"]
+        self._answer(self.server.comments[number])
+
+
+@pytest.fixture
+def github(tmp_path, monkeypatch):
+    """The stub API and a pull_request event for PR 7, as the runner's variables say."""
+    server = GitHubStub()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"pull_request": {"number": 7}}))
+    summary = tmp_path / "summary.md"
+    for name, value in {"GITHUB_ACTIONS": "true", "GITHUB_API_URL": server.url,
+                        "GITHUB_REPOSITORY": REPO, "GITHUB_TOKEN": "test-token",
+                        "GITHUB_ACTOR": "octocat", "GITHUB_STEP_SUMMARY": str(summary)}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("TEST_EVENT", str(event))
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.fixture
+def app(nvtx_program, tmp_path) -> Path:
+    """One workload whose forward step takes $FORWARD us (200 by default): the same program
+    and arguments whatever it is set to, as a slower commit of one application is."""
+    script = tmp_path / "app"
+    script.write_text(f"#!/bin/sh\nexec {nvtx_program} 40 ${{FORWARD:-200}} 400\n")
+    script.chmod(0o755)
+    return script
+
+
+def kit(triage, tmp_path, app, remote, *args, expect, pr=True, monkeypatch=None):
+    """One CI job: `triage ci run` in a fresh runner (a new local store each time)."""
+    import os
+
+    if pr:
+        os.environ["GITHUB_EVENT_PATH"] = os.environ["TEST_EVENT"]
+    else:
+        os.environ.pop("GITHUB_EVENT_PATH", None)
+    job = tmp_path / f"job{len(list(tmp_path.glob('job*')))}"
+    return triage("--store", job / "store", "ci", "run", "--capture",
+                  f"capture -- nsys profile --trace=nvtx --sample=none --cpuctxsw=none "
+                  f"-o {job}/rep --force-overwrite true {app}",
+                  "--remote", remote, "--max-slowdown", "10", "--out", job / "out", *args,
+                  expect=expect), job
+
+
+def test_the_kit_gates_comments_once_and_accepts(triage, s3_store, github, app, tmp_path,
+                                                 monkeypatch, nsys_exe):
+    import os
+
+    remote = s3_store
+    monkeypatch.delenv("TRIAGE_STORE")
+    # main's first job: no baseline yet; its run becomes the baseline (label main)
+    first, _ = kit(triage, tmp_path, app, remote, expect=0, pr=False)
+    assert "no baseline on the remote yet" in first.output and github.calls == []
+
+    # a pull request 20% slower in forward: exit 4, one comment created, JUnit failure
+    monkeypatch.setenv("FORWARD", "240")
+    slow, job = kit(triage, tmp_path, app, remote, expect=4)
+    assert "Gate failed: NVTX range forward" in slow.output
+    assert [c[0] for c in github.calls] == ["GET", "POST"]
+    (comment,) = github.comments.values()
+    assert comment["body"].startswith(MARKER) and "Gate failed" in comment["body"]
+    summary = Path(os.environ["GITHUB_STEP_SUMMARY"]).read_text()
+    assert "Gate failed" in summary
+    junit = (job / "out" / "triage-junit.xml").read_bytes()
+    _check_junit(junit, failed={"forward"})
+    assert (job / "out" / "triage-report.html").read_text().startswith("<!DOCTYPE html>")
+
+    # pushed again, the comment is updated in place (never a second one)
+    github.calls.clear()
+    kit(triage, tmp_path, app, remote, "--comment", "always", expect=4)
+    assert [c[0] for c in github.calls] == ["GET", "PATCH"] and len(github.comments) == 1
+
+    # the step is accepted: the next job judges against the accepted run and passes
+    mine = tmp_path / "mine"
+    triage("--store", mine, "pull", remote, "--label", "pr/7")
+    accepted = triage.json("--store", mine, "accept", "pr/7", "--reason", "exact GELU")
+    assert accepted["who"] == "octocat" and accepted["label"] == "pr/7"
+    triage("--store", mine, "push", remote, "--label", "pr/7")
+    github.calls.clear()
+    passed, job = kit(triage, tmp_path, app, remote, expect=0)
+    assert "accepted by octocat" in passed.output and "exact GELU" in passed.output
+    gate = json.loads((job / "out" / "triage-diff.json").read_text())["gate"]
+    assert gate["passed"] and gate["accepted"]["reason"] == "exact GELU"
+    assert [c[0] for c in github.calls] == ["GET", "PATCH"]
+    assert "exact GELU" in next(iter(github.comments.values()))["body"]
+    triage("verify", "--store", remote)
+
+
+def _check_junit(data: bytes, failed: set[str]) -> None:
+    """Valid against Jenkins' JUnit XSD, one testcase per judged time, failures named."""
+    import xml.etree.ElementTree as ET
+
+    import xmlschema
+
+    xmlschema.XMLSchema(DATA / "junit-10.xsd").validate(data.decode())
+    suite = ET.fromstring(data).find("testsuite")
+    assert suite is not None
+    cases = suite.findall("testcase")
+    assert int(suite.get("tests")) == len(cases) >= 3
+    failures = {c.get("name"): c.find("failure") for c in cases if c.find("failure") is not None}
+    assert set(failures) == failed and int(suite.get("failures")) == len(failed)
+    text = failures["forward"].text
+    assert "change: +" in text and "interval: [" in text and "threshold: 10%" in text
+
+
+@pytest.mark.parametrize("path, schema", [("action.yml", "github-actions.json"),
+                                          ("examples/github-workflow.yml",
+                                           "github-workflows.json"),
+                                          ("examples/gitlab-ci.yml", "gitlab-ci.json")])
+def test_the_action_and_examples_obey_their_schemas(path, schema):
+    import jsonschema
+    import yaml
+
+    document = yaml.safe_load((ROOT / path).read_text())
+    validator = jsonschema.Draft7Validator(json.loads((DATA / schema).read_text()))
+    assert [e.message for e in validator.iter_errors(document)] == []
+
+
+def test_the_schema_check_can_fail():
+    """A step with no `shell` in a composite action is refused: the check is not a no-op."""
+    import jsonschema
+    import yaml
+
+    action = yaml.safe_load((ROOT / "action.yml").read_text())
+    action["runs"]["steps"][0].pop("shell")
+    action["runs"]["using"] = "kompozit"
+    validator = jsonschema.Draft7Validator(json.loads((DATA / "github-actions.json").read_text()))
+    assert list(validator.iter_errors(action))
