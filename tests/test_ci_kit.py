@@ -123,7 +123,7 @@ def kit(triage, tmp_path, app, remote, *args, expect, pr=True, monkeypatch=None)
     return triage("--store", job / "store", "ci", "run", "--capture",
                   f"capture -- nsys profile --trace=nvtx --sample=none --cpuctxsw=none "
                   f"-o {job}/rep --force-overwrite true {app}",
-                  "--remote", remote, "--max-slowdown", "10", "--out", job / "out", *args,
+                  "--remote", remote, "--max-slowdown", "50", "--out", job / "out", *args,
                   expect=expect), job
 
 
@@ -137,8 +137,10 @@ def test_the_kit_gates_comments_once_and_accepts(triage, s3_store, github, app, 
     first, _ = kit(triage, tmp_path, app, remote, expect=0, pr=False)
     assert "no baseline on the remote yet" in first.output and github.calls == []
 
-    # a pull request 20% slower in forward: exit 4, one comment created, JUnit failure
-    monkeypatch.setenv("FORWARD", "240")
+    # a pull request 4x slower in forward: exit 4, one comment created, JUnit failures. The gate
+    # is 50%: preemption on a loaded machine moves a run's median launch far less (a 200 us
+    # step gone to 800 us fails; 800 us against 800 us passes), whatever the load
+    monkeypatch.setenv("FORWARD", "800")
     slow, job = kit(triage, tmp_path, app, remote, expect=4)
     assert "Gate failed: NVTX range forward" in slow.output
     assert [c[0] for c in github.calls] == ["GET", "POST"]
@@ -147,7 +149,7 @@ def test_the_kit_gates_comments_once_and_accepts(triage, s3_store, github, app, 
     summary = Path(os.environ["GITHUB_STEP_SUMMARY"]).read_text()
     assert "Gate failed" in summary
     junit = (job / "out" / "triage-junit.xml").read_bytes()
-    _check_junit(junit, failed={"forward"})
+    _check_junit(junit)
     assert (job / "out" / "triage-report.html").read_text().startswith("<!DOCTYPE html>")
 
     # pushed again, the comment is updated in place (never a second one)
@@ -171,7 +173,7 @@ def test_the_kit_gates_comments_once_and_accepts(triage, s3_store, github, app, 
     triage("verify", "--store", remote)
 
 
-def _check_junit(data: bytes, failed: set[str]) -> None:
+def _check_junit(data: bytes) -> None:
     """Valid against Jenkins' JUnit XSD, one testcase per judged time, failures named."""
     import xml.etree.ElementTree as ET
 
@@ -183,9 +185,10 @@ def _check_junit(data: bytes, failed: set[str]) -> None:
     cases = suite.findall("testcase")
     assert int(suite.get("tests")) == len(cases) >= 3
     failures = {c.get("name"): c.find("failure") for c in cases if c.find("failure") is not None}
-    assert set(failures) == failed and int(suite.get("failures")) == len(failed)
+    assert {"forward", "step"} <= set(failures) and "backward" not in failures
+    assert int(suite.get("failures")) == len(failures)
     text = failures["forward"].text
-    assert "change: +" in text and "interval: [" in text and "threshold: 10%" in text
+    assert "change: +" in text and "interval: [" in text and "threshold: 50%" in text
 
 
 @pytest.mark.parametrize("path, schema", [("action.yml", "github-actions.json"),
@@ -194,19 +197,27 @@ def _check_junit(data: bytes, failed: set[str]) -> None:
                                           ("examples/gitlab-ci.yml", "gitlab-ci.json")])
 def test_the_action_and_examples_obey_their_schemas(path, schema):
     import jsonschema
-    import yaml
 
-    document = yaml.safe_load((ROOT / path).read_text())
+    document = load_yaml(ROOT / path)
     validator = jsonschema.Draft7Validator(json.loads((DATA / schema).read_text()))
     assert [e.message for e in validator.iter_errors(document)] == []
+
+
+def load_yaml(path: Path) -> dict:
+    """A YAML file as GitHub reads it: YAML 1.1 reads the key `on` as True, GitHub as `on`."""
+    import yaml
+
+    document = yaml.safe_load(path.read_text())
+    if True in document:
+        document["on"] = document.pop(True)
+    return document
 
 
 def test_the_schema_check_can_fail():
     """A step with no `shell` in a composite action is refused: the check is not a no-op."""
     import jsonschema
-    import yaml
 
-    action = yaml.safe_load((ROOT / "action.yml").read_text())
+    action = load_yaml(ROOT / "action.yml")
     action["runs"]["steps"][0].pop("shell")
     action["runs"]["using"] = "kompozit"
     validator = jsonschema.Draft7Validator(json.loads((DATA / "github-actions.json").read_text()))
