@@ -582,13 +582,15 @@ def gate_lines(gate) -> list[str]:
     """The regression gate as the views open with it: one line per failed time, else one;
     after the accepted step it judged against, where there is one."""
     lines = _verdict_lines(gate)
-    return [*lines, accepted_line(gate.accepted)] if gate.accepted else lines
+    if gate.accepted is None:
+        return lines
+    return [*lines, f"Judged against the accepted step: {accepted_line(gate.accepted)}"]
 
 
 def accepted_line(accepted) -> str:
     """An accepted step (`triage accept`): which run, who, when, why."""
     by = f" by {printable(accepted.who)}" if accepted.who else ""
-    return (f"Judged against run {short_id(accepted.run_id)}, accepted{by} on "
+    return (f"run {short_id(accepted.run_id)} accepted{by} on "
             f"{accepted.time[:16].replace('T', ' ')} UTC: {printable(accepted.reason)}")
 
 
