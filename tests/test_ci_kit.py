@@ -222,3 +222,42 @@ def test_the_schema_check_can_fail():
     action["runs"]["using"] = "kompozit"
     validator = jsonschema.Draft7Validator(json.loads((DATA / "github-actions.json").read_text()))
     assert list(validator.iter_errors(action))
+
+
+def test_a_kill_in_the_middle_leaves_the_remote_whole(triage, s3_store, app, tmp_path,
+                                                      monkeypatch, nsys_exe):
+    """The kit killed (SIGKILL, its whole process group) as soon as the first file of its push
+    lands on the remote: the remote verifies clean, shows no half run, and the next job pushes
+    and passes. (Should the push outrun the watcher, the kill lands after it: the same checks
+    hold, they just see a finished push.)"""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from triage.archive.store import Store
+
+    monkeypatch.delenv("TRIAGE_STORE")
+    monkeypatch.delenv("GITHUB_EVENT_PATH", raising=False)
+    remote = Store.open(s3_store, create=True)
+    job = tmp_path / "killed"
+    command = [sys.executable, "-m", "triage", "--store", str(job / "store"), "ci", "run",
+               "--capture", f"capture -- nsys profile --trace=nvtx --sample=none "
+               f"--cpuctxsw=none -o {job}/rep --force-overwrite true {app}",
+               "--remote", s3_store, "--forge", "none", "--out", str(job / "out")]
+    kit_process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+    try:
+        while kit_process.poll() is None and not remote.files.files("objects"):
+            time.sleep(0.02)
+    finally:
+        if kit_process.poll() is None:
+            os.killpg(kit_process.pid, signal.SIGKILL)
+        kit_process.wait()
+    assert triage.json("verify", "--store", s3_store)["ok"]
+    listed = triage.json("ls", "--store", s3_store)
+    assert len(listed) <= 1  # the run is there whole, or not at all
+    again, _ = kit(triage, tmp_path, app, s3_store, expect=0, pr=False)
+    assert triage.json("verify", "--store", s3_store)["ok"]
+    assert len(triage.json("ls", "--store", s3_store)) == len(listed) + 1

@@ -38,7 +38,7 @@ FILES = {"md": "triage-report.md", "html": "triage-report.html", "json": "triage
 class CiSettings:
     """What the action's inputs (or the template's variables) say."""
 
-    capture: str  # a triage command line: `capture -- ./app`, `capture --repeat 5 -- ./app`
+    capture: str  # a triage command line: `capture -- nsys profile -o app ./app`
     remote: str  # the team's store: s3://bucket/prefix or a path
     baseline: str  # the label of the baseline (main's latest run)
     label: str  # the label of this job's run(s)
@@ -103,7 +103,8 @@ def _capture(settings: CiSettings, store_path: str | None) -> None:
     as a user runs it, its output in the job's log."""
     words = shlex.split(settings.capture)
     if not words:
-        raise UsageError("--capture is empty: give a triage command, e.g. 'capture -- ./app'")
+        raise UsageError("--capture is empty: give a triage command, e.g. 'capture -- nsys "
+                         "profile -o app ./app'")
     env = {**os.environ, **({"TRIAGE_STORE": store_path} if store_path else {})}
     done = subprocess.run([sys.executable, "-m", "triage", words[0], "--label", settings.label,
                            *words[1:]], env=env, check=False)

@@ -18,8 +18,8 @@ def ci() -> None:
 
 @ci.command("run")
 @click.option("--capture", "capture", required=True, metavar="'WORDS'",
-              help="The triage command that makes this job's run(s), e.g. "
-              "'capture --repeat 5 -- ./build/app'; --label is added.")
+              help="The triage command that makes this job's run(s), e.g. 'capture --repeat 5 "
+              "-- nsys profile --force-overwrite true -o app ./app'; --label is added.")
 @click.option("--remote", required=True, metavar="URL",
               help="The team's store (s3://bucket/prefix or a path): the baseline comes from "
               "it and the new runs go to it.")
