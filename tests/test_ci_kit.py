@@ -111,14 +111,20 @@ def app(nvtx_program, tmp_path) -> Path:
     return script
 
 
-def kit(triage, tmp_path, app, remote, *args, expect, pr=True, monkeypatch=None):
-    """One CI job: `triage ci run` in a fresh runner (a new local store each time)."""
+def kit(triage, tmp_path, app, remote, *args, expect, pr=True):
+    """One CI job: `triage ci run` in a fresh runner (a new local store each time), for pull
+    request 7 (`pr`) or for a push to main."""
     import os
 
-    if pr:
-        os.environ["GITHUB_EVENT_PATH"] = os.environ["TEST_EVENT"]
-    else:
-        os.environ.pop("GITHUB_EVENT_PATH", None)
+    with pytest.MonkeyPatch.context() as patch:
+        if pr:
+            patch.setenv("GITHUB_EVENT_PATH", os.environ["TEST_EVENT"])
+        else:
+            patch.delenv("GITHUB_EVENT_PATH", raising=False)
+        return _job(triage, tmp_path, app, remote, *args, expect=expect)
+
+
+def _job(triage, tmp_path, app, remote, *args, expect):
     job = tmp_path / f"job{len(list(tmp_path.glob('job*')))}"
     return triage("--store", job / "store", "ci", "run", "--capture",
                   f"capture -- nsys profile --trace=nvtx --sample=none --cpuctxsw=none "

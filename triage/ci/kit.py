@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from triage.archive.remotes import Remote, location
-from triage.archive.runs import resolve
 from triage.archive.store import Store
 from triage.archive.sync import pull, push
 from triage.base.errors import RunNotFound, TriageError, UsageError
@@ -51,7 +50,7 @@ class CiSettings:
 class CiResult:
     """What the job did; `diff` is None when the remote held no baseline yet."""
 
-    baseline: str | None
+    baseline: tuple[str, ...]  # its run ids; () when the remote held none
     diff: DiffResult | None
     comment: Posted
     pushed: tuple[str, ...]
@@ -64,13 +63,15 @@ def run_ci(settings: CiSettings, store_path: str | None, forge: Forge | None,
     if settings.comment not in MODES:
         raise UsageError(f"--comment {settings.comment!r}: use one of {', '.join(MODES)}")
     remote = Remote("ci", location(settings.remote))
-    baseline = _pull_baseline(store_path, remote, settings.baseline)
+    side, baseline = _pull_baseline(store_path, remote, settings.baseline)
     _capture(settings, store_path)
     store = Store.open(store_path)
     diff = None
-    if baseline is not None:
+    if baseline:
         opts = DiffOptions(max_slowdown_pct=settings.max_slowdown_pct)
-        diff = diff_runs(store, baseline, _head(settings.label, store), opts)
+        if settings.label == settings.baseline:  # a job on main moves the label: its ids
+            side = ",".join(baseline)
+        diff = diff_runs(store, side, _head(settings.label, store), opts)
     body = _write_reports(settings, diff)
     if summary:
         with open(summary, "a", encoding="utf-8") as out:
@@ -80,22 +81,26 @@ def run_ci(settings: CiSettings, store_path: str | None, forge: Forge | None,
     return CiResult(baseline, diff, posted, sent.runs_sent, warnings)
 
 
-def _pull_baseline(store_path: str | None, remote: Remote, label: str) -> str | None:
-    """The baseline's run id, pulled with the accepted runs of the remote; None when the remote
+def _pull_baseline(store_path: str | None, remote: Remote,
+                   label: str) -> tuple[str, tuple[str, ...]]:
+    """The baseline as a diff side names it (LABEL, or the series 'LABEL/*' a `--repeat` job
+    left) and its run ids, pulled with the accepted runs of the remote; ids () when the remote
     has no such label yet (the first run of a project: it becomes the baseline). The remote
-    store is made if need be: this job pushes into it anyway."""
+    store is made if need be: this job pushes into it."""
     from triage.archive.remotes import open_remote
 
     source = open_remote(remote, create=True)
-    try:
-        pull(store_path, remote, [], label)
-    except RunNotFound:
-        Store.open(store_path, create=True)
-        return None
-    accepted = sorted({a.run_id for a in source.acceptances.all()})
-    if accepted:
-        pull(store_path, remote, accepted, None)
-    return resolve(Store.open(store_path), label)
+    for glob in (label, f"{label}/*"):
+        try:
+            pulled = pull(store_path, remote, [], glob)
+        except RunNotFound:
+            continue
+        accepted = sorted({a.run_id for a in source.acceptances.all()})
+        if accepted:
+            pull(store_path, remote, accepted, None)
+        return glob, tuple(dict.fromkeys(run for run in pulled.labels.values() if run))
+    Store.open(store_path, create=True)
+    return label, ()
 
 
 def _capture(settings: CiSettings, store_path: str | None) -> None:

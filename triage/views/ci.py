@@ -10,8 +10,9 @@ def render_ci(result) -> str:
     if result.diff is None:
         lines.append("no baseline on the remote yet: this run becomes it")
     else:
-        lines.append(f"baseline {short_id(result.baseline)} -> run {short_id(result.diff.run_b.id)}"
-                     f": verdict {result.diff.verdict}")
+        ids = ",".join(short_id(run) for run in result.baseline)
+        lines.append(f"baseline {ids} -> run {short_id(result.diff.run_b.id)}: verdict "
+                     f"{result.diff.verdict}")
         lines += gate_lines(result.diff.gate) if result.diff.gate else []
     lines.append(f"comment: {result.comment.action}")
     lines.append(f"pushed {len(result.pushed)} run(s)")
