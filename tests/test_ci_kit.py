@@ -21,11 +21,13 @@ DATA = Path(__file__).resolve().parent / "data"
 REPO = "acme/app"
 
 
-class GitHubStub(ThreadingHTTPServer):
-    """The issue-comment endpoints of GitHub's REST API, in memory; `calls` records them."""
+class ForgeStub(ThreadingHTTPServer):
+    """A forge's comment endpoints, in memory: list and create at `thread`, update at
+    `comments`/ID (GitHub: PATCH, GitLab: PUT); `calls` records each call."""
 
-    def __init__(self):
+    def __init__(self, thread: str, comments: str, auth: tuple[str, str]):
         super().__init__(("127.0.0.1", 0), _Handler)
+        self.thread, self.comment_path, self.auth = thread, comments, auth
         self.calls: list[tuple[str, str, dict | None]] = []
         self.comments: dict[int, dict] = {}
 
@@ -33,9 +35,27 @@ class GitHubStub(ThreadingHTTPServer):
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
 
+    def serve(self):
+        """Serve from a thread; the context's end stops and closes it."""
+        import contextlib
+
+        thread = threading.Thread(target=self.serve_forever, daemon=True)
+        thread.start()
+
+        @contextlib.contextmanager
+        def running():
+            try:
+                yield self
+            finally:
+                self.shutdown()
+                self.server_close()
+                thread.join()
+
+        return running()
+
 
 class _Handler(BaseHTTPRequestHandler):
-    server: GitHubStub
+    server: ForgeStub
 
     def log_message(self, *args):  # quiet
         pass
@@ -48,25 +68,22 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _body(self) -> dict | None:
-        size = int(self.headers.get("Content-Length") or 0)
-        return json.loads(self.rfile.read(size)) if size else None
-
     def _record(self) -> dict | None:
-        assert self.headers["Authorization"] == "Bearer test-token"
-        body = self._body()
+        name, value = self.server.auth
+        assert self.headers[name] == value, self.headers
+        size = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(size)) if size else None
         self.server.calls.append((self.command, self.path, body))
         return body
 
     def do_GET(self):
         self._record()
-        assert self.path.startswith(f"/repos/{REPO}/issues/7/comments?")
-        page = 1 if "page=1" in self.path else 2
-        self._answer(list(self.server.comments.values()) if page == 1 else [])
+        assert self.path.startswith(f"/{self.server.thread}?")
+        self._answer(list(self.server.comments.values()) if "page=1" in self.path else [])
 
     def do_POST(self):
         body = self._record()
-        assert self.path == f"/repos/{REPO}/issues/7/comments"
+        assert self.path == f"/{self.server.thread}"
         number = len(self.server.comments) + 100
         self.server.comments[number] = {"id": number, "body": body["body"]}
         self._answer(self.server.comments[number], 201)
@@ -74,17 +91,18 @@ class _Handler(BaseHTTPRequestHandler):
     def do_PATCH(self):
         body = self._record()
         number = int(self.path.rsplit("/", 1)[-1])
-        assert self.path == f"/repos/{REPO}/issues/comments/{number}"
+        assert self.path == f"/{self.server.comment_path}/{number}"
         self.server.comments[number]["body"] = body["body"]
         self._answer(self.server.comments[number])
+
+    do_PUT = do_PATCH
 
 
 @pytest.fixture
 def github(tmp_path, monkeypatch):
     """The stub API and a pull_request event for PR 7, as the runner's variables say."""
-    server = GitHubStub()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = ForgeStub(f"repos/{REPO}/issues/7/comments", f"repos/{REPO}/issues/comments",
+                       ("Authorization", "Bearer test-token"))
     event = tmp_path / "event.json"
     event.write_text(json.dumps({"pull_request": {"number": 7}}))
     summary = tmp_path / "summary.md"
@@ -93,12 +111,8 @@ def github(tmp_path, monkeypatch):
                         "GITHUB_ACTOR": "octocat", "GITHUB_STEP_SUMMARY": str(summary)}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("TEST_EVENT", str(event))
-    try:
+    with server.serve():
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 @pytest.fixture
@@ -207,6 +221,31 @@ def test_the_action_and_examples_obey_their_schemas(path, schema):
     document = load_yaml(ROOT / path)
     validator = jsonschema.Draft7Validator(json.loads((DATA / schema).read_text()))
     assert [e.message for e in validator.iter_errors(document)] == []
+
+
+def test_gitlab_keeps_one_merge_request_note():
+    """The GitLab template's side: the MR notes API, created once, then updated with PUT."""
+    from triage.ci.forge import forge_of
+
+    thread = "projects/42/merge_requests/9/notes"
+    with ForgeStub(thread, thread, ("PRIVATE-TOKEN", "glpat-test")).serve() as server:
+        env = {"GITLAB_CI": "true", "CI_API_V4_URL": server.url, "CI_PROJECT_ID": "42",
+               "CI_MERGE_REQUEST_IID": "9", "TRIAGE_GITLAB_TOKEN": "glpat-test"}
+        forge = forge_of("auto", env)
+        assert forge is not None and forge.post("first").action == "created"
+        assert forge.post("second").action == "updated"
+        assert forge.post("third", update_only=True).action == "updated"
+    assert [c[0] for c in server.calls] == ["GET", "POST", "GET", "PUT", "GET", "PUT"]
+    (note,) = server.comments.values()
+    assert note["body"] == f"{MARKER}\nthird"
+
+
+def test_no_pull_request_no_comment():
+    """A push build (no pull_request in the event) posts nothing, and says so."""
+    from triage.ci.forge import forge_of
+
+    forge = forge_of("auto", {"GITHUB_ACTIONS": "true", "GITHUB_REPOSITORY": REPO})
+    assert forge is not None and forge.post("body").action == "skipped"
 
 
 def load_yaml(path: Path) -> dict:
