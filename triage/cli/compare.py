@@ -110,10 +110,10 @@ def diff(store, run_a, run_b, sections, kernel, metric, show_all, threshold, str
 
     Exit codes: 0 when the diff ran (and the gate, if asked, passed); with --strict, 3 when the
     verdict is invalid; with --strict=caution, 3 when it is caution or invalid; with
-    --max-slowdown PCT, 4 when a time is slower by more than PCT beyond noise, 5 when the gate
-    had nothing to judge: the diff holds only ncu durations, which the gate does not accept on
-    without --gate-ncu, or no time was measured in both runs (--strict is checked first; an
-    invalid verdict is not judged)."""
+    --max-slowdown PCT, 4 when a time is slower by more than PCT beyond noise, 5 when the diff
+    holds only ncu durations, which the gate does not accept on without --gate-ncu, or no time
+    was measured in both runs: nothing to judge (--strict is checked first; an invalid verdict
+    is not judged)."""
     from triage.compare.diff import diff_runs
     from triage.compare.gate import enforce
     from triage.compare.result import DiffOptions
