@@ -99,3 +99,28 @@ def test_the_gate_judges_against_the_accepted_run(triage, pair):
     assert "Judged against the accepted step" in after.stdout and "ann" in after.stdout
     gate = triage.json("diff", *pair, "--max-slowdown", "0")["gate"]
     assert gate["passed"] and gate["accepted"]["reason"] == "async copies are intended"
+
+
+def test_only_a_run_accepted_after_the_baseline_is_one(triage, pair, store_dir):
+    """An acceptance counts between A (exclusive) and B (inclusive), in capture order, for runs
+    of B's workload; one accepted at or before A, after B, or of another program, does not."""
+    from triage.archive.runs import load_record
+    from triage.archive.store import Store
+    from triage.compare.accepted import accepted_runs, capture_key, newest_between
+
+    other = triage.json("archive", corpus_file(NCU_A))[0]["id"]
+    triage("accept", other, "--reason", "another program", "--by", "ann")
+    store = Store.open(store_dir)
+    a, b = (load_record(store, run) for run in pair)
+    assert capture_key(a) < capture_key(b)
+    assert accepted_runs(store, b) == []  # the ncu run is not this workload
+    triage("accept", pair[0], "--reason", "old step", "--by", "ann")
+    (found,) = accepted_runs(store, b)
+    assert found.record.id == pair[0] and found.latest.reason == "old step"
+    assert newest_between([found], a, b) is None  # accepted at A itself: nothing new
+    triage("accept", pair[1], "--reason", "new step", "--by", "bob")
+    accepted = accepted_runs(store, b)
+    assert newest_between(accepted, a, b).latest.who == "bob"
+    newer = [x for x in accepted if x.record.id == pair[1]]
+    assert newest_between(newer, b, a) is None  # accepted after the run judged: not its base
+    assert newest_between(accepted, b, a).record.id == pair[0]  # an accepted run passes itself
