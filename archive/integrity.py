@@ -313,7 +313,7 @@ def _classify(entry: Entry, fits: bool, referenced: set[str], findings: list[Fin
 
 
 FOLDERS = ("runs", "keys", "labels", "annotations", "index", "leases", "aliases",
-           "label-history", "remotes", "notes", "arrivals")
+           "label-history", "acceptances", "remotes", "notes", "arrivals")
 
 
 def _base_name(key: str) -> str:

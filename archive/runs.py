@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from triage.archive import catalog, catalogview
-from triage.archive.labels import LabelMove, check_label, looks_like_run
+from triage.archive.acceptances import Acceptance
+from triage.archive.labels import LabelMove, check_label, is_label_name, looks_like_run
 from triage.archive.store import Store
 from triage.base.hashing import SHA256_RE
 from triage.base.errors import AmbiguousRun, LabelNotFound, RunNotFound, StoreError, UsageError
@@ -151,6 +152,17 @@ def point_label(store: Store, name: str, ref: str) -> LabelChange:
     check_label(name)
     run_id = resolve(store, ref)
     return LabelChange(name, run_id, store.labels.point(name, run_id, checked=True))
+
+
+def accept(store: Store, ref: str, reason: str, who: str) -> Acceptance:
+    """Record the run `ref` names as an intended step (`triage accept`); the label it was named
+    by is kept with it. A failed capture holds nothing to judge against, so it is refused."""
+    run_id = resolve(store, ref)
+    if store.runs.read_manifest(run_id).get("source") == "capture-failed":
+        raise UsageError(f"run {run_id[:12]} is a capture that produced no report; accept the "
+                         "run whose numbers are the new baseline")
+    label = ref if is_label_name(ref) and store.pointer(f"labels/{ref}") == run_id else None
+    return store.acceptances.add(run_id, reason, who, label)
 
 
 def label_moves(store: Store, name: str) -> list[LabelMove]:

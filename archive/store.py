@@ -14,6 +14,8 @@ Layout (all under the store root):
     labels/<name>           label -> run id; the only thing a user moves on purpose
     label-history/<name>/   one write-once file per move of a label (<time>_<writer>.move);
                             the newest by (time, writer) is where the label points
+    acceptances/<id>/       one write-once file per `triage accept` of the run
+                            (<time>_<writer>.accept): who, when, why
     aliases/<old id>        a format 1 run id -> its format 2 id (migrate.py), write-once
     index/*.parquet         catalog segments for fast `ls` and cross-run queries (derived)
     leases/*.json           one per write in progress (archive, import, label...), so gc spares
@@ -28,7 +30,8 @@ written only after every object it references.
 Each folder is kept by one part of `Store`, so that no class owns them all: objects/ by
 `store.objects` (objects.py), tables/ by `store.tables` (table_files.py), runs/, keys/ and
 aliases/ by `store.runs` (run_manifests.py), annotations/ by `store.annotations`
-(annotations.py), labels/ and label-history/ by `store.labels` (labels.py), remotes/ by
+(annotations.py), labels/ and label-history/ by `store.labels` (labels.py), acceptances/ by
+`store.acceptances` (acceptances.py), remotes/ by
 `store.remotes` (remote_config.py); index/ is the catalog's (catalog.py), leases/ lease.py's.
 This module opens a store and checks its marker and format.
 """
@@ -41,6 +44,7 @@ import os
 from pathlib import Path
 
 from triage.archive import atomic, lease
+from triage.archive.acceptances import Acceptances
 from triage.archive.annotations import Annotations
 from triage.archive.canonical import canonical_json
 from triage.archive.files import StoreFiles
@@ -128,8 +132,8 @@ def _read_only_mount(path: Path) -> bool:
 class Store:
     """A triage store: its files (a local directory or an S3 prefix, files.py) by key, and one
     part per thing it keeps: `objects`, `tables`, `runs` (manifests, dedup keys, aliases),
-    `annotations`, `labels` and `remotes`. The store itself is opened here, its marker and
-    format checked, and the small-file reads and writes every part shares made.
+    `annotations`, `labels`, `acceptances` and `remotes`. The store itself is opened here, its
+    marker and format checked, and the small-file reads and writes every part shares made.
 
     Every read, listing, write and removal goes through `files`, one implementation whatever
     the filesystem. `root` is the local directory of a local store (tests and tools that
@@ -142,6 +146,7 @@ class Store:
         self.runs = Runs(self)
         self.annotations = Annotations(self)
         self.labels = Labels(self)
+        self.acceptances = Acceptances(self)
         self.remotes = RemoteConfig(self)
 
     @property

@@ -22,7 +22,8 @@ Then the dedup keys and catalog rows of the runs that arrived, then the labels: 
 points at a run sent carries its whole move history, merged into the destination's by
 Labels.add_moves (newest move wins, so two pushers lose neither move; a move dated beyond
 labels.MAX_SKEW ahead of the destination's clock is refused, and said). Each label moved is said
-with where it pointed before.
+with where it pointed before. Then the acceptances of the runs sent (`triage accept`),
+write-once files added where the destination lacks them.
 
 A kill at any point leaves the destination as readers want it: whole runs, plus objects and temp
 files no manifest names yet (gc spares them while the push's lease is live). Running the push
@@ -160,6 +161,7 @@ def transfer(source: Store, dest: Store, chosen: Selection, direction: str, remo
                                                     dest.annotations.read(r.run_id))
                                 for r in runs if r.reindex])
         merges = [_carry_label(source, dest, name) for name in chosen.labels]
+        dest.acceptances.merge(a for a in source.acceptances.all() if a.run_id in manifests)
     return SyncResult.from_runs(direction, remote, runs, merges,
                                 source.files.retried + dest.files.retried)
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 
+from triage.archive.model import RunRecord
 from triage.archive.store import Store
 from triage.compare.aggregate import median_rows
 from triage.compare.accounts import accounts
@@ -21,7 +23,7 @@ from triage.compare.matching import match_key
 from triage.compare.ncu_diff import diff_ncu, kernel_groups
 from triage.compare.nsys_diff import (Row, diff_nsys, kernel_rows_of, nvtx_drift,
                                       summary_kernels)
-from triage.compare.result import (MIXED_TOOLS, SAME_RUN, DiffOptions, DiffResult, DriftItem,
+from triage.compare.result import (MIXED_TOOLS, SAME_RUN, DiffOptions, DiffResult, DriftItem, Gate,
                                    KernelDiff, NsysDiff)
 from triage.compare.gate import regression_gate
 from triage.compare.repeats import failed_tries, side_runs, with_noise
@@ -84,9 +86,12 @@ def _bench_pair(runs_a: Sequence[RunData], runs_b: Sequence[RunData]) -> BenchDi
 
 
 def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions | None = None,
-              files: tuple[str | None, str | None] = (None, None)) -> DiffResult:
+              files: tuple[str | None, str | None] = (None, None),
+              rebase: bool = True) -> DiffResult:
     """Compare two runs: verdict, drift, kernels (and nsys summaries for nsys pairs). `files`:
-    the report file name a side was given as, to name it by (the CLI found its run)."""
+    the report file name a side was given as, to name it by (the CLI found its run). With
+    `rebase`, the gate judges B against the newest run accepted between A and B, if any
+    (compare/accepted.py)."""
     opts = opts or DiffOptions()
     (runs_a, names_a), (runs_b, names_b) = side_runs(store, ref_a), side_runs(store, ref_b)
     run_a, run_b = runs_a[0], runs_b[0]  # each side's first run: drift and detail
@@ -126,9 +131,26 @@ def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions | None = N
     _check_filters(opts, run_a, run_b, kernels)
     kernels, nsys = with_noise(runs_a, runs_b, kernels, nsys)
     grade_ = verdict(items)
+    gate = regression_gate(grade_, kernels, nsys, opts, bench)
+    if gate is not None and rebase:
+        gate = _accepted_gate(store, [r.record for r in runs_a], runs_b[-1].record, ref_b,
+                              opts) or gate
     return DiffResult(run_a.record, run_b.record, grade_, tuple(items), tuple(kernels), nsys,
                       opts, sides=(tuple(r.id for r in runs_a), tuple(r.id for r in runs_b)),
-                      gate=regression_gate(grade_, kernels, nsys, opts, bench),
-                      refs=(ref_a, ref_b), files=files, side_names=(names_a, names_b),
+                      gate=gate, refs=(ref_a, ref_b), files=files, side_names=(names_a, names_b),
                       failed=(failed_tries(store, ref_a), failed_tries(store, ref_b)),
                       bench=bench, accounts=explained)
+
+
+def _accepted_gate(store: Store, side_a: list[RunRecord], newest_b: RunRecord, ref_b: str,
+                   opts: DiffOptions) -> Gate | None:
+    """The gate judged against the newest run accepted after A's runs and not after B's
+    (`triage accept`): an intended step is not failed again. None when there is none."""
+    from triage.compare.accepted import accepted_runs, capture_key, newest_between
+
+    newest_a = max(side_a, key=capture_key)
+    found = newest_between(accepted_runs(store, newest_b), newest_a, newest_b)
+    if found is None or found.record.id in {r.id for r in side_a}:
+        return None
+    gate = diff_runs(store, found.record.id, ref_b, opts, rebase=False).gate
+    return replace(gate, accepted=found.latest) if gate is not None else None

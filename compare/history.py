@@ -23,17 +23,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from triage.archive import catalog
+from triage.archive.acceptances import Acceptance
 from triage.archive.model import RunRecord
 from triage.archive.runs import resolve
 from triage.archive.store import Store
 from triage.compare import steps as step_method
+from triage.compare.accepted import accepted_runs, capture_key, newest_between
 from triage.compare.drift import CAUTION, INVALIDATES, UNKNOWN, VERDICT_OF, grade, workload
 from triage.compare.noise import LAUNCHES, Noise, Sample, Spread, compare, sample_of
 from triage.compare.repeats import array_sample, failed_tries, side_refs
@@ -133,12 +134,14 @@ class HistoryStep:
     end: int
     noise: Noise
     boundary: str | None
+    accepted: Acceptance | None = None  # `triage accept` of a run between at-1 and at
 
     def to_json(self) -> JsonDict:
         return {"at": self.at, "before": [self.start, self.at], "after": [self.at, self.end],
                 "change_pct": self.noise.change_pct, "ci_pct": list(self.noise.ci_pct or ()),
                 "confidence": self.noise.confidence, "boundary": self.boundary,
-                "noise": self.noise.to_json()}
+                "noise": self.noise.to_json(),
+                "accepted": self.accepted.to_json() if self.accepted else None}
 
 
 @dataclass(frozen=True)
@@ -174,26 +177,9 @@ class HistoryResult:
 # -- the series ----------------------------------------------------------------------------------
 
 
-def _moment(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
-
-
-def _seconds(text: str | None) -> tuple[bool, float]:
-    """A time as a sort key: unknown times last."""
-    moment = _moment(text)
-    return (moment is None, moment.timestamp() if moment else 0.0)
-
-
 def _capture_order(records: Sequence[RunRecord]) -> list[RunRecord]:
     """Created (else archived), then archived, then the selector's order (a stable sort)."""
-    return sorted(records, key=lambda r: (_seconds(r.created or r.archived),
-                                          _seconds(r.archived)))
+    return sorted(records, key=capture_key)
 
 
 def workload_runs(store: Store, ref: str) -> list[RunData]:
@@ -361,6 +347,17 @@ def _steps(points: Sequence[HistoryPoint], segments: Sequence[tuple[int, int]],
     return found
 
 
+def _with_acceptances(store: Store, points: Sequence[HistoryPoint],
+                      steps: list[HistoryStep]) -> list[HistoryStep]:
+    """Each step with the acceptance of a run of the series' workload captured after the run
+    before it and not after its first run (an intended step: `triage accept`)."""
+    accepted = accepted_runs(store, points[-1].run) if steps else []
+    if not accepted:
+        return steps
+    return [replace(s, accepted=found.latest) if s.at and (found := newest_between(
+        accepted, points[s.at - 1].run, points[s.at].run)) else s for s in steps]
+
+
 def history(store: Store, selector: str, measure: Measure, workload_of: bool = False,
             min_step_pct: float = step_method.MIN_STEP_PCT) -> HistoryResult:
     """The series SELECTOR names, each run's sample of `measure`, boundaries and steps."""
@@ -383,8 +380,9 @@ def history(store: Store, selector: str, measure: Measure, workload_of: bool = F
     if not any(p.spread for p in points):
         raise TriageError(f"no run of {selector!r} has {measure.describe()}; {_listing(measure)}")
     segments = _segments(points)
-    return HistoryResult(selector, measure, tuple(points), tuple(segments),
-                         tuple(_steps(points, segments, min_step_pct)), min_step_pct,
+    steps = _with_acceptances(store, points, _steps(points, segments, min_step_pct))
+    return HistoryResult(selector, measure, tuple(points), tuple(segments), tuple(steps),
+                         min_step_pct,
                          () if workload_of else failed_tries(store, selector))
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from triage.archive.acceptances import Acceptance
 from triage.archive.model import RunRecord
 from triage.compare.matching import PairEvidence
 from triage.compare.noise import Noise
@@ -461,7 +462,8 @@ class Gate:
     """The regression gate: what was checked and what failed; where it may judge nothing
     (`reason`: GATE_INVALID, GATE_NCU, GATE_NOTHING), `judged` is False and there are no checks.
     `guesses` are the kernels compared on a launch-order guess (A's name, B's name), never
-    judged until --pair confirms them."""
+    judged until --pair confirms them. `accepted`: the accepted run (`triage accept`) the
+    gate judged B against instead of A, an intended step between them."""
 
     max_slowdown_pct: float
     kernel: str | None
@@ -469,6 +471,7 @@ class Gate:
     checks: tuple[GateCheck, ...]
     reason: str | None = None
     guesses: tuple[tuple[str, str], ...] = ()
+    accepted: Acceptance | None = None
 
     @property
     def failed(self) -> tuple[GateCheck, ...]:
@@ -486,7 +489,8 @@ class Gate:
                 "checked": [c.to_json() for c in self.checks],
                 "failed": [c.to_json() for c in self.failed],
                 "unjudged": [{"kind": GATE_KERNEL, "name": a, "name_b": b,
-                              "reason": "pairing.guess"} for a, b in self.guesses]}
+                              "reason": "pairing.guess"} for a, b in self.guesses],
+                "accepted": self.accepted.to_json() if self.accepted else None}
 
 
 @dataclass(frozen=True)

@@ -241,7 +241,8 @@ def test_strict_first_and_an_invalid_verdict_is_not_judged(triage):
     assert "every change below is NOT COMPARABLE" in result.stdout
     gate = triage.json("diff", naive, other_gpu, "--max-slowdown", "0")["gate"]
     assert gate == {"max_slowdown_pct": 0.0, "kernel": None, "judged": False, "passed": False,
-                    "reason": "verdict.invalid", "checked": [], "failed": [], "unjudged": []}
+                    "reason": "verdict.invalid", "checked": [], "failed": [], "unjudged": [],
+                    "accepted": None}
     markdown = triage("diff", naive, other_gpu, "--max-slowdown", "0", "--format", "md").stdout
     assert "**Gate not judged" in markdown
     assert "gate" not in triage.json("diff", naive, other_gpu)  # only with --max-slowdown

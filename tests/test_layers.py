@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # floor -> the folder it lives in; a floor imports only floors listed before it
 FLOORS = {"base": "base", "schemas": "schemas", "templates": "templates", "capture": "capture",
           "archive": "archive", "compare": "compare", "demo": "triage/demo",
-          "views": "triage/views", "cli": "triage/cli"}
+          "views": "triage/views", "ci": "triage/ci", "cli": "triage/cli"}
 ORDER = list(FLOORS)
 # the same height: neither imports the other
 SIDE_BY_SIDE = {frozenset({"schemas", "templates"})}

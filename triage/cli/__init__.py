@@ -27,7 +27,7 @@ from triage.views import text as textview
 # command name -> the module of triage.cli that defines it, and its function there
 COMMANDS = {
     "archive": ("runs", "archive"), "ls": ("runs", "ls_command"), "show": ("runs", "show"),
-    "label": ("runs", "label"), "query": ("runs", "query"),
+    "label": ("runs", "label"), "query": ("runs", "query"), "accept": ("runs", "accept"),
     "capture": ("capture", "capture"), "rerun": ("capture", "rerun"),
     "env": ("capture", "env_command"), "bench": ("bench", "bench"),
     "diff": ("compare", "diff"), "report": ("compare", "report"), "top": ("compare", "top"),
@@ -36,7 +36,7 @@ COMMANDS = {
     "migrate": ("upkeep", "migrate"),
     "export": ("share", "export_command"), "import": ("share", "import_command"),
     "remote": ("share", "remote"), "push": ("share", "push"), "pull": ("share", "pull"),
-    "demo": ("demo", "demo"),
+    "demo": ("demo", "demo"), "ci": ("ci", "ci"),
 }
 
 

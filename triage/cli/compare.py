@@ -82,13 +82,17 @@ def diff_options(command):
 @click.option("--gate-ncu", is_flag=True,
               help="Let --max-slowdown judge ncu kernel durations all the same (they come from a "
               "replayed, clock-locked, cache-flushed execution: attribution, not acceptance).")
+@click.option("--junit", "junit", type=click.Path(dir_okay=False), metavar="FILE",
+              help="With --max-slowdown, also write the gate as JUnit XML to FILE (for CI test "
+              "reports): one testcase per judged time, failures with change, interval and "
+              "threshold.")
 @width_options
 @output_options("text", "json", "md", to_file=True,
                 hint="HTML review pages come from `triage report A B -o FILE.html`")
 @store_option
 @pass_store
 def diff(store, run_a, run_b, sections, kernel, metric, show_all, threshold, strict, raw_names,
-         pairs, rename_pairing, limit, max_slowdown, gate_ncu, width, out):
+         pairs, rename_pairing, limit, max_slowdown, gate_ncu, junit, width, out):
     """Compare two runs: the drift verdict first (comparable / caution / invalid), then kernels,
     section by section, and for nsys runs the kernel ranking, NVTX, memory ops and GPU idle time.
     ncu metrics go by the labels their sections show (Duration; --raw-names: by raw name); a
@@ -103,21 +107,31 @@ def diff(store, run_a, run_b, sections, kernel, metric, show_all, threshold, str
     order, a guess shown with its evidence and never judged by the gate (not made where their
     grid, block or duration differ over 100x). --pair A=B pairs by hand, confirmed.
 
-    Exit codes: 0 when the diff ran; with --strict, 3 when the verdict is invalid; with
-    --strict=caution, 3 when it is caution or invalid; with --max-slowdown PCT, 4 when a time
-    is slower by more than PCT beyond noise, 5 when the diff holds only ncu durations, which
-    the gate does not accept on without --gate-ncu (--strict is checked first; an invalid
-    verdict is not judged)."""
+    A run accepted with `triage accept` between A and B (same workload) is the baseline the
+    gate judges B against instead, and the output names the acceptance.
+
+    Exit codes: 0 when the diff ran (and the gate, if asked, passed); with --strict, 3 when the
+    verdict is invalid; with --strict=caution, 3 when it is caution or invalid; with
+    --max-slowdown PCT, 4 when a time is slower by more than PCT beyond noise, 5 when the diff
+    holds only ncu durations, which the gate does not accept on without --gate-ncu, or no time
+    was measured in both runs: nothing to judge (--strict is checked first; an invalid verdict
+    is not judged)."""
     from triage.compare.diff import diff_runs
     from triage.compare.gate import enforce
     from triage.compare.result import DiffOptions
 
+    if junit and max_slowdown is None:
+        raise UsageError("--junit writes the gate's verdicts: give --max-slowdown PCT too")
     opts = DiffOptions(sections=tuple(sections), kernel=kernel, metric=metric,
                        show_all=show_all, threshold_pct=threshold, max_slowdown_pct=max_slowdown,
                        gate_ncu=gate_ncu, pairs=pairs, rename_pairing=rename_pairing)
     (run_a, run_b), files = runs_and_files(store, [run_a, run_b], sides=True)
     result = diff_runs(store.open(), run_a, run_b, opts, files=(files[0], files[1]))
     out.write(_rendered_diff(result, out, limit, raw_names, width))
+    if junit:
+        from triage.views.junit import render_junit
+
+        Output("xml", junit).write_bytes(render_junit(result))
     enforce(result.verdict, result.gate, strict)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 import click
@@ -123,6 +124,36 @@ def show(store, run, patch, output, out):
     from triage.views.show import render_show
 
     out.write(textview.to_json(record.as_json()) if out.json else render_show(record))
+
+
+@click.command()
+@click.argument("run")
+@click.option("--reason", required=True, help="Why the change is intended (kept with it).")
+@click.option("--by", "who", envvar="TRIAGE_USER",
+              help="Who accepts it (default: $TRIAGE_USER, else $GITHUB_ACTOR or "
+              "$GITLAB_USER_LOGIN in CI, else user@host).")
+@output_options("text", "json")
+@store_option
+@pass_store
+def accept(store, run, reason, who, out):
+    """Accept RUN (or the run LABEL points at) as an intended step: from it on, the gate
+    (`diff --max-slowdown`) judges later runs of its workload against it instead of the runs
+    before it, and `history` shows the acceptance (who, when, why) at its step. Kept as a
+    write-once entry beside the run, never changing labels; `push` and `pull` carry it."""
+    from triage.archive import runs
+    from triage.views.runs import acceptance_line
+
+    found = runs.accept(store.open(), run, reason, who or _who())
+    out.show(found, acceptance_line)
+
+
+def _who() -> str:
+    """The person or CI job accepting: the CI's actor where there is one, else user@host."""
+    import getpass
+    import socket
+
+    actor = os.environ.get("GITHUB_ACTOR") or os.environ.get("GITLAB_USER_LOGIN")
+    return actor or f"{getpass.getuser()}@{socket.gethostname()}"
 
 
 @click.command()

@@ -5,9 +5,9 @@ HistoryResult (compare/history.py), whose `to_json()` is `history --json`."""
 from __future__ import annotations
 
 from triage.compare.history import HistoryPoint, HistoryResult, HistoryStep
-from triage.views.text import (Layout, drift_change, fmt_interval, fmt_noise, fmt_ns, fmt_pct,
-                               fmt_value, failed_tries_words, printable, short_id, table, to_json,
-                               value_text)
+from triage.views.text import (Layout, accepted_line, drift_change, fmt_interval, fmt_noise,
+                               fmt_ns, fmt_pct, fmt_value, failed_tries_words, printable,
+                               short_id, table, to_json, value_text)
 
 METHOD_TEXT = ("Pettitt change-point test by binary segmentation (permutation p <= 5%), each step "
                "confirmed by the Hodges-Lehmann shift between the levels with its 95% interval "
@@ -68,6 +68,8 @@ def step_text(result: HistoryResult, step: HistoryStep) -> str:
             f"{len([p for p in after if p.spread])} from it on)")
     if step.boundary:
         line += f"; at a {step.boundary} boundary: {boundary_text(point).split(': ', 1)[1]}"
+    if step.accepted:
+        line += f"; intended: {accepted_line(step.accepted)}"
     return line
 
 

@@ -81,6 +81,14 @@ def label_moved(name: str, run_id: str, was: str | None) -> str:
         f" (was {label_target(was)})" if was not in (None, run_id) else "")
 
 
+def acceptance_line(accepted) -> str:
+    """`triage accept`: which run was accepted, by whom, and why."""
+    named = f"{textview.printable(accepted.label)} -> " if accepted.label else ""
+    return (f"accepted {named}{textview.short_id(accepted.run_id)} by "
+            f"{textview.printable(accepted.who)} at {accepted.time}: "
+            f"{textview.printable(accepted.reason)}")
+
+
 def label_history(moves: list) -> str:
     """`triage label --history NAME`: when, by which writer, to which run (newest last)."""
     return "\n".join(f"{m.time}  {m.writer}  " + (label_target(m.run_id) if m.run_id else "deleted")

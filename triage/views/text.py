@@ -622,7 +622,22 @@ NCU_CAVEAT = ("ncu durations are attribution, not acceptance: they come from a r
 
 
 def gate_lines(gate) -> list[str]:
-    """The regression gate as the views open with it: one line per failed time, else one."""
+    """The regression gate as the views open with it: one line per failed time, else one;
+    after the accepted step it judged against, where there is one."""
+    lines = _verdict_lines(gate)
+    if gate.accepted is None:
+        return lines
+    return [*lines, f"Judged against the accepted step: {accepted_line(gate.accepted)}"]
+
+
+def accepted_line(accepted) -> str:
+    """An accepted step (`triage accept`): which run, who, when, why."""
+    by = f" by {printable(accepted.who)}" if accepted.who else ""
+    return (f"run {short_id(accepted.run_id)} accepted{by} on "
+            f"{accepted.time[:16].replace('T', ' ')} UTC: {printable(accepted.reason)}")
+
+
+def _verdict_lines(gate) -> list[str]:
     from triage.compare.result import GATE_NCU, GATE_NOTHING  # --help need not load it
 
     limit = f"{gate.max_slowdown_pct:g}%"
@@ -641,13 +656,21 @@ def gate_lines(gate) -> list[str]:
         return [f"Gate passed: {len(gate.checks)} time(s) checked, none slower than {limit} "
                 "beyond noise", *lines]
     for check in gate.failed:
-        what = f"{GATE_KINDS.get(check.kind, check.kind)} {truncate(check.name, 40)}"
-        if check.significance == "unknown":
-            measured = f"{fmt_pct(check.change_pct)} (noise unknown, by % alone)"
-        else:
-            measured = f"{fmt_pct(check.change_pct)} {fmt_interval(check.ci_pct)}"
-        lines.insert(len(lines) - bool(gate.guesses), f"Gate failed: {what} {measured} > {limit}")
+        lines.insert(len(lines) - bool(gate.guesses),
+                     f"Gate failed: {check_words(check, limit, 40)}")
     return lines
+
+
+def check_words(check, limit: str, width: int | None = None) -> str:
+    """One judged time: what, its change and interval, against the gate's threshold."""
+    what = f"{GATE_KINDS.get(check.kind, check.kind)} {truncate(check.name, width)}"
+    if check.significance == "unknown":
+        measured = f"{fmt_pct(check.change_pct)} (noise unknown, by % alone)"
+    else:
+        measured = f"{fmt_pct(check.change_pct)} {fmt_interval(check.ci_pct)}"
+    if check.failed:
+        return f"{what} {measured} > {limit}"
+    return f"{what} {measured} {SIGNIFICANCE_WORDS[check.significance]}, gate {limit}"
 
 
 def _guesses_line(gate) -> str:
