@@ -571,7 +571,8 @@ def rule_failure(error: str) -> str:
     return f"could not run: {reason}"
 
 
-GATE_KINDS = {"bench": "bench", "kernel": "kernel", "nvtx": "NVTX range", "gpu_total": "total"}
+# What a judged time is, before its name ("total GPU time" names itself).
+GATE_KINDS = {"bench": "bench", "kernel": "kernel", "nvtx": "NVTX range", "gpu_total": ""}
 SIGNIFICANCE_WORDS = {"significant": "significant", "within_noise": "within noise",
                       "unknown": "noise unknown"}
 
@@ -663,7 +664,7 @@ def _verdict_lines(gate) -> list[str]:
 
 def check_words(check, limit: str, width: int | None = None) -> str:
     """One judged time: what, its change and interval, against the gate's threshold."""
-    what = f"{GATE_KINDS.get(check.kind, check.kind)} {truncate(check.name, width)}"
+    what = f"{GATE_KINDS.get(check.kind, check.kind)} {truncate(check.name, width)}".lstrip()
     if check.significance == "unknown":
         measured = f"{fmt_pct(check.change_pct)} (noise unknown, by % alone)"
     else:
