@@ -18,6 +18,7 @@ from typing import Any
 from triage.archive.model import RunRecord
 from triage.compare.matching import PairEvidence
 from triage.compare.noise import Noise
+from triage.compare.renames import MetricRename
 from triage.base.errors import UsageError
 
 # 2: one kernel shape on every path; drift items carry codes and whole names; no nsys.kernels.
@@ -176,6 +177,7 @@ def total_change(a: KernelSide | None, b: KernelSide | None) -> float | None:
 class MetricDiff:
     """One ncu metric of a section on both sides; `status` is changed, unchanged, only_a,
     only_b or no_data (no value on a side whose kernel carries no data, or on neither side);
+    `renamed` where the two sides name it differently (a profiler release renamed it);
     `unit_b` is set only where B's unit differs from A's. `name` is the raw metric name
     (gpu__time_duration.sum), `label` what the section calls it (Duration; A's, else B's),
     None where neither report gives one: views show it first and fall back to the name."""
@@ -189,11 +191,14 @@ class MetricDiff:
     status: str
     unit_b: str | None = None
     label: str | None = None
+    renamed: MetricRename | None = None  # A's `name` is B's `renamed.name_b` (the metric map)
 
     def to_json(self) -> JsonDict:
         out = {"name": self.name, "label": self.label, "unit": self.unit, "a": self.a,
                "b": self.b, "delta": self.delta, "delta_pct": self.delta_pct,
                "status": self.status}
+        if self.renamed:
+            out["renamed"] = self.renamed.to_json()
         return {**out, "unit_b": self.unit_b} if self.unit_b else out
 
 

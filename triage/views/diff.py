@@ -10,8 +10,8 @@ from triage.compare.result import (NO_SIDE, DiffResult, DriftItem, KernelDiff, K
                                    MetricDiff, NsysDiff, SummaryChange)
 from triage.compare.noise import Noise
 from triage.views.text import (drift_change, drift_entries, drift_why, fmt_ns, fmt_pct, fmt_value,
-                             kernel_notes, metric_title, one_side_text, output_width, short_id,
-                             truncate, field_with_default, side_text)
+                             kernel_notes, metric_title, one_side_text, output_width,
+                             rename_text, short_id, truncate, field_with_default, side_text)
 from triage.views.text import (NCU_CAVEAT, aggregate_words, failed_tries_words, fmt_noise,
                                fmt_spread, gate_lines,
                                rule_failure, rule_heading, side_runs_title)
@@ -175,7 +175,11 @@ def _section_lines(kernel: KernelDiff, width: int, raw_names: bool) -> list[str]
         state = "" if section.comparable else f"  NOT COMPARABLE: {section.why}"
         unchanged = f"  ({section.unchanged} unchanged)" if section.unchanged else ""
         lines.append(truncate(f"    [{section.section}]{unchanged}{state}", width))
-        lines += [_metric_line(m, raw_names) for m in section.metrics]
+        for metric in section.metrics:
+            lines.append(_metric_line(metric, raw_names))
+            renamed = rename_text(metric)
+            if renamed:
+                lines.append(truncate(f"        paired across a rename: {renamed}", width))
     for side, rules in (("A", kernel.rules.only_a), ("B", kernel.rules.only_b)):
         for rule in rules:
             failed = f" ({rule_failure(rule.error)})" if rule.error else ""

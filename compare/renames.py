@@ -1,0 +1,157 @@
+"""Names that moved between profiler releases, paired again: ncu metrics and library kernels.
+
+One step of its own, before any aggregation: the diff asks `section_renames` which of a
+section's metrics shown on one side only are one metric renamed (`compare/data/metric_map.json`,
+built from ncu's own section definitions by `metric_map_build`; only confirmed entries pair, and
+only within their section), and `kernel_family` which kernel names a library renamed
+(`compare/data/kernel_renames.json`: NCCL's `ncclKernel_*` -> `ncclDevKernel_*` first). The rest
+of the comparison then treats a pair as one metric, or one kernel, with the rename as evidence.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from triage.base.errors import TriageError
+
+DATA = Path(__file__).resolve().parent / "data"
+MAP_FILE = DATA / "metric_map.json"
+KERNEL_RULES_FILE = DATA / "kernel_renames.json"
+MAP_VERSION = 1
+CONFIRMED = "confirmed"
+
+
+@dataclass(frozen=True)
+class MetricRename:
+    """Two names of one metric, paired by a confirmed map entry: A's name, B's, the label and
+    section ncu shows them under, how the entry was confirmed (unit or range), and the runs'
+    profiler versions (None where a run recorded none)."""
+
+    name_a: str
+    name_b: str
+    section: str
+    label: str
+    confirmed_by: str
+    versions: tuple[str | None, str | None] = (None, None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"a": self.name_a, "b": self.name_b, "section": self.section,
+                "label": self.label, "confirmed_by": self.confirmed_by,
+                "versions": list(self.versions)}
+
+
+@dataclass(frozen=True)
+class MapEntry:
+    """One map entry: two names of a section's label, and whether values confirmed them."""
+
+    section: str
+    label: str
+    names: tuple[str, str]
+    versions: tuple[tuple[str, ...], tuple[str, ...]]
+    status: str
+    confirmed_by: str | None
+    why: str
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> MapEntry:
+        a, b = raw["a"], raw["b"]
+        return cls(raw["section"], raw["label"], (a["name"], b["name"]),
+                   (tuple(a["versions"]), tuple(b["versions"])), raw["status"],
+                   raw.get("confirmed_by"), raw["why"])
+
+
+@dataclass(frozen=True)
+class MetricMap:
+    """The map's entries, and its confirmed pairs by (section, name)."""
+
+    entries: tuple[MapEntry, ...]
+
+    @property
+    def pairs(self) -> dict[tuple[str, str], list[MapEntry]]:
+        return _pairs(self)
+
+    def section_renames(self, section: str, only_a: Sequence[str], only_b: Sequence[str],
+                        versions: tuple[str | None, str | None] = (None, None)
+                        ) -> dict[str, MetricRename]:
+        """A's name -> the rename, for each metric a section shows on one side only whose
+        other name the other side shows; each name is paired once, in A's order."""
+        left_b = set(only_b)
+        found: dict[str, MetricRename] = {}
+        for name in only_a:
+            for entry in self.pairs.get((section, name), []):
+                other = entry.names[1] if entry.names[0] == name else entry.names[0]
+                if other in left_b:
+                    left_b.discard(other)
+                    found[name] = MetricRename(name, other, section, entry.label,
+                                               entry.confirmed_by or "", versions)
+                    break
+        return found
+
+
+@cache
+def _pairs(metric_map: MetricMap) -> dict[tuple[str, str], list[MapEntry]]:
+    out: dict[tuple[str, str], list[MapEntry]] = {}
+    for entry in metric_map.entries:
+        if entry.status == CONFIRMED:
+            for name in entry.names:
+                out.setdefault((entry.section, name), []).append(entry)
+    return out
+
+
+def _load(path: Path, what: str) -> dict[str, Any]:
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise TriageError(f"{path}: the {what} cannot be read ({exc}); reinstall triage") \
+            from None
+    if document.get("version") != MAP_VERSION:
+        raise TriageError(f"{path}: {what} version {document.get('version')} is not "
+                          f"{MAP_VERSION}; reinstall triage")
+    return document
+
+
+@cache
+def metric_map(path: Path = MAP_FILE) -> MetricMap:
+    """The installed metric map."""
+    document = _load(path, "metric map")
+    return MetricMap(tuple(MapEntry.from_json(e) for e in document["entries"]))
+
+
+@dataclass(frozen=True)
+class KernelRule:
+    """A library's renamed kernel family: names matching `pattern` are the names matching
+    `pattern` after `replace`, e.g. NCCL's ncclKernel_AllReduce_RING_LL_Sum_float, which
+    NCCL 2.19 named ncclDevKernel_AllReduce_RING_LL_Sum_float."""
+
+    library: str
+    old: str
+    new: str
+    evidence: str
+
+    def renamed(self, name: str) -> str | None:
+        """The name in the family's newer spelling; None where the rule does not apply."""
+        new = re.sub(self.old, self.new, name, count=1)
+        return new if new != name else None
+
+
+@cache
+def kernel_rules(path: Path = KERNEL_RULES_FILE) -> tuple[KernelRule, ...]:
+    document = _load(path, "kernel rename rules")
+    return tuple(KernelRule(r["library"], r["old"], r["new"], r["evidence"])
+                 for r in document["rules"])
+
+
+def kernel_family(name: str) -> tuple[str, KernelRule] | None:
+    """A kernel name in its library's newer spelling, and the rule; None where no rule
+    applies (the name is already the newer one, or no library renamed it)."""
+    for rule in kernel_rules():
+        new = rule.renamed(name)
+        if new is not None:
+            return new, rule
+    return None
