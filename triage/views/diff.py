@@ -178,8 +178,10 @@ def _section_lines(kernel: KernelDiff, width: int, raw_names: bool) -> list[str]
         for metric in section.metrics:
             lines.append(_metric_line(metric, raw_names))
             renamed = rename_text(metric)
-            if renamed:
-                lines.append(truncate(f"        paired across a rename: {renamed}", width))
+            if renamed:  # wrapped, not cut: the two names are the point
+                lines += textwrap.wrap(f"        paired across a rename: {renamed}", width,
+                                       subsequent_indent=" " * 10, break_on_hyphens=False,
+                                       break_long_words=False)
     for side, rules in (("A", kernel.rules.only_a), ("B", kernel.rules.only_b)):
         for rule in rules:
             failed = f" ({rule_failure(rule.error)})" if rule.error else ""
