@@ -76,14 +76,15 @@ def main() -> None:
             CliRunner().invoke(cli, ["--store", store, "archive", path], catch_exceptions=False)
         runs = representatives(store)
         versions = list(runs)
-        nextto = list(zip(versions, versions[1:]))
+        nextto = list(zip(versions, versions[1:], strict=False))
         every = list(itertools.combinations(versions, 2))
         pairs = [(runs[a], runs[b]) for a, b in nextto + every]
         before, after = counted(store, pairs, True), counted(store, pairs, False)
     print("| A (ncu) | B (ncu) | A report | B report | one side only, before | after | "
           "paired across a rename |")
     print("|---|---|---|---|---:|---:|---:|")
-    for (va, vb), (ra, rb), (old, _), (new, renamed) in zip(nextto, pairs, before, after):
+    rows = zip(nextto, pairs, before, after, strict=False)  # the first len(nextto) pairs
+    for (va, vb), (ra, rb), (old, _), (new, renamed) in rows:
         print(f"| {va} | {vb} | {ra[1]} | {rb[1]} | {old} | {new} | {renamed} |")
     rest = len(nextto)
     total = (sum(b[0] for b in before[rest:]), sum(a[0] for a in after[rest:]),

@@ -35,6 +35,7 @@ from triage.archive.store import Store
 from triage.compare import steps as step_method
 from triage.compare.drift import CAUTION, INVALIDATES, UNKNOWN, VERDICT_OF, grade, workload
 from triage.compare.noise import LAUNCHES, Noise, Sample, Spread, compare, sample_of
+from triage.compare.renames import metric_map
 from triage.compare.repeats import array_sample, failed_tries, side_refs
 from triage.compare.result import DriftItem, FailedTry, JsonDict
 from triage.compare.rundata import RunData
@@ -87,6 +88,7 @@ class HistoryPoint:
     unit: str | None
     drift: tuple[DriftItem, ...]
     change: Noise | None
+    read_as: str | None = None  # the metric's name in this run, where a release renamed it
 
     @property
     def boundary(self) -> str | None:
@@ -119,7 +121,8 @@ class HistoryPoint:
                 "value": self.spread.median if self.spread else None, "unit": self.unit,
                 "spread": self.spread.to_json() if self.spread else None,
                 "boundary": self.boundary, "drift": [i.to_json() for i in self.drift],
-                "change": self.change.to_json() if self.change else None}
+                "change": self.change.to_json() if self.change else None,
+                **({"read_as": self.read_as} if self.read_as else {})}
 
 
 @dataclass(frozen=True)
@@ -268,33 +271,44 @@ def _nvtx_sample(run: RunData, text: str) -> Sample | None:
 
 
 def _metric_sample(run: RunData, name: str, pattern: re.Pattern[str] | None
-                   ) -> tuple[Sample | None, str | None]:
-    """The metric's value over the launches of the matching kernels, and its unit."""
+                   ) -> tuple[Sample | None, str | None, str | None]:
+    """The metric's value over the launches of the matching kernels, its unit, and the name
+    read where the run has no value of `name` but of a name the metric map pairs with it (a
+    profiler release renamed it)."""
     launches = run.kernels
     if pattern is not None:
         launches = launches.filter(_matching(launches.column("name"), pattern.search))
     wanted = set(zip(launches.column("report_index").to_pylist(),
                      launches.column("kernel_index").to_pylist(), strict=True))
     columns = ["report_index", "kernel_index", "name", "unit", "value"]
+    names = (name, *metric_map().other_names(name))
     table = run.rows_for("metrics", [k for _r, k in wanted], columns)
-    table = table.filter(pc.fill_null(pc.equal(table.column("name"), name), False))
-    values, unit = [], None
-    for report, kernel, _name, found_unit, value in zip(
+    table = table.filter(pc.fill_null(pc.is_in(table.column("name"),
+                                               value_set=pa.array(names, pa.string())), False))
+    found: dict[str, tuple[list[float], str | None]] = {}
+    for report, kernel, found_name, found_unit, value in zip(
             *(table.column(c).to_pylist() for c in columns), strict=True):
         if (report, kernel) in wanted and value is not None:
+            values, unit = found.setdefault(found_name, ([], None))
             values.append(value)
-            unit = unit or found_unit
-    return sample_of(values), unit
+            found[found_name] = (values, unit or found_unit)
+    read = next((n for n in names if n in found), None)
+    if read is None:
+        return None, None, None
+    values, unit = found[read]
+    return sample_of(values), unit, read if read != name else None
 
 
-def run_sample(run: RunData, measure: Measure) -> tuple[Sample | None, str | None]:
-    """The run's sample of the measure and its unit (durations: ns)."""
+def run_sample(run: RunData, measure: Measure
+               ) -> tuple[Sample | None, str | None, str | None]:
+    """The run's sample of the measure, its unit (durations: ns) and, for a metric the run
+    names otherwise (renamed), the name read."""
     pattern = re.compile(measure.kernel) if measure.kernel else None
     if measure.metric:
         return _metric_sample(run, measure.metric, pattern)
     if measure.nvtx:
-        return _nvtx_sample(run, measure.nvtx), "ns"
-    return _kernel_sample(run, pattern), "ns"
+        return _nvtx_sample(run, measure.nvtx), "ns", None
+    return _kernel_sample(run, pattern), "ns", None
 
 
 def _check_measure(measure: Measure, records: Sequence[RunRecord]) -> None:
@@ -365,12 +379,13 @@ def history(store: Store, selector: str, measure: Measure, workload_of: bool = F
     points: list[HistoryPoint] = []
     previous: tuple[RunRecord, Sample | None] | None = None
     for index, record in enumerate(records):
-        sample, unit = run_sample(by_id[record.id], measure)
+        sample, unit, read_as = run_sample(by_id[record.id], measure)
         change = compare(previous[1], sample, LAUNCHES) if previous and previous[1] and sample \
             else None
         points.append(HistoryPoint(index, record, _label_named(record, parts),
                                    sample.spread if sample else None, unit,
-                                   _drift(previous[0] if previous else None, record), change))
+                                   _drift(previous[0] if previous else None, record), change,
+                                   read_as))
         previous = (record, sample)
     if not any(p.spread for p in points):
         raise TriageError(f"no run of {selector!r} has {measure.describe()}; {_listing(measure)}")

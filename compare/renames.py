@@ -76,6 +76,13 @@ class MetricMap:
     def pairs(self) -> dict[tuple[str, str], list[MapEntry]]:
         return _pairs(self)
 
+    def other_names(self, name: str) -> tuple[str, ...]:
+        """The names a confirmed entry pairs with `name` in any section: a metric's value is
+        the same quantity whichever section shows it."""
+        found = [e.names[1] if e.names[0] == name else e.names[0]
+                 for (_section, n), entries in self.pairs.items() if n == name for e in entries]
+        return tuple(dict.fromkeys(found))
+
     def section_renames(self, section: str, only_a: Sequence[str], only_b: Sequence[str],
                         versions: tuple[str | None, str | None] = (None, None)
                         ) -> dict[str, MetricRename]:

@@ -86,3 +86,14 @@ def test_a_renamed_metric_is_one_row_of_the_diff(triage, tmp_path):
     triage("report", a, b, "-o", tmp_path / "r.html")
     assert "Duration: gpu__time_duration (version not recorded) = gpu__time_duration.sum " \
         "(2020.3.1.0)</td>" in (tmp_path / "r.html").read_text()
+
+
+def test_history_follows_a_metric_across_a_rename(triage):
+    a, b = (triage.json("archive", corpus_file(n))[0]["id"] for n in (OLD, NEW))
+    result = triage.json("history", f"{a},{b}", "--metric", DURATION[1])
+    assert_valid("history.schema.json", result)
+    old, new = result["points"]
+    assert (old["value"], old["read_as"]) == (5856.0, DURATION[0])
+    assert new["value"] == 336704.0 and "read_as" not in new
+    text = triage("history", f"{a},{b}", "--metric", DURATION[1]).stdout
+    assert f"  run 1 ({a[:12]}): {DURATION[0]} (version not recorded)" in text.splitlines()
