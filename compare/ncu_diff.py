@@ -23,8 +23,8 @@ from triage.compare.aggregate import median_side, median_value
 from triage.compare.drift import NOT_COMPARABLE, drift_item, kernel_set_drift, no_data_drift
 from triage.compare.explain import duration_ns
 from triage.compare.explain_tables import METRICS
-from triage.compare.matching import (LAUNCH_ORDER, PAIR, KernelGroup, Launch, Match,
-                                     group_kernels, match_kernels, match_key)
+from triage.compare.matching import (TWO_NAMES, KernelGroup, Launch, Match, group_kernels,
+                                     match_kernels, match_key)
 from triage.compare.result import (SECTION_ONLY_A, SECTION_ONLY_B, Conclusion, DiffOptions,
                                    DriftItem, FiredRule, KernelDiff, KernelSide, MetricDiff,
                                    RuleChanges, SectionDiff, Value, relative_change)
@@ -334,7 +334,7 @@ def _kernel_head(match: Match, no_data: tuple[str, ...] = ()) -> KernelDiff:
     """A match's names and per-side numbers, without its sections (what the kernel-set drift
     of every kernel reads, before --kernel narrows the kernels shown)."""
     n_pairs = len(match.pairs())
-    two_names = match.matched_by in (LAUNCH_ORDER, PAIR)  # not names that differ in spacing
+    two_names = match.matched_by in TWO_NAMES  # not names that differ in spacing
     return KernelDiff(
         match.name, match.kind, match.matched_by,
         _side_summary(match.a.durations, n_pairs) if match.a else None,

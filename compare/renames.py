@@ -137,8 +137,9 @@ class KernelRule:
     NCCL 2.19 named ncclDevKernel_AllReduce_RING_LL_Sum_float."""
 
     library: str
-    old: str
-    new: str
+    old: str  # a regular expression
+    new: str  # what replaces it
+    says: str  # the rule as a reader says it: "ncclKernel_* to ncclDevKernel_*"
     evidence: str
 
     def renamed(self, name: str) -> str | None:
@@ -150,7 +151,7 @@ class KernelRule:
 @cache
 def kernel_rules(path: Path = KERNEL_RULES_FILE) -> tuple[KernelRule, ...]:
     document = _load(path, "kernel rename rules")
-    return tuple(KernelRule(r["library"], r["old"], r["new"], r["evidence"])
+    return tuple(KernelRule(r["library"], r["old"], r["new"], r["says"], r["evidence"])
                  for r in document["rules"])
 
 

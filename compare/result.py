@@ -30,6 +30,7 @@ Value = Any  # a recorded value: text, number, flag, or None when unknown
 KERNEL_SET, KERNEL_LAUNCHES, KERNEL_RENAMED = "kernels.set", "kernels.launches", "kernels.renamed"
 KERNEL_NO_DATA = "kernels.no_data"  # a side's launches carry no metric values (ncu got nothing)
 KERNEL_PAIRED = "kernels.paired"  # two names paired by the user (--pair A=B): confirmed
+KERNEL_RENAME_RULE = "kernels.rename_rule"  # two names a library's renamed family pairs
 KERNEL_UNPAIRED = "kernels.unpaired"  # a launch-order guess refused: launch config or duration
 SAME_RUN, MIXED_TOOLS = "run.same", "tools.mixed"
 NVTX_RANGES = "nvtx.ranges"  # two nsys runs whose NVTX range names differ
@@ -276,9 +277,10 @@ class Conclusion:
 @dataclass(frozen=True)
 class KernelDiff:
     """A kernel as compared, on any path: `match` is matched, only_a or only_b; `matched_by`
-    name, launch_order (a guess) or pair (the user's --pair; for both, `name_b` is B's name and
-    `pairing` the evidence); `paired` counts the launches an ncu diff compared one to one (None
-    where whole runs' summaries are compared); `no_data` the sides ("a", "b") whose compared
+    name, launch_order (a guess), pair (the user's --pair) or rename_rule (a library renamed the
+    kernel's family; for these three, `name_b` is B's name and `pairing` the evidence);
+    `paired` counts the launches an ncu diff compared one to one (None where whole runs'
+    summaries are compared); `no_data` the sides ("a", "b") whose compared
     launches carry no metric values (ncu collected nothing). An only_a kernel's `pairing` is a
     launch-order guess that was refused (its `refused` says why)."""
 
@@ -327,7 +329,8 @@ class KernelDiff:
     def notes(self) -> tuple[str, ...]:
         """Codes of what a reader of this kernel's numbers should know (the views word them)."""
         notes: tuple[str, ...] = (KERNEL_RENAMED,) if self.guessed else \
-            (KERNEL_PAIRED,) if self.matched_by == "pair" else ()
+            (KERNEL_PAIRED,) if self.matched_by == "pair" else \
+            (KERNEL_RENAME_RULE,) if self.matched_by == "rename_rule" else ()
         if self.pairing and self.pairing.refused:
             notes += (KERNEL_UNPAIRED,)
         if self.paired is not None and self.a and self.b and self.a.launches != self.b.launches:

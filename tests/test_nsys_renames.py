@@ -1,6 +1,7 @@
-"""nsys exports name some tables with a version suffix (`X_V2`, `X_V3`) in newer releases: the
-readers find them by base name. An export derived from a corpus one, its tables renamed so,
-archives to the same tables."""
+"""Names nsys and libraries moved: exports name some tables with a version suffix (`X_V2`,
+`X_V3`) in newer releases, which the readers find by base name (an export derived from a corpus
+one, its tables renamed so, archives to the same tables); NCCL renamed its kernels
+(ncclKernel_* -> ncclDevKernel_*), which the diff pairs across the rename."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sqlite3
 
 import pyarrow.parquet as pq
 
-from helpers import corpus_file, table_file
+from helpers import assert_valid, corpus_file, table_file
 from triage.capture.nsys_export import by_base_name
 
 STREAMS = "Lashi0812__CudaProgramming__streamSimple.sqlite"  # nsys 2023.3: kernels and API
@@ -39,3 +40,39 @@ def test_an_export_with_suffixed_tables_archives_to_the_same_tables(triage, tmp_
     gpus = [s["environment"]["gpus"] for s in shown]  # TARGET_INFO_GPU_V2 read as the table
     assert gpus[0] == gpus[1] and gpus[0][0]["name"] == "NVIDIA GeForce RTX 4090"
     assert shown[0]["settings"]["trace"] == shown[1]["settings"]["trace"]
+
+
+def _with_kernel_named(source, dest, name: str):
+    """A copy of a corpus export whose kernel_2 is called `name` (its demangled and short
+    name strings rewritten)."""
+    shutil.copyfile(source, dest)
+    with sqlite3.connect(dest) as con:
+        con.execute("UPDATE StringIds SET value = ? WHERE id IN (SELECT demangledName FROM "
+                    "CUPTI_ACTIVITY_KIND_KERNEL WHERE demangledName = 242)", (f"{name}()",))
+        con.execute("UPDATE StringIds SET value = ? WHERE id = 243", (name,))
+    con.close()
+    return dest
+
+
+def test_a_library_renamed_kernel_family_is_paired_across_the_rename(triage, tmp_path):
+    old, new = "ncclKernel_AllReduce_RING_LL_Sum_float", \
+        "ncclDevKernel_AllReduce_RING_LL_Sum_float"
+    a, b = (triage.json("archive", _with_kernel_named(corpus_file(STREAMS),
+                                                      tmp_path / f"{n}.sqlite", n))[0]["id"]
+            for n in (old, new))
+    for extra in ((), ("--no-rename-pairing",)):  # a rule is not a guess: paired either way
+        diff = triage.json("diff", a, b, *extra)
+        assert_valid("diff.schema.json", diff)
+        (kernel,) = [k for k in diff["kernels"] if k["name"] == f"{old}()"]
+        assert (kernel["matched_by"], kernel["name_b"]) == ("rename_rule", f"{new}()")
+        assert kernel["pairing"]["rule"] == "NCCL renamed ncclKernel_* to ncclDevKernel_*"
+        assert kernel["notes"] == ["kernels.rename_rule"]
+        assert {k["match"] for k in diff["kernels"]} == {"matched"}
+    (item,) = [d for d in diff["drift"] if d["field"] == "kernels.rename_rule"]
+    assert item["severity"] == "info"
+    words = " ".join(triage("diff", a, b).stdout.split())  # the note is wrapped, not cut
+    assert f"note: paired across a rename: {old}() -> {new}() (NCCL renamed ncclKernel_* to " \
+        "ncclDevKernel_*)" in words
+    back = triage.json("diff", b, a)  # newer name in A: the same rule, the other way
+    assert [k["matched_by"] for k in back["kernels"] if k["name"] == f"{new}()"] == \
+        ["rename_rule"]

@@ -436,9 +436,12 @@ def drift_why(item: DriftItem) -> str:
 def kernel_notes(kernel: KernelDiff) -> list[str]:
     """What a reader of a kernel's numbers should know, worded (the diff gives codes)."""
     from triage.compare.result import (KERNEL_LAUNCHES, KERNEL_NO_DATA, KERNEL_PAIRED,
-                                       KERNEL_RENAMED, KERNEL_UNPAIRED)
+                                       KERNEL_RENAME_RULE, KERNEL_RENAMED, KERNEL_UNPAIRED)
 
     notes = []
+    if kernel.name_b and KERNEL_RENAME_RULE in kernel.notes and kernel.pairing:
+        notes.append(f"paired across a rename: {kernel.name} -> {kernel.name_b} "
+                     f"({kernel.pairing.rule})")
     if kernel.name_b and (KERNEL_RENAMED in kernel.notes or KERNEL_PAIRED in kernel.notes):
         shorts = (kernel.short_name, kernel.short_name_b)
         distinct = bool(shorts[0] and shorts[1] and shorts[0] != shorts[1])
