@@ -25,8 +25,8 @@ from unittest import mock
 from click.testing import CliRunner
 
 from triage.cli import cli
-from triage.compare.metric_map_build import corpus_reports, version_key
-from triage.compare.renames import MetricMap
+from triage.compare.metric_map_build import corpus_reports
+from triage.compare.renames import MetricMap, version_key
 
 CORPUS = os.environ.get("TRIAGE_CORPUS", str(Path(__file__).resolve().parents[2] / "shared"
                                              / "corpus"))

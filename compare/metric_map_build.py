@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from triage.compare.renames import MAP_FILE, MAP_VERSION
+from triage.compare.renames import MAP_FILE, MAP_VERSION, NOT_RECORDED, version_key
 
 SECTIONS_DIRS = ("/usr/lib/x86_64-linux-gnu/nsight-compute/sections",
                  "/usr/lib/nsight-compute/sections")
@@ -134,7 +134,7 @@ def report_metrics(path: str) -> Iterator[Seen]:
 
     report = open_ncu_report(path)
     version = report_version(report.info) or \
-        f"not recorded (PerfWorks {report.info.versions.get('PerfWorks', '?')})"
+        f"{NOT_RECORDED} (PerfWorks {report.info.versions.get('PerfWorks', '?')})"
     found: dict[tuple[str, str, str], list] = {}
     for _index, _range, action in report.actions():
         for section in action.sections():
@@ -228,12 +228,6 @@ def _verdict(a: Name, b: Name, together: set[str]) -> tuple[str, str | None, str
         return "refused", None, "value ranges do not overlap"
     return "confirmed", "range", "value ranges overlap (" + (a.unit or b.unit or "no unit") + \
         " recorded on one side only)"
-
-
-def version_key(version: str) -> tuple[int, ...]:
-    """'2022.3.0' -> (2022, 3, 0); a version not recorded (ncu 2019, PerfWorks era) first."""
-    parts = re.findall(r"\d+", version) if version[:1].isdigit() else []
-    return tuple(int(p) for p in parts)
 
 
 def _first_version(name: Name) -> tuple[int, ...]:

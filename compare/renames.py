@@ -27,6 +27,23 @@ MAP_VERSION = 1
 CONFIRMED = "confirmed"
 
 
+NOT_RECORDED = "not recorded"  # how the map names the version of a report that recorded none
+
+
+def version_key(version: str | None) -> tuple[int, ...]:
+    """'2022.3.0' -> (2022, 3, 0); a version not recorded (ncu 2019, PerfWorks era) first."""
+    parts = re.findall(r"\d+", version) if version and version[:1].isdigit() else []
+    return tuple(int(p) for p in parts)
+
+
+def same_release(run_version: str | None, seen: str) -> bool:
+    """Whether a run's ncu version is a version the map saw: the same year.minor.patch (a
+    build number aside), or none recorded on both (ncu 2019)."""
+    if run_version is None:
+        return seen.startswith(NOT_RECORDED)
+    return version_key(run_version)[:3] == version_key(seen)[:3] and bool(version_key(seen))
+
+
 @dataclass(frozen=True)
 class MetricRename:
     """Two names of one metric, paired by a confirmed map entry: A's name, B's, the label and
