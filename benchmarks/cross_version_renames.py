@@ -14,11 +14,11 @@ is the same diff with the map emptied.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from unittest import mock
 
@@ -64,8 +64,8 @@ def one_side_rows(store: str, a: tuple[str, str, str], b: tuple[str, str, str]
 
 
 def counted(store: str, pairs: list[tuple], empty_map: bool) -> list[tuple[int, int]]:
-    patch: Callable = mock.patch("triage.compare.ncu_diff.metric_map",
-                                 lambda: MetricMap(())) if empty_map else mock.patch.dict({})
+    patch = mock.patch("triage.compare.ncu_diff.metric_map", lambda: MetricMap.of(())) \
+        if empty_map else contextlib.nullcontext()
     with patch:
         return [one_side_rows(store, a, b) for a, b in pairs]
 

@@ -85,13 +85,20 @@ class MapEntry:
 
 @dataclass(frozen=True)
 class MetricMap:
-    """The map's entries, and its confirmed pairs by (section, name)."""
+    """The map's entries, and its confirmed ones by (section, name)."""
 
     entries: tuple[MapEntry, ...]
+    pairs: Mapping[tuple[str, str], tuple[MapEntry, ...]]
 
-    @property
-    def pairs(self) -> dict[tuple[str, str], list[MapEntry]]:
-        return _pairs(self)
+    @classmethod
+    def of(cls, entries: Sequence[MapEntry]) -> MetricMap:
+        pairs: dict[tuple[str, str], tuple[MapEntry, ...]] = {}
+        for entry in entries:
+            if entry.status == CONFIRMED:
+                for name in entry.names:
+                    pairs[(entry.section, name)] = (*pairs.get((entry.section, name), ()),
+                                                    entry)
+        return cls(tuple(entries), pairs)
 
     def other_names(self, name: str) -> tuple[str, ...]:
         """The names a confirmed entry pairs with `name` in any section: a metric's value is
@@ -108,7 +115,7 @@ class MetricMap:
         left_b = set(only_b)
         found: dict[str, MetricRename] = {}
         for name in only_a:
-            for entry in self.pairs.get((section, name), []):
+            for entry in self.pairs.get((section, name), ()):
                 other = entry.names[1] if entry.names[0] == name else entry.names[0]
                 if other in left_b:
                     left_b.discard(other)
@@ -116,16 +123,6 @@ class MetricMap:
                                                entry.confirmed_by or "", versions)
                     break
         return found
-
-
-@cache
-def _pairs(metric_map: MetricMap) -> dict[tuple[str, str], list[MapEntry]]:
-    out: dict[tuple[str, str], list[MapEntry]] = {}
-    for entry in metric_map.entries:
-        if entry.status == CONFIRMED:
-            for name in entry.names:
-                out.setdefault((entry.section, name), []).append(entry)
-    return out
 
 
 def _load(path: Path, what: str) -> dict[str, Any]:
@@ -144,7 +141,7 @@ def _load(path: Path, what: str) -> dict[str, Any]:
 def metric_map(path: Path = MAP_FILE) -> MetricMap:
     """The installed metric map."""
     document = _load(path, "metric map")
-    return MetricMap(tuple(MapEntry.from_json(e) for e in document["entries"]))
+    return MetricMap.of([MapEntry.from_json(e) for e in document["entries"]])
 
 
 @dataclass(frozen=True)

@@ -99,19 +99,19 @@ def _between(entry: MapEntry, a: str | None, b: str | None) -> bool:
                and _shown_in(entry, 1 - i, b) and not _shown_in(entry, i, b) for i in (0, 1))
 
 
-def version_pair(a: str | None, b: str | None, metric_map: MetricMap) -> VersionPair:
-    seen = {v for e in metric_map.entries for side in e.versions for v in side}
-    between = [e for e in metric_map.entries if _between(e, a, b)]
+def version_pair(a: str | None, b: str | None, known: MetricMap) -> VersionPair:
+    seen = {v for e in known.entries for side in e.versions for v in side}
+    between = [e for e in known.entries if _between(e, a, b)]
     return VersionPair(a, b, (any(same_release(a, s) for s in seen),
                               any(same_release(b, s) for s in seen)),
                        tuple(e for e in between if e.status == CONFIRMED),
                        sum(e.status == "unconfirmed" for e in between))
 
 
-def ncu_pairs(versions: Sequence[str | None], metric_map: MetricMap) -> tuple[VersionPair, ...]:
+def ncu_pairs(versions: Sequence[str | None], known: MetricMap) -> tuple[VersionPair, ...]:
     """Every two ncu versions of the store, older first."""
     ordered = sorted(set(versions), key=version_key)
-    return tuple(version_pair(a, b, metric_map) for a, b in itertools.combinations(ordered, 2))
+    return tuple(version_pair(a, b, known) for a, b in itertools.combinations(ordered, 2))
 
 
 def store_versions(store: Store) -> VersionsResult:

@@ -55,7 +55,7 @@ def test_a_confirmed_pair_maps_only_within_its_section():
     refused = [e for e in installed.entries if e.status == "refused"]
     assert refused and all(
         installed.section_renames(e.section, [e.names[0]], [e.names[1]]) == {} for e in refused)
-    alone = MetricMap((MapEntry("S", "L", ("x", "y"), (("1",), ("2",)), "unconfirmed", None,
+    alone = MetricMap.of((MapEntry("S", "L", ("x", "y"), (("1",), ("2",)), "unconfirmed", None,
                                 "no value"),))
     assert alone.section_renames("S", ["x"], ["y"]) == {}  # unconfirmed: never applied
 
