@@ -9,8 +9,10 @@ import shutil
 import sqlite3
 
 import pyarrow.parquet as pq
+import pytest
 
 from helpers import assert_valid, corpus_file, table_file
+from nvtx_capture import capture
 from triage.capture.nsys_export import by_base_name
 
 STREAMS = "Lashi0812__CudaProgramming__streamSimple.sqlite"  # nsys 2023.3: kernels and API
@@ -76,3 +78,30 @@ def test_a_library_renamed_kernel_family_is_paired_across_the_rename(triage, tmp
     back = triage.json("diff", b, a)  # newer name in A: the same rule, the other way
     assert [k["matched_by"] for k in back["kernels"] if k["name"] == f"{new}()"] == \
         ["rename_rule"]
+
+
+@pytest.fixture(scope="module")
+def steps_report(nvtx_program, nsys_exe, tmp_path_factory):
+    """A real nsys capture of tests/programs/nvtx_steps.c (2 steps, 50 us and 100 us)."""
+    return capture(nvtx_program, [2, 50, 100], tmp_path_factory.mktemp("capture") / "steps",
+                   nsys=nsys_exe)
+
+
+def test_an_arrow_export_with_suffixed_tables_reads_the_same(triage, steps_report, tmp_path,
+                                                             monkeypatch):
+    """The Arrow route: the real export of a capture, its tables renamed with suffixes as it
+    is read, archives to the same tables."""
+    from triage.capture import nsys_arrow
+
+    def archived(store) -> dict:
+        (run,) = triage.json("--store", store, "archive", steps_report)
+        assert run["new"]
+        shown = triage.json("--store", store, "show", run["id"])
+        return {name: ref["sha256"] for name, ref in shown["tables"].items()}
+
+    plain = archived(tmp_path / "plain")
+    read = nsys_arrow._read_streams
+    renamed = {"NVTX_EVENTS": "NVTX_EVENTS_V2", "StringIds": "StringIds_V3"}
+    monkeypatch.setattr(nsys_arrow, "_read_streams", lambda source: {
+        renamed.get(name, name): table for name, table in read(source).items()})
+    assert archived(tmp_path / "suffixed") == plain and "nvtx_ranges" in plain
