@@ -130,6 +130,12 @@ def _version(raw: str | None) -> str | None:
     return raw.split(" ")[0] if raw else None
 
 
+def report_version(info: NcuFileInfo) -> str | None:
+    """The ncu version that wrote the report; None where it recorded none (ncu 2019)."""
+    return _version(info.versions.get("Nsight Compute Target")
+                    or info.versions.get("Nsight Compute Host"))
+
+
 def _version_tuple(version: str | None) -> tuple[int, ...]:
     try:
         return tuple(int(p) for p in (version or "").split(".")[:2])
@@ -236,8 +242,7 @@ def derive_settings(info: NcuFileInfo, command: ParsedCommand, tool_version: str
 def provenance(report: NcuReport, sections: list[str], sm_clocks: list[float]) -> dict:
     """The manifest parts an ncu report supplies about how it was captured."""
     info, session = report.info, report.info.session
-    tool_version = _version(info.versions.get("Nsight Compute Target")
-                            or info.versions.get("Nsight Compute Host"))
+    tool_version = report_version(info)
     command_line = (session.get("command_line") or "").strip() or None
     parsed = parse_command(command_line or "")
     settings, sources = derive_settings(info, parsed, tool_version)
@@ -442,10 +447,10 @@ def _section_rows(report_index: int, kernel_index: int, action: Any
         for position, (part, metric) in enumerate(metrics):
             name = metric.name()
             yield (report_index, kernel_index, *identity, part, position, name,
-                   _display_label(metric.label(), name))
+                   display_label(metric.label(), name))
 
 
-def _display_label(label: str | None, name: str) -> str | None:
+def display_label(label: str | None, name: str) -> str | None:
     """The label ncu's section shows for a metric ("Duration" for gpu__time_duration.sum), the
     name a reader of the UI knows it by; None where it adds nothing a view could show: none
     given, the name again, or a template ncu fills per breakdown ("{UNIT}: {COMPOUND_NAME}")."""

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from triage.capture.nsys_export import BATCH, Export, Query, utf8
+from triage.capture.nsys_export import BATCH, Export, Query, by_base_name, utf8
 from triage.base.errors import UnsupportedReport
 
 if TYPE_CHECKING:
@@ -53,6 +53,8 @@ class ArrowExport(Export):
             with open(arrow_path, "rb") as file:
                 self._map = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
             self.arrow = _read_streams(pa.BufferReader(pa.py_buffer(self._map)))
+            self.arrow.update({base: self.arrow[real]  # `X` for `X_V2`: registered as both
+                               for base, real in by_base_name(set(self.arrow)).items()})
             for name, table in self.arrow.items():
                 self.con.register(name, table)
         except Exception as exc:  # noqa: BLE001 - pyarrow and DuckDB raise many kinds

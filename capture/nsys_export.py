@@ -15,6 +15,7 @@ the export actually has (`columns`, `col`, `string`).
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import tempfile
 from abc import ABC, abstractmethod
@@ -93,12 +94,39 @@ class Query:
         return [*self.select_params, *self.where_params]
 
 
+_VERSIONED = re.compile(r"(.+)_V(\d+)")
+
+
+def by_base_name(tables: set[str]) -> dict[str, str]:
+    """Base name -> the table that holds it, for the tables a newer nsys exports with a
+    version suffix (`X_V2`, `X_V3`) where the export has no plain `X`: the highest version."""
+    found: dict[str, tuple[int, str]] = {}
+    for table in tables:
+        match = _VERSIONED.fullmatch(table)
+        if match and match.group(1) not in tables:
+            version = int(match.group(2))
+            if version > found.get(match.group(1), (-1, ""))[0]:
+                found[match.group(1)] = (version, table)
+    return {base: table for base, (_version, table) in found.items()}
+
+
 class Export(ABC):
-    """An open export: its tables and their columns (probed once), and SQL over them."""
+    """An open export: its tables and their columns (probed once), and SQL over them. A table
+    nsys exports under a version suffix (`_V2`, `_V3`) is known by its base name too, so the
+    readers name every table one way whatever the nsys version (`by_base_name`)."""
 
     def __init__(self, path, tables: set[str]):
-        self.path, self.tables = path, tables
+        self.real = by_base_name(tables)  # base name -> the suffixed table holding it
+        self.path, self.tables = path, tables | set(self.real)
         self._columns: dict[str, set[str]] = {}
+        self._base_names = re.compile(r"\b(" + "|".join(map(re.escape, self.real)) + r")\b") \
+            if self.real else None
+
+    def resolved(self, sql: str) -> str:
+        """SQL with each base name of a suffixed table replaced by the table's real name."""
+        if self._base_names is None:
+            return sql
+        return self._base_names.sub(lambda m: self.real[m.group(1)], sql)
 
     def columns(self, table: str) -> set[str]:
         if table not in self._columns:

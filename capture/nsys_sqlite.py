@@ -71,11 +71,11 @@ class SqliteExport(Export):
         return expr
 
     def row_order(self, table: str, alias: str) -> str | None:
-        return None if table in self.views else f"{alias}.rowid"
+        return None if self.real.get(table, table) in self.views else f"{alias}.rowid"
 
     def rows(self, sql: str, params=()) -> tuple[list[str], list[tuple]]:
         try:
-            cursor = self.con.execute(sql, params)
+            cursor = self.con.execute(self.resolved(sql), params)
             return [d[0] for d in cursor.description], cursor.fetchall()
         except sqlite3.ProgrammingError:
             raise  # triage's own mistake: keep the traceback
@@ -88,7 +88,7 @@ class SqliteExport(Export):
         triage always has, or name the damage. A view's rows have no rowid to order ties by,
         and two SQLite versions (ADBC bundles its own) may break them differently: rows."""
         done = 0
-        if query.table not in self.views:
+        if self.real.get(query.table, query.table) not in self.views:
             try:
                 for batch in self._columnar(query, fields):
                     yield batch
@@ -125,7 +125,7 @@ class SqliteExport(Export):
         self._reading.add(statement)
         try:
             statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH)})
-            statement.set_sql_query(query.sql())
+            statement.set_sql_query(self.resolved(query.sql()))
             if query.params:
                 statement.bind(pa.record_batch([pa.array([p]) for p in query.params],
                                                names=[f"p{i}" for i in range(len(query.params))]))
@@ -188,7 +188,7 @@ class SqliteExport(Export):
         """The query through `sqlite3`, in BATCH-row batches, less its first `skip` rows (read
         columnar already): the same SQL, so the same rows in the same order."""
         try:
-            cursor = self.con.execute(query.sql(), query.params)
+            cursor = self.con.execute(self.resolved(query.sql()), query.params)
             for size in filter(None, [BATCH] * (skip // BATCH) + [skip % BATCH]):
                 cursor.fetchmany(size)  # fetchmany(0) would fetch every row
             while rows := cursor.fetchmany(BATCH):

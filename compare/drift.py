@@ -35,7 +35,8 @@ from dataclasses import dataclass, replace
 from triage.archive.model import GitState, RunRecord
 from triage.capture.profiler_args import parse_command, split_command_line
 from triage.compare.result import (KERNEL_LAUNCHES, KERNEL_NO_DATA, KERNEL_PAIRED,
-                                   KERNEL_RENAMED, KERNEL_SET, KERNEL_UNPAIRED,
+                                   KERNEL_RENAME_RULE, KERNEL_RENAMED, KERNEL_SET,
+                                   KERNEL_UNPAIRED,
                                    DriftItem, KernelDiff, Value)
 
 INVALIDATES, CAUTION, INFO = "invalidates", "caution", "info"
@@ -365,6 +366,7 @@ def kernel_set_drift(kernels: Sequence[KernelDiff], launches: bool = True) -> li
                  and k.a.launches != k.b.launches]
     renamed = [k for k in kernels if k.guessed]
     confirmed = [k for k in kernels if k.matched_by == "pair"]
+    by_rule = [k for k in kernels if k.matched_by == "rename_rule"]
     refused = [k.pairing for k in kernels if k.pairing and k.pairing.refused]
     items = []
     if only_a or only_b:
@@ -384,6 +386,11 @@ def kernel_set_drift(kernels: Sequence[KernelDiff], launches: bool = True) -> li
         items.append(drift_item("kernels.paired", KERNEL_PAIRED, None, None, INFO,
                                 "paired by --pair, names differ", [k.name for k in confirmed],
                                 [k.name_b or k.name for k in confirmed]))
+    if by_rule:
+        rules = sorted({k.pairing.rule for k in by_rule if k.pairing and k.pairing.rule})
+        items.append(drift_item("kernels.rename_rule", KERNEL_RENAME_RULE, None, None, INFO,
+                                f"paired across a rename ({'; '.join(rules)}), names differ",
+                                [k.name for k in by_rule], [k.name_b or k.name for k in by_rule]))
     if refused:  # launch order would pair them, but they are not one kernel renamed
         items.append(drift_item("kernels.unpaired", KERNEL_UNPAIRED, None, None, INFO,
                                 "not paired by launch order: launch configuration or duration "

@@ -37,6 +37,7 @@ from triage.compare import steps as step_method
 from triage.compare.accepted import accepted_runs, capture_key, newest_between
 from triage.compare.drift import CAUTION, INVALIDATES, UNKNOWN, VERDICT_OF, grade, workload
 from triage.compare.noise import LAUNCHES, Noise, Sample, Spread, compare, sample_of
+from triage.compare.renames import metric_map
 from triage.compare.repeats import array_sample, failed_tries, side_refs
 from triage.compare.result import DriftItem, FailedTry, JsonDict
 from triage.compare.rundata import RunData
@@ -89,6 +90,7 @@ class HistoryPoint:
     unit: str | None
     drift: tuple[DriftItem, ...]
     change: Noise | None
+    read_as: str | None = None  # the metric's name in this run, where a release renamed it
 
     @property
     def boundary(self) -> str | None:
@@ -121,7 +123,8 @@ class HistoryPoint:
                 "value": self.spread.median if self.spread else None, "unit": self.unit,
                 "spread": self.spread.to_json() if self.spread else None,
                 "boundary": self.boundary, "drift": [i.to_json() for i in self.drift],
-                "change": self.change.to_json() if self.change else None}
+                "change": self.change.to_json() if self.change else None,
+                **({"read_as": self.read_as} if self.read_as else {})}
 
 
 @dataclass(frozen=True)
@@ -255,36 +258,44 @@ def _nvtx_sample(run: RunData, text: str) -> Sample | None:
 
 
 def _metric_sample(run: RunData, name: str, pattern: re.Pattern[str] | None
-                   ) -> tuple[Sample | None, str | None]:
-    """The metric's value over the launches of the matching kernels, and its unit: its spread
-    and values in launch order computed where the metrics are stored."""
+                   ) -> tuple[Sample | None, str | None, str | None]:
+    """The metric's value over the launches of the matching kernels (its spread and values in
+    launch order computed where the metrics are stored), its unit, and the name read where the
+    run has no value of `name` but of a name the metric map pairs with it (a profiler release
+    renamed it)."""
     launches = run.kernels
     if pattern is not None:
         launches = launches.filter(_matching(launches.column("name"), pattern.search))
     wanted = sorted(zip(launches.column("report_index").to_pylist(),
                         launches.column("kernel_index").to_pylist(), strict=True))
-    stat = run.ncu.stats([wanted], [name], spread=True).of(0).get(name)
-    return (stat.sample(), stat.unit) if stat and stat.n else (None, None)
+    names = (name, *metric_map().other_names(name))
+    stats = run.ncu.stats([wanted], list(names), spread=True).of(0)
+    read = next((n for n in names if (stat := stats.get(n)) and stat.n), None)
+    if read is None:
+        return None, None, None
+    return stats[read].sample(), stats[read].unit, read if read != name else None
 
 
-def _bench_sample(run: RunData, name: str) -> tuple[Sample | None, str | None]:
+def _bench_sample(run: RunData, name: str) -> tuple[Sample | None, str | None, str | None]:
     """A bench metric over the run's measured runs of the workload, and its unit."""
     from triage.compare.bench import side_series
 
     found = side_series([run]).get(name)
-    return (sample_of(found.values), found.unit) if found is not None else (None, None)
+    return (sample_of(found.values), found.unit, None) if found is not None else (None, None, None)
 
 
-def run_sample(run: RunData, measure: Measure) -> tuple[Sample | None, str | None]:
-    """The run's sample of the measure and its unit (durations: ns)."""
+def run_sample(run: RunData, measure: Measure
+               ) -> tuple[Sample | None, str | None, str | None]:
+    """The run's sample of the measure, its unit (durations: ns) and, for a metric the run
+    names otherwise (renamed), the name read."""
     pattern = re.compile(measure.kernel) if measure.kernel else None
     if measure.metric and run.tool == "bench":
         return _bench_sample(run, measure.metric)
     if measure.metric:
         return _metric_sample(run, measure.metric, pattern)
     if measure.nvtx:
-        return _nvtx_sample(run, measure.nvtx), "ns"
-    return _kernel_sample(run, pattern), "ns"
+        return _nvtx_sample(run, measure.nvtx), "ns", None
+    return _kernel_sample(run, pattern), "ns", None
 
 
 def _check_measure(measure: Measure, records: Sequence[RunRecord]) -> None:
@@ -370,12 +381,13 @@ def history(store: Store, selector: str, measure: Measure, workload_of: bool = F
     points: list[HistoryPoint] = []
     previous: tuple[RunRecord, Sample | None] | None = None
     for index, record in enumerate(records):
-        sample, unit = run_sample(by_id[record.id], measure)
+        sample, unit, read_as = run_sample(by_id[record.id], measure)
         change = compare(previous[1], sample, LAUNCHES) if previous and previous[1] and sample \
             else None
         points.append(HistoryPoint(index, record, _label_named(record, parts),
                                    sample.spread if sample else None, unit,
-                                   _drift(previous[0] if previous else None, record), change))
+                                   _drift(previous[0] if previous else None, record), change,
+                                   read_as))
         previous = (record, sample)
     if not any(p.spread for p in points):
         raise TriageError(f"no run of {selector!r} has {measure.describe()}; {_listing(measure)}")

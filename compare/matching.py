@@ -10,6 +10,10 @@ duration), is never judged by the gate, and is not made where the two kernels' g
 durations differ by more than PAIRING_LIMIT times (`--no-rename-pairing`: never made). Anything
 else stays unmatched (only_a / only_b).
 
+Between names and guesses, kernels a library renamed pair by its rule (`compare/renames.py`,
+data in `compare/data/kernel_renames.json`: NCCL's ncclKernel_* became ncclDevKernel_*): not a
+guess, so the gate judges them, but said ("paired across a rename") with the rule as evidence.
+
 Names are compared by `match_key`: tools differ in the spaces they put in demangled names
 (`f(const float*, int)` vs `f(const float *, int)`), which must not make one kernel two.
 """
@@ -23,11 +27,13 @@ from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
 from triage.base.errors import UsageError
+from triage.compare.renames import kernel_family
 
 Launch = tuple[int, int]  # (report_index, kernel_index)
 T = TypeVar("T")
 _PUNCTUATION_SPACE = re.compile(r"\s*([*&,<>()\[\]])\s*")
-NAME, PAIR, LAUNCH_ORDER = "name", "pair", "launch_order"
+NAME, PAIR, LAUNCH_ORDER, RENAME_RULE = "name", "pair", "launch_order", "rename_rule"
+TWO_NAMES = (PAIR, LAUNCH_ORDER, RENAME_RULE)  # how two different names come to be one kernel
 
 # Why a launch-order guess was not made: the two kernels' grids, blocks or mean durations
 # differ by more than PAIRING_LIMIT times (orders of magnitude: not one kernel renamed).
@@ -43,8 +49,9 @@ class PairEvidence:
     """Why two kernels of different names are compared as one, or why a guess was refused.
 
     `by` is "launch_order" (a guess: the kernels left unmatched by name, in equal number on
-    each side, taken in order of first launch; `order` their place in that order, 1-based) or
-    "pair" (the user's --pair A=B: confirmed). `grid`/`block` are each side's first launch's
+    each side, taken in order of first launch; `order` their place in that order, 1-based),
+    "pair" (the user's --pair A=B: confirmed) or "rename_rule" (a library renamed the family:
+    `rule` says which). `grid`/`block` are each side's first launch's
     configuration (None where the run did not record it), `duration_ns` each side's mean
     duration per launch; `refused` the reason code (pairing.grid, pairing.block,
     pairing.duration) of a guess not made because they differ by more than PAIRING_LIMIT."""
@@ -57,6 +64,7 @@ class PairEvidence:
     block: tuple[Dims | None, Dims | None] = (None, None)
     duration_ns: tuple[float | None, float | None] = (None, None)
     refused: str | None = None
+    rule: str | None = None
 
     @property
     def confirmed(self) -> bool:
@@ -81,7 +89,7 @@ class PairEvidence:
                 "order": self.order, "grid": [list(d) if d else None for d in self.grid],
                 "block": [list(d) if d else None for d in self.block],
                 "duration_ns": list(self.duration_ns), "ratios": self.ratios,
-                "refused": self.refused}
+                "refused": self.refused, **({"rule": self.rule} if self.rule else {})}
 
 
 def _threads(dims: Dims | None) -> float | None:
@@ -159,11 +167,32 @@ def match_named(named_a: Sequence[Named], named_b: Sequence[Named],
     found: list[Found] = [_confirmed(a, b, facts) for a, b in _resolved(pairs, left_a, left_b)]
     for key in [k for k in left_a if k in left_b]:
         found.append(Found(left_a.pop(key).item, left_b.pop(key).item, NAME))
+    found += _renamed_families(left_a, left_b, facts)
     rest_a, rest_b = list(left_a.values()), list(left_b.values())
     if guess and rest_a and len(rest_a) == len(rest_b):
         return found + _guesses(rest_a, rest_b, facts)
     return found + [Found(n.item, None, None) for n in rest_a] + \
         [Found(None, n.item, None) for n in rest_b]
+
+
+def _renamed_families(left_a: dict[str, Named], left_b: dict[str, Named],
+                      facts: tuple[Facts, Facts]) -> list[Found]:
+    """Kernels a library renamed (NCCL's ncclKernel_* -> ncclDevKernel_*), in either
+    direction, each taken out of `left_a`/`left_b`."""
+    found = []
+    for newer, older, a_is_older in ((left_b, left_a, True), (left_a, left_b, False)):
+        for key in list(older):
+            renamed = kernel_family(older[key].name)
+            if renamed is None or match_key(renamed[0]) not in newer:
+                continue
+            old, new = older.pop(key), newer.pop(match_key(renamed[0]))
+            a, b = (old, new) if a_is_older else (new, old)
+            firsts = (facts[0]([a.name]).get(a.name, NO_LAUNCH),
+                      facts[1]([b.name]).get(b.name, NO_LAUNCH))
+            evidence = replace(_evidence(RENAME_RULE, a, b, *firsts),
+                               rule=f"{renamed[1].library} renamed {renamed[1].says}")
+            found.append(Found(a.item, b.item, RENAME_RULE, evidence))
+    return found
 
 
 def _evidence(by: str, a: Named, b: Named, first_a: FirstLaunch, first_b: FirstLaunch,

@@ -25,11 +25,12 @@ from triage.compare.drift import NOT_COMPARABLE, drift_item, kernel_set_drift, n
 from triage.compare.explain import duration_ns, explain_planned, plan
 from triage.compare.explain_tables import METRICS
 from triage.compare.launch_stats import Group
-from triage.compare.matching import (LAUNCH_ORDER, PAIR, KernelGroup, Launch, Match,
+from triage.compare.matching import (TWO_NAMES, KernelGroup, Launch, Match,
                                      group_kernels, match_kernels, match_key)
 from triage.compare.result import (SECTION_ONLY_A, SECTION_ONLY_B, Conclusion, DiffOptions,
                                    DriftItem, FiredRule, KernelDiff, KernelSide, MetricDiff,
                                    RuleChanges, SectionDiff, Value, relative_change)
+from triage.compare.renames import MetricRename, metric_map
 from triage.compare.rundata import RunData
 
 FIRED = ("optimization", "warning", "error")
@@ -78,6 +79,7 @@ class Side:
         """`conclude`: explain's conclusions will be asked for (their launches are classified
         now, so that one query reads the statistics of the kernels and of their groups)."""
         self.tables = run.ncu
+        self.version = run.record.tool_version  # names a renamed metric's sides
         self.kernels = list(dict.fromkeys(kernels))
         self.plan = plan(self.tables, [("", None, group) for group in self.kernels]) \
             if conclude else None
@@ -181,7 +183,8 @@ def _reading(first: Side, launches: list[Launch], name: str, rest: SideRuns | No
 
 def _metric_entry(name: str, label: str | None, a: tuple[Value, str | None],
                   b: tuple[Value, str | None], opts: DiffOptions,
-                  no_data: tuple[str, ...] = ()) -> MetricDiff:
+                  no_data: tuple[str, ...] = (), renamed: MetricRename | None = None
+                  ) -> MetricDiff:
     (value_a, unit_a), (value_b, unit_b) = a, b
     if no_data or (value_a is None and value_b is None):
         status = "no_data"  # nothing collected there: neither renamed nor a change
@@ -196,7 +199,7 @@ def _metric_entry(name: str, label: str | None, a: tuple[Value, str | None],
     return MetricDiff(name, unit_a or unit_b, value_a, value_b,
                       value_b - value_a if numeric else None,
                       relative_change(value_a, value_b), status,
-                      unit_b if unit_a and unit_b and unit_a != unit_b else None, label)
+                      unit_b if unit_a and unit_b and unit_a != unit_b else None, label, renamed)
 
 
 def _section_wanted(section_id: str, display: str | None, opts: DiffOptions) -> bool:
@@ -218,11 +221,22 @@ def _merged_layout(side_a: Side, side_b: Side, launch_a: Launch, launch_b: Launc
         yield sid, name_a or name_b, labels_a, labels_b
 
 
-def _merged_labels(labels_a: Labels | None, labels_b: Labels | None) -> Labels:
+def _merged_labels(labels_a: Labels | None, labels_b: Labels | None,
+                   renamed: dict[str, MetricRename]) -> Labels:
     """The section's metrics on either side, A's order then B's extras, each with A's label,
-    else B's (a run archived before labels were stored has none)."""
+    else B's (a run archived before labels were stored has none); B's name of a renamed
+    metric is A's row."""
     a, b = labels_a or {}, labels_b or {}
-    return {name: a.get(name) or b.get(name) for name in [*a, *b]}
+    taken = {r.name_b for r in renamed.values()}
+    return {name: a.get(name) or b.get(name) for name in [*a, *b] if name not in taken}
+
+
+def _renames(sid: str, labels_a: Labels | None, labels_b: Labels | None,
+             versions: tuple[str | None, str | None]) -> dict[str, MetricRename]:
+    """The metric map's pairs among the section's metrics shown on one side only."""
+    a, b = labels_a or {}, labels_b or {}
+    return metric_map().section_renames(sid, [n for n in a if n not in b],
+                                        [n for n in b if n not in a], versions)
 
 
 def _section_entries(reading_a: Reading, reading_b: Reading, opts: DiffOptions,
@@ -233,11 +247,15 @@ def _section_entries(reading_a: Reading, reading_b: Reading, opts: DiffOptions,
             reading_a.side, reading_b.side, reading_a.launches[0], reading_b.launches[0]):
         if not _section_wanted(sid, display, opts):
             continue
-        labels = _merged_labels(labels_a, labels_b)
+        renamed = _renames(sid, labels_a, labels_b,
+                           (reading_a.side.version, reading_b.side.version))
+        labels = _merged_labels(labels_a, labels_b, renamed)
         names = [n for n, label in labels.items() if not metric_filter
-                 or metric_filter.search(n) or (label and metric_filter.search(label))]
-        metrics = [_metric_entry(n, labels[n], reading_a.metric(n), reading_b.metric(n), opts,
-                                 no_data) for n in names]
+                 or metric_filter.search(n) or (label and metric_filter.search(label))
+                 or (n in renamed and metric_filter.search(renamed[n].name_b))]
+        metrics = [_metric_entry(n, labels[n], reading_a.metric(n),
+                                 reading_b.metric(renamed[n].name_b if n in renamed else n),
+                                 opts, no_data, renamed.get(n)) for n in names]
         entries.append(_section_entry(sid, display, labels_a is not None, labels_b is not None,
                                       metrics, opts, no_data))
     return tuple(entries)
@@ -312,7 +330,7 @@ def _kernel_head(match: Match, no_data: tuple[str, ...] = ()) -> KernelDiff:
     """A match's names and per-side numbers, without its sections (what the kernel-set drift
     of every kernel reads, before --kernel narrows the kernels shown)."""
     n_pairs = len(match.pairs())
-    two_names = match.matched_by in (LAUNCH_ORDER, PAIR)  # not names that differ in spacing
+    two_names = match.matched_by in TWO_NAMES  # not names that differ in spacing
     return KernelDiff(
         match.name, match.kind, match.matched_by,
         _side_summary(match.a.durations, n_pairs) if match.a else None,

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from triage.compare.aggregate import median_gpu, median_rows
 from triage.compare.drift import CAUTION, compared
-from triage.compare.matching import (LAUNCH_ORDER, PAIR, Facts, FirstLaunch, Named, dims,
+from triage.compare.matching import (TWO_NAMES, Facts, FirstLaunch, Named, dims,
                                      match_key, match_named)
 from triage.compare.result import (NVTX_RANGES, DiffOptions, DriftItem, GpuChange, GpuTime,
                                    KernelDiff, KernelSide, NsysDiff, SummaryChange,
@@ -142,7 +142,7 @@ def summary_kernels(rows_a: Sequence[Row], rows_b: Sequence[Row], opts: DiffOpti
     for f in found:
         first = f.a or f.b
         assert first is not None  # a kernel found has a side
-        renamed: Row | None = f.b if f.by in (PAIR, LAUNCH_ORDER) else None
+        renamed: Row | None = f.b if f.by in TWO_NAMES else None
         kernels.append(KernelDiff(
             first["name"], "matched" if f.a and f.b else "only_a" if f.a else "only_b",
             f.by, _side(f.a), _side(f.b), name_b=renamed["name"] if renamed else None,

@@ -19,6 +19,7 @@ from triage.archive.acceptances import Acceptance
 from triage.archive.model import RunRecord
 from triage.compare.matching import PairEvidence
 from triage.compare.noise import Noise
+from triage.compare.renames import MetricRename
 from triage.base.errors import UsageError
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ Value = Any  # a recorded value: text, number, flag, or None when unknown
 KERNEL_SET, KERNEL_LAUNCHES, KERNEL_RENAMED = "kernels.set", "kernels.launches", "kernels.renamed"
 KERNEL_NO_DATA = "kernels.no_data"  # a side's launches carry no metric values (ncu got nothing)
 KERNEL_PAIRED = "kernels.paired"  # two names paired by the user (--pair A=B): confirmed
+KERNEL_RENAME_RULE = "kernels.rename_rule"  # two names a library's renamed family pairs
 KERNEL_UNPAIRED = "kernels.unpaired"  # a launch-order guess refused: launch config or duration
 SAME_RUN, MIXED_TOOLS = "run.same", "tools.mixed"
 NVTX_RANGES = "nvtx.ranges"  # two nsys runs whose NVTX range names differ
@@ -181,6 +183,7 @@ def total_change(a: KernelSide | None, b: KernelSide | None) -> float | None:
 class MetricDiff:
     """One ncu metric of a section on both sides; `status` is changed, unchanged, only_a,
     only_b or no_data (no value on a side whose kernel carries no data, or on neither side);
+    `renamed` where the two sides name it differently (a profiler release renamed it);
     `unit_b` is set only where B's unit differs from A's. `name` is the raw metric name
     (gpu__time_duration.sum), `label` what the section calls it (Duration; A's, else B's),
     None where neither report gives one: views show it first and fall back to the name."""
@@ -194,11 +197,14 @@ class MetricDiff:
     status: str
     unit_b: str | None = None
     label: str | None = None
+    renamed: MetricRename | None = None  # A's `name` is B's `renamed.name_b` (the metric map)
 
     def to_json(self) -> JsonDict:
         out = {"name": self.name, "label": self.label, "unit": self.unit, "a": self.a,
                "b": self.b, "delta": self.delta, "delta_pct": self.delta_pct,
                "status": self.status}
+        if self.renamed:
+            out["renamed"] = self.renamed.to_json()
         return {**out, "unit_b": self.unit_b} if self.unit_b else out
 
 
@@ -276,9 +282,10 @@ class Conclusion:
 @dataclass(frozen=True)
 class KernelDiff:
     """A kernel as compared, on any path: `match` is matched, only_a or only_b; `matched_by`
-    name, launch_order (a guess) or pair (the user's --pair; for both, `name_b` is B's name and
-    `pairing` the evidence); `paired` counts the launches an ncu diff compared one to one (None
-    where whole runs' summaries are compared); `no_data` the sides ("a", "b") whose compared
+    name, launch_order (a guess), pair (the user's --pair) or rename_rule (a library renamed the
+    kernel's family; for these three, `name_b` is B's name and `pairing` the evidence);
+    `paired` counts the launches an ncu diff compared one to one (None where whole runs'
+    summaries are compared); `no_data` the sides ("a", "b") whose compared
     launches carry no metric values (ncu collected nothing). An only_a kernel's `pairing` is a
     launch-order guess that was refused (its `refused` says why)."""
 
@@ -327,7 +334,8 @@ class KernelDiff:
     def notes(self) -> tuple[str, ...]:
         """Codes of what a reader of this kernel's numbers should know (the views word them)."""
         notes: tuple[str, ...] = (KERNEL_RENAMED,) if self.guessed else \
-            (KERNEL_PAIRED,) if self.matched_by == "pair" else ()
+            (KERNEL_PAIRED,) if self.matched_by == "pair" else \
+            (KERNEL_RENAME_RULE,) if self.matched_by == "rename_rule" else ()
         if self.pairing and self.pairing.refused:
             notes += (KERNEL_UNPAIRED,)
         if self.paired is not None and self.a and self.b and self.a.launches != self.b.launches:

@@ -32,6 +32,7 @@ COMMANDS = {
     "env": ("capture", "env_command"), "bench": ("bench", "bench"),
     "diff": ("compare", "diff"), "report": ("compare", "report"), "top": ("compare", "top"),
     "explain": ("compare", "explain"), "history": ("compare", "history"),
+    "versions": ("compare", "versions"),
     "verify": ("upkeep", "verify"), "gc": ("upkeep", "gc_command"),
     "migrate": ("upkeep", "migrate"),
     "export": ("share", "export_command"), "import": ("share", "import_command"),

@@ -267,3 +267,17 @@ def history(store, selector, kernel, nvtx, metric, workload_of, min_step, html_f
     result = history_of(store.open(), selector, Measure(kernel, nvtx, metric),
                         workload_of=workload_of, min_step_pct=min_step)
     out.write(render_history_as(result, out.fmt, textview.Layout.of(width)))
+
+
+@click.command()
+@output_options("text", "json")
+@store_option
+@pass_store
+def versions(store, out):
+    """What this store's runs span (ncu and nsys versions, drivers, CUDA, GPUs), which pairs of
+    ncu versions the metric map covers (metrics paired across a rename) and what stays
+    incomparable. Reads the run catalog only."""
+    from triage.compare.versions import store_versions
+    from triage.views.versions import render_versions
+
+    out.show(store_versions(store.open()), render_versions)

@@ -10,8 +10,8 @@ from triage.compare.result import (NO_SIDE, DiffResult, DriftItem, KernelDiff, K
                                    MetricDiff, NsysDiff, SummaryChange)
 from triage.compare.noise import Noise
 from triage.views.text import (Layout, drift_change, drift_entries, drift_why, fmt_ns, fmt_pct,
-                               fmt_value, kernel_notes, metric_title, one_side_text, short_id,
-                               field_with_default, side_text)
+                               fmt_value, kernel_notes, metric_title, one_side_text, rename_text,
+                               short_id, field_with_default, side_text)
 from triage.views.text import (NCU_CAVEAT, aggregate_words, failed_tries_words, fmt_noise,
                                fmt_spread, gate_lines,
                                rule_failure, rule_heading, side_runs_title)
@@ -172,7 +172,13 @@ def _section_lines(kernel: KernelDiff, layout: Layout, raw_names: bool) -> list[
         state = "" if section.comparable else f"  NOT COMPARABLE: {section.why}"
         unchanged = f"  ({section.unchanged} unchanged)" if section.unchanged else ""
         lines.append(layout.line(f"    [{section.section}]{unchanged}{state}"))
-        lines += [_metric_line(m, raw_names, layout) for m in section.metrics]
+        for metric in section.metrics:
+            lines.append(_metric_line(metric, raw_names, layout))
+            renamed = rename_text(metric)
+            if renamed:  # wrapped, not cut: the two names are the point
+                lines += textwrap.wrap(f"        paired across a rename: {renamed}",
+                                       layout.width, subsequent_indent=" " * 10,
+                                       break_on_hyphens=False, break_long_words=False)
     for side, rules in (("A", kernel.rules.only_a), ("B", kernel.rules.only_b)):
         for rule in rules:
             failed = f" ({rule_failure(rule.error)})" if rule.error else ""

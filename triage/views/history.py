@@ -111,6 +111,17 @@ def boundary_lines(result: HistoryResult) -> list[str]:
     return lines or ["none: every run is comparable with the one before"]
 
 
+def rename_lines(result: HistoryResult) -> list[str]:
+    """The runs that name the metric otherwise, read across a rename by the metric map."""
+    renamed = [p for p in result.points if p.read_as]
+    if not renamed:
+        return []
+    return ["", "Read across a rename (the metric map pairs the names):"] + [
+        f"  run {p.index + 1} ({printable(point_name(p))}): "
+        f"{printable(p.read_as or '')} ({p.run.tool_version or 'version not recorded'})"
+        for p in renamed]
+
+
 def title(result: HistoryResult) -> str:
     return (f"History of {result.measure.describe()} over {len(result.points)} runs "
             f"({printable(result.selector)}), in capture order")
@@ -131,6 +142,7 @@ def render_history(result: HistoryResult, layout: Layout) -> str:
                    align_right={0, 5}), "",
              "Boundaries (the comparison with the run before breaks or needs care):"]
     lines += [f"  {line}" for line in boundary_lines(result)]
+    lines += rename_lines(result)
     lines += ["", "Steps:"] + [f"  {line}" for line in step_lines(result)]
     lines += ["", "Method: " + METHOD_TEXT.format(min=result.min_step_pct) + "."]
     return "\n".join(lines)

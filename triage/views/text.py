@@ -470,9 +470,12 @@ def drift_why(item: DriftItem) -> str:
 def kernel_notes(kernel: KernelDiff) -> list[str]:
     """What a reader of a kernel's numbers should know, worded (the diff gives codes)."""
     from triage.compare.result import (KERNEL_LAUNCHES, KERNEL_NO_DATA, KERNEL_PAIRED,
-                                       KERNEL_RENAMED, KERNEL_UNPAIRED)
+                                       KERNEL_RENAME_RULE, KERNEL_RENAMED, KERNEL_UNPAIRED)
 
     notes = []
+    if kernel.name_b and KERNEL_RENAME_RULE in kernel.notes and kernel.pairing:
+        notes.append(f"paired across a rename: {kernel.name} -> {kernel.name_b} "
+                     f"({kernel.pairing.rule})")
     if kernel.name_b and (KERNEL_RENAMED in kernel.notes or KERNEL_PAIRED in kernel.notes):
         shorts = (kernel.short_name, kernel.short_name_b)
         distinct = bool(shorts[0] and shorts[1] and shorts[0] != shorts[1])
@@ -529,11 +532,24 @@ def unpaired_note(evidence: PairEvidence) -> str:
             f"{pairing_evidence(evidence)}); --pair A=B pairs them")
 
 
-def metric_title(metric: MetricDiff, raw_names: bool = False) -> str:
+def metric_title(metric: MetricDiff, raw_names: bool = False, renames: bool = False) -> str:
     """What a view calls a metric: the label its section shows (Duration), which is what a
     reader of ncu knows; the raw name (gpu__time_duration.sum) with --raw-names or where the
-    reports give no label (and in runs archived before labels were stored)."""
-    return metric.name if raw_names or not metric.label else metric.label
+    reports give no label (and in runs archived before labels were stored). With `renames`,
+    a metric the two profiler versions name differently says both names."""
+    title = metric.name if raw_names or not metric.label else metric.label
+    return f"{title}: {rename_text(metric)}" if renames and metric.renamed else title
+
+
+def rename_text(metric: MetricDiff) -> str | None:
+    """Both names of a metric paired across a rename by the metric map, each with its run's
+    profiler version: "dram__throughput… (2022.3.0.0) = gpu__dram_throughput… (2025.1.0.0)";
+    None for a metric named alike on both sides."""
+    rename = metric.renamed
+    if rename is None:
+        return None
+    a, b = (version or "version not recorded" for version in rename.versions)
+    return f"{rename.name_a} ({a}) = {rename.name_b} ({b})"
 
 
 def one_side_text(section: SectionDiff, letters: tuple[str, str] = ("A", "B")) -> str | None:
