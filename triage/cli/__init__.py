@@ -96,7 +96,8 @@ def cli() -> None:
     them weeks later, loudly flagging version, GPU and clock drift.
 
     Exit codes: 0 ok, 1 error, 2 usage, 3 comparison gate (diff --strict), 4 regression gate
-    (diff --max-slowdown), 5 the regression gate had nothing to judge (ncu durations alone)."""
+    (diff --max-slowdown), 5 the regression gate had nothing to judge (ncu durations alone),
+    130 interrupted (Ctrl-C)."""
 
 
 cli.params[-1].help = STORE_HELP.replace("Store directory", "Store directory for any command")
