@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from triage.base.version import __version__
 from triage.archive import catalog, lease, space
+from triage.base.duck import interrupted
 from triage.base.progress import Progress, Step, no_progress
 from triage.base.hashing import hash_file
 from triage.archive.manifest import MANIFEST_KIND, MANIFEST_VERSION
@@ -137,7 +138,8 @@ def archive_batch(store_path, paths: list[str], label: str | None = None,
                                    progress), refused)
     except BaseException as exc:
         undo()
-        if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, Interrupted):
+        if (isinstance(exc, KeyboardInterrupt) or interrupted(exc)) \
+                and not isinstance(exc, Interrupted):  # a DuckDB query's Ctrl-C is one too
             raise Interrupted(_visible(Store(files), written)) from None
         if space.is_disk_full(exc):  # a small write after the objects (manifest, catalog)
             raise space.sized(exc, Store(files).disk, space.COMMIT_BYTES) from None
