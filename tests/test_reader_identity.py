@@ -86,20 +86,24 @@ def test_tables_of_an_older_schema_are_the_same_run(triage, tmp_path, monkeypatc
     assert triage.json("--store", store, "show", "base")["id"] == first["id"]
 
 
-# `triage ARGS`, its Arrow read held in a DuckDB query that runs until a Ctrl-C ends it (the
+# `triage ARGS` with Python's own SIGINT handler, as an interactive shell starts it (one started
+# in the background of a script inherits SIGINT ignored, and Python then leaves it so).
+TRIAGE = ("import signal, sys\n"
+          "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+          "sys.argv = ['triage', *sys.argv[1:]]\n"
+          "from triage.cli import main\n"
+          "main()\n")
+# The same, its Arrow read held in a DuckDB query that runs until a Ctrl-C ends it (the
 # reader's own DuckDB work stands in: DuckDB takes the SIGINT and raises an error of its own).
 HELD_AT_THE_ARROW_READ = (
-    "import os, pathlib, sys\n"
+    "import os, pathlib\n"
     "import triage.base.duck as duck\n"
     "import triage.capture.nsys_arrow as arrow\n"
     "def held(*args):\n"
     "    con = duck.connect(threads=1)\n"
     "    pathlib.Path(os.environ['TRIAGE_TEST_MARKER']).touch()\n"
     "    con.execute('select count(*) from range(1000000000000) t where hash(range) = 0')\n"
-    "arrow._read_streams = held\n"
-    "sys.argv = ['triage', *sys.argv[1:]]\n"
-    "from triage.cli import main\n"
-    "main()\n")
+    "arrow._read_streams = held\n" + TRIAGE)
 
 
 def interrupted_archive(tmp_path: Path, argv: list[str], env: dict) -> tuple[int, str]:
@@ -109,7 +113,7 @@ def interrupted_archive(tmp_path: Path, argv: list[str], env: dict) -> tuple[int
     env = {**env, "TRIAGE_TEST_MARKER": str(marker), "TMPDIR": str(tmp_path / "tmp")}
     (tmp_path / "tmp").mkdir()
     archive = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+                               text=True, start_new_session=True)  # its group: killed whole
     try:
         deadline = time.monotonic() + 300
         while not marker.exists() and archive.poll() is None and time.monotonic() < deadline:
@@ -118,8 +122,8 @@ def interrupted_archive(tmp_path: Path, argv: list[str], env: dict) -> tuple[int
         archive.send_signal(signal.SIGINT)
         _out, err = archive.communicate(timeout=120)
     finally:
-        if archive.poll() is None:
-            archive.kill()
+        if archive.poll() is None:  # a failure: nothing of it (nsys, its sleep) may stay
+            os.killpg(archive.pid, signal.SIGKILL)
             archive.wait()
     return archive.returncode, err
 
@@ -129,13 +133,13 @@ def test_ctrl_c_at_the_arrow_read_files_nothing(tmp_path, nsys_exe, where):
     store, report = tmp_path / "store", str(corpus_file(QDREP))
     env = dict(os.environ)
     if where == "arrow read":
-        argv = [sys.executable, "-c", HELD_AT_THE_ARROW_READ]
+        script = HELD_AT_THE_ARROW_READ
     else:
         wrapper = nsys_wrapper(tmp_path / "bin", shutil.which(nsys_exe), "sleep")
         env["PATH"] = f"{wrapper}{os.pathsep}{env['PATH']}"
-        argv = [sys.executable, "-m", "triage"]
-    status, err = interrupted_archive(tmp_path, [*argv, "--store", str(store), "archive",
-                                                 report], env)
+        script = TRIAGE
+    status, err = interrupted_archive(
+        tmp_path, [sys.executable, "-c", script, "--store", str(store), "archive", report], env)
     assert (status, err) == (130, "triage: error: interrupted (SIGINT); nothing was filed\n")
     left = [p for p in store.rglob("*") if p.is_file()] if store.exists() else []
     assert left == [], left  # no run, no export, no temp file: the store made for it is gone
