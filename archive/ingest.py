@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from triage.base.version import __version__
 from triage.archive import catalog, lease, space
+from triage.base.duck import interrupted
 from triage.base.progress import Progress, Step, no_progress
 from triage.base.hashing import hash_file
-from triage.archive.manifest import MANIFEST_KIND, version_for
+from triage.archive.manifest import MANIFEST_KIND, MANIFEST_VERSION
 from triage.archive.canonical import canonical_json
 from triage.archive.labels import check_label
 from triage.archive.model import ArchiveBatch, ArchiveResult, Refusal, RunRecord
@@ -39,7 +40,7 @@ from triage.archive.summaries import SUMMARIES, compute_summaries
 from triage.archive.tables import TableSet
 from triage.capture import redact
 from triage.capture.formats import PreparedReport, TableBatch, detect_format, prepare_report
-from triage.base.errors import CorruptObject, TriageError, UsageError
+from triage.base.errors import CorruptObject, Interrupted, TriageError, UsageError
 from triage.schemas.tables import tables_for_tool, tables_version
 from triage.base.timeutil import utc_now
 
@@ -108,6 +109,7 @@ def archive_batch(store_path, paths: list[str], label: str | None = None,
     before = _existing(store_path)  # opened once: on S3 each open is a few requests
     found = [_archived_before(before, request) for request in requests]
     prepared: list[list[PreparedReport]] = []
+    written: set[str] = set()  # the runs whose manifests this call may have written
     exports = ExitStack()  # the leases of nsys exports staged before the store is opened
     files = store_files(store_path)
     # What to undo in a local store made for nothing (a remote one is never removed).
@@ -132,16 +134,28 @@ def archive_batch(store_path, paths: list[str], label: str | None = None,
         if not requests:
             undo()
             return ArchiveBatch([], refused)
-        return ArchiveBatch(_stored(store_path, before, requests, prepared, found, progress),
-                            refused)
+        return ArchiveBatch(_stored(store_path, before, requests, prepared, found, written,
+                                   progress), refused)
     except BaseException as exc:
         undo()
+        if (isinstance(exc, KeyboardInterrupt) or interrupted(exc)) \
+                and not isinstance(exc, Interrupted):  # a DuckDB query's Ctrl-C is one too
+            raise Interrupted(_visible(Store(files), written)) from None
         if space.is_disk_full(exc):  # a small write after the objects (manifest, catalog)
             raise space.sized(exc, Store(files).disk, space.COMMIT_BYTES) from None
         raise
     finally:
         _close(prepared)
         exports.close()
+
+
+def _visible(store: Store, maybe_written: set[str]) -> tuple[str, ...]:
+    """Of the runs an interrupted archive may have written, those now in the store: each is
+    whole (a manifest is written after everything it references), filed for good."""
+    try:
+        return tuple(sorted(run_id for run_id in maybe_written if store.runs.has(run_id)))
+    except (OSError, TriageError):  # the store says nothing more: name what may be there
+        return tuple(sorted(maybe_written))
 
 
 def _readable(requests: list[RunRequest], refused: list[Refusal],
@@ -191,14 +205,14 @@ def _prepared(store_path, requests: list[RunRequest], found: list[Seen],
 
 
 def _stored(store_path, before: Store | None, requests: list[RunRequest],
-            prepared: list[list[PreparedReport]], found: list[Seen],
+            prepared: list[list[PreparedReport]], found: list[Seen], maybe_written: set[str],
             progress: Progress) -> list[ArchiveResult]:
-    """The validated reports written as runs, under one lease, and indexed."""
+    """The validated reports written as runs, under one lease, and indexed; `maybe_written`
+    gets the id of each run before its manifest may be written."""
     store = before or Store.open(store_path, create=True)
     store.check_writable()
     progress(Step("storing", len(requests), len(requests)))
     rows: list[dict] = []  # catalog rows: one segment for every run, written in the lease
-    maybe_written: set[str] = set()  # the runs whose manifests this call may have written
     with lease.held(store, "archive") as held:  # one for every run (on S3, 4 requests)
         try:
             results = _archive_all(
@@ -356,21 +370,21 @@ def check_readable(path: Path) -> None:
 
 
 def dedup_key(tool: str, digests: list[str], request: RunRequest) -> str:
-    """Same reports + same table schema + same redaction = same run, whatever triage version."""
-    doc = {"tool": tool, "tables": tables_version(), "reports": digests,
-           "redact": sorted(request.redact_patterns), "source": request.source}
+    """Same reports + same redaction = same run, whatever triage read them with (its version,
+    its tables' schema version, the nsys export format): what the run id hashes too."""
+    doc = {"tool": tool, "reports": digests, "redact": sorted(request.redact_patterns),
+           "source": request.source}
     return hashlib.sha256(canonical_json(doc)).hexdigest()
 
 
 def dedup_key_of(manifest: dict) -> str | None:
     """The dedup key of an archived run, rebuilt from its manifest (an imported run gets the key
-    `archive` would look for); None for what archive never keys (captures, failed attempts) or
-    would not find (tables of another schema version). User redaction patterns are in the
-    manifest when there were any (a run archived with them before the manifest recorded them
-    keys as if without)."""
+    `archive` would look for, whatever schema version its tables have); None for what archive
+    never keys (captures, failed attempts). User redaction patterns are in the manifest when
+    there were any (a run archived with them before the manifest recorded them keys as if
+    without)."""
     reports = manifest.get("reports") or []
-    if manifest.get("capture") is not None or not reports \
-            or manifest.get("tables_schema_version") != tables_version():
+    if manifest.get("capture") is not None or not reports:
         return None
     request = RunRequest([], source=manifest.get("source") or "archive",
                          redact_patterns=tuple(manifest.get("redact_patterns") or ()))
@@ -736,7 +750,7 @@ def _manifest(request: RunRequest, provenances: list[dict], reports: list[dict],
     extra = redact.extra_patterns(request.redact_patterns)
     manifest = {
         "kind": MANIFEST_KIND,
-        "schema_version": version_for(first.get("settings_source") or {}),
+        "schema_version": MANIFEST_VERSION,
         "tables_schema_version": tables_version(),
         "source": request.source,
         "tool": first["tool"],

@@ -13,17 +13,13 @@ from pathlib import Path
 from triage.base.errors import NewerFormat, StoreError
 
 # 2: the run id hashes the run's identity, not the file's bytes (run_manifests.manifest_file);
-# 3: a setting may be sourced "derived" (what the report's data proves). A manifest is written
-# at the lowest version that can hold it, so every run without a derived setting keeps its
-# version 2 document and its id, and only a triage that knows "derived" reads the others.
-IDENTITY_VERSION, DERIVED_VERSION = 2, 3
-MANIFEST_VERSION = DERIVED_VERSION  # the newest this triage reads
+# 3: a setting may be sourced "derived" (what the report's data proves); 4: the identity is the
+# reports' bytes and the capture's facts alone, not what triage read from them
+# (run_manifests.REPORT_IDENTITY): every manifest is written at version 4, and `triage migrate`
+# gives each run of version 1-3 its version 4 id.
+IDENTITY_VERSION, DERIVED_VERSION, REPORT_IDENTITY_VERSION = 2, 3, 4
+MANIFEST_VERSION = REPORT_IDENTITY_VERSION  # the newest this triage reads, and what it writes
 MANIFEST_KIND = "triage.run"
-
-
-def version_for(settings_source: dict) -> int:
-    """The manifest version a run's document needs: 3 where a setting is derived, else 2."""
-    return DERIVED_VERSION if "derived" in settings_source.values() else IDENTITY_VERSION
 
 
 def manifest_schema() -> dict:

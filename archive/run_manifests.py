@@ -14,22 +14,36 @@ from dataclasses import dataclass
 
 from triage.archive import validate
 from triage.archive.canonical import SEAL, canonical_json, seal_of
+from triage.archive.manifest import DERIVED_VERSION, IDENTITY_VERSION
 from triage.archive.objects import Objects
 from triage.archive.part import StorePart
 from triage.archive.table_files import TABLE_NAME_RE, Tables
 from triage.base.errors import CorruptObject, RunNotFound
 from triage.base.hashing import SHA256_RE
 
-# What a run's id leaves out: how its tables came out as bytes (Parquet writer, pyarrow) and
-# which library versions wrote them. Two people archiving one report get one run id.
+# What a version 2 or 3 run's id left out: how its tables came out as bytes (Parquet writer,
+# pyarrow) and which library versions wrote them (read only: `triage migrate` renames them).
 NOT_IDENTITY = ("tables", "extractor", SEAL)
+# What a version 4 run's id is made of: its reports' bytes (each with the rank and process a
+# capture gave it) and the facts of how it was made (a capture's record, its source, the user's
+# redaction patterns). Never what triage read from the reports by the path it took to read them
+# (nsys's Arrow or SQLite export, the export's nsys version and schema, the tables' schema
+# version, the reader's provenance): the same report is the same run whoever reads it, how.
+REPORT_IDENTITY = ("kind", "tool", "source", "capture", "redact_patterns")
+REPORT_FACTS = ("sha256", "rank", "process")
 
 
 def manifest_identity(manifest: dict) -> dict:
-    """What makes a run the run it is: its reports' hashes, provenance, redaction patterns
-    and table schema version; not its tables' bytes nor the versions of the libraries that
-    wrote them (NOT_IDENTITY). Its tables are attached by their own hashes."""
-    return {k: v for k, v in manifest.items() if k not in NOT_IDENTITY}
+    """What makes a run the run it is, by its manifest's version: from version 4 its reports'
+    bytes and the facts of its making (REPORT_IDENTITY); in versions 2 and 3 everything but its
+    tables' bytes and the library versions that wrote them (NOT_IDENTITY). Its tables are
+    attached by their own hashes, which the seal covers."""
+    if manifest.get("schema_version") in (IDENTITY_VERSION, DERIVED_VERSION):
+        return {k: v for k, v in manifest.items() if k not in NOT_IDENTITY}
+    identity = {k: manifest[k] for k in REPORT_IDENTITY if k in manifest}
+    identity["reports"] = [{k: report.get(k) for k in REPORT_FACTS}
+                           for report in manifest.get("reports") or []]
+    return identity
 
 
 def manifest_file(manifest: dict) -> tuple[str, bytes]:

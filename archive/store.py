@@ -2,21 +2,21 @@
 
 Layout (all under the store root):
 
-    triage-store.json       format marker and version (3; `triage migrate` upgrades 1 and 2)
+    triage-store.json       format marker and version (4; `triage migrate` upgrades 1 to 3)
     objects/ab/cdef...      raw reports, listings and patches, by sha256; read-only once written
     tables/<table>/run_id=<id>/<sha256>.parquet
                             a run's tables, hive style so that engines read them in place,
                             named by the hash of their bytes; read-only once written
     runs/<id>.json          run manifests (canonical JSON); id = sha256 of the run's identity
                             (manifest_identity), the file sealed by the hash of its bytes
-    keys/<key>              dedup key (report hashes + extractor version) -> run id
+    keys/<key>              dedup key (report hashes, source, redaction) -> run id
     annotations/<id>.json   when a run was first archived, and notes added later
     labels/<name>           label -> run id; the only thing a user moves on purpose
     label-history/<name>/   one write-once file per move of a label (<time>_<writer>.move);
                             the newest by (time, writer) is where the label points
     acceptances/<id>/       one write-once file per `triage accept` of the run
                             (<time>_<writer>.accept): who, when, why
-    aliases/<old id>        a format 1 run id -> its format 2 id (migrate.py), write-once
+    aliases/<old id>        a run's id before a migration -> its id now (migrate.py), write-once
     index/*.parquet         catalog segments for fast `ls` and cross-run queries (derived)
     leases/*.json           one per write in progress (archive, import, label...), so gc spares
                             its files (lease.py)
@@ -58,8 +58,9 @@ from triage.base.errors import DiskFull, NewerFormat, StoreError, UsageError
 STORE_MARKER = "triage-store.json"
 STORE_FORMAT = "triage-store"
 # 2: run ids hash the run's identity (manifest_file); 3: tables under tables/<table>/run_id=<id>/
-# (hive style), not objects/. An older store is refused until `triage migrate` upgrades it.
-STORE_VERSION = 3
+# (hive style), not objects/; 4: every run's id hashes its reports and capture facts alone
+# (manifest version 4). An older store is refused until `triage migrate` upgrades it.
+STORE_VERSION = 4
 
 
 def marker_bytes() -> bytes:

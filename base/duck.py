@@ -7,6 +7,7 @@ that. triage only needs the Parquet reader, which is built in, so autoloading is
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,18 @@ def query_database() -> duckdb.DuckDBPyConnection:
     `.cursor()` of it (its own connection, for its own thread) for 3 ms, not a new database
     for 70 ms."""
     return connect()
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether DuckDB raised `exc` because a Ctrl-C reached it mid-query. DuckDB takes SIGINT
+    itself while a query runs and answers with an error of its own, an Exception
+    (RuntimeError "Query interrupted" in DuckDB 2, InterruptException before), so a reader
+    that falls back on errors would take the user's Ctrl-C for an unreadable input."""
+    duckdb = sys.modules.get("duckdb")
+    if duckdb is None:  # never imported: nothing of it ran
+        return False
+    return isinstance(exc, getattr(duckdb, "InterruptException", ())) \
+        or (type(exc) is RuntimeError and str(exc) == "Query interrupted")
 
 
 def sql_string(value: object) -> str:

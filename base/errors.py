@@ -7,6 +7,17 @@ the library is a bug and keeps its traceback.
 from __future__ import annotations
 
 EXIT_OK = 0  # every other exit code is the exit_code of the error that ended the command
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), as a shell reports a command it ended: 128 + 2
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C ended a command that files runs, with the runs it had made visible by then
+    (`filed`: an interrupt after a run's manifest was written). A KeyboardInterrupt still, so
+    that no `except Exception` on the way takes it for a failure to fall back from."""
+
+    def __init__(self, filed: tuple[str, ...] = ()):
+        super().__init__("interrupted")
+        self.filed = filed
 
 
 class TriageError(Exception):

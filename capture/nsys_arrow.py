@@ -44,7 +44,7 @@ class ArrowExport(Export):
     def __init__(self, path, arrow_path, spill_directory: str | None = None):
         import pyarrow as pa
 
-        from triage.base.duck import connect
+        from triage.base.duck import connect, interrupted
 
         self._map: mmap.mmap | None = None
         self.arrow: dict[str, pa.Table] = {}
@@ -59,6 +59,8 @@ class ArrowExport(Export):
                 self.con.register(name, table)
         except Exception as exc:  # noqa: BLE001 - pyarrow and DuckDB raise many kinds
             self.close()
+            if interrupted(exc):  # a Ctrl-C, not an export to read as SQLite instead
+                raise KeyboardInterrupt from None
             raise UnsupportedReport(f"{path}: nsys wrote an Arrow export triage cannot read "
                                     f"({type(exc).__name__}: {exc}); archive its "
                                     "`nsys export --type sqlite` instead") from None

@@ -262,7 +262,7 @@ HOSTILE = {  # hash-valid bundles that used to break import and then every reade
     "report-name-number": (lambda i: rewrite_run(i, with_field("reports.[0].name", 5)),
                            "(reports[0].name: expected string, got integer)"),
     "version-string": (lambda i: rewrite_run(i, with_field("schema_version", "1")),
-                       "(schema_version: must be one of 1, 2, 3)"),
+                       "(schema_version: must be one of 1, 2, 3, 4)"),
     "kernels-nan": (lambda i: rewrite_run(i, lambda m: canonical_json(m).replace(
         b'"kernels":%d' % m["kernels"], b'"kernels":NaN')), "NaN is not a JSON number"),
     "manifest-deep": (lambda i: rewrite_run(i, lambda _m: b"[" * 200_000),

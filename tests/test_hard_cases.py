@@ -93,7 +93,7 @@ def test_a_capture_and_its_own_export_agree_on_what_was_traced(triage):
     shown = triage.json("show", export)
     assert (shown["settings"]["trace"], shown["settings_source"]["trace"]) == ("nvtx,osrt",
                                                                                "derived")
-    assert shown["schema_version"] == 3 and triage.json("show", report)["schema_version"] == 2
+    assert shown["schema_version"] == 4 and triage.json("show", report)["schema_version"] == 4
     assert "  trace            nvtx,osrt   [derived]" in triage("show", export).stdout
     fields = {item["field"] for item in triage.json("diff", report, export)["drift"]}
     assert "settings.trace" not in fields

@@ -71,3 +71,33 @@ def test_an_interrupted_capture_is_recorded_as_a_failed_attempt(triage, nsys_exe
     assert not agents_left(profiler)  # the agent nsys detached is ended too
     assert run["capture"]["environment"]["TRIAGE_STORE"] == str(store_dir)
     assert [r["source"] for r in triage.json("ls")] == ["capture-failed"]
+
+
+def ctrl_c(*_args, **_kwargs):
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("late", ["indexing", "printing"])
+def test_an_archive_interrupted_after_filing_names_the_run(triage, monkeypatch, late):
+    """Ctrl-C after a run's manifest is written (issue 44, item 5): the run is whole and stays,
+    the exit is 130 with one line that names it, never click's `Aborted!` (exit 1) as if
+    nothing was filed; archiving the report again finds it."""
+    from helpers import corpus_file
+    from triage.archive import catalog
+    from triage.views import runs as runs_view
+
+    report = corpus_file("LakshyaSingh354__CudaCode__gemm_naive.ncu-rep")
+    with monkeypatch.context() as patch:
+        if late == "indexing":  # the catalog row, after the manifest
+            patch.setattr(catalog, "add_rows", ctrl_c)
+        else:  # the run's line, after everything
+            patch.setattr(runs_view, "archive_lines", ctrl_c)
+        done = triage("archive", report, expect=130)
+    run_id = triage.json("show", "latest")["id"]
+    assert done.stderr == f"triage: error: interrupted (SIGINT) after filing run {run_id[:12]}; " \
+        "archive the same report(s) again to file the rest (`already archived` for those " \
+        "filed)\n", done.stderr
+    assert "Aborted" not in done.output
+    assert triage.json("verify")["ok"]
+    again = triage.json("archive", report)[0]
+    assert (again["id"], again["new"]) == (run_id, False)

@@ -1,9 +1,10 @@
-"""Store format 3 and `triage migrate` (issue 17, items 3 and 4).
+"""Store format 4 and `triage migrate` (issue 17, items 3 and 4; issue 44, item 5).
 
-Format 1 and 2 stores are made by code from real corpus runs, by the rules of docs/store.md:
-in both, a run's tables are objects (objects/<sha[:2]>/<sha[2:]>); in format 1 a manifest is
-version 1 with no seal, named by the sha256 of its bytes, and keys, labels and annotations name
-runs by those ids."""
+Format 1, 2 and 3 stores are made by code from real corpus runs, by the rules of docs/store.md:
+in format 3 a run's manifest is version 2 (3 with a derived setting), named by the hash of its
+identity less its tables and library versions; in formats 1 and 2 a run's tables are objects
+(objects/<sha[:2]>/<sha[2:]>); in format 1 a manifest is version 1 with no seal, named by the
+sha256 of its bytes, and keys, labels and annotations name runs by those ids."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.helpers import corpus_file
 from triage.archive import catalog
 from triage.archive import migrate as migration
 from triage.archive.canonical import SEAL, canonical_json
+from triage.archive.run_manifests import manifest_file
 from triage.archive.store import STORE_MARKER, Store
 
 REPORTS = ["LakshyaSingh354__CudaCode__report.ncu-rep",
@@ -26,12 +28,39 @@ REPORTS = ["LakshyaSingh354__CudaCode__report.ncu-rep",
            "0x822a5b87__test-cuda__report1.sqlite"]
 
 
-def format_2_store(triage, root) -> dict[str, str]:
-    """A format 2 store of the REPORTS (label `base` on the first): its tables moved from
-    tables/ into objects/; {report name: run id}."""
+def format_3_store(triage, root) -> dict[str, str]:
+    """A format 3 store of the REPORTS (label `base` on the first): each run renamed to the id
+    its manifest had at version 2 or 3 (its identity less its tables and library versions), its
+    tables, annotations, key, label and label history under that id; {report name: run id}."""
     ids = {name: triage.json("--store", root, "archive", corpus_file(name))[0]["id"]
            for name in REPORTS}
     triage("--store", root, "label", "base", ids[REPORTS[0]])
+    old_of = {}
+    for new in ids.values():
+        doc = json.loads((root / "runs" / f"{new}.json").read_bytes())
+        doc.pop(SEAL)
+        doc["schema_version"] = 3 if "derived" in doc["settings_source"].values() else 2
+        old, data = manifest_file(doc)
+        old_of[new] = old
+        (root / "runs" / f"{old}.json").write_bytes(data)
+        (root / "runs" / f"{new}.json").unlink()
+        os.replace(root / "annotations" / f"{new}.json", root / "annotations" / f"{old}.json")
+        for folder in (root / "tables").glob(f"*/run_id={new}"):
+            os.replace(folder, folder.with_name(f"run_id={old}"))
+    for path in [*(root / "keys").iterdir(), *(root / "labels").iterdir()]:
+        path.write_text(old_of[path.read_text().strip()] + "\n")
+    for path in (root / "label-history").rglob("*.move"):
+        move = json.loads(path.read_bytes())
+        path.write_text(json.dumps({**move, "run": old_of[move["run"]]}))
+    shutil.rmtree(root / "index")
+    (root / STORE_MARKER).write_bytes(canonical_json({"format": "triage-store", "version": 3}))
+    return {name: old_of[run_id] for name, run_id in ids.items()}
+
+
+def format_2_store(triage, root) -> dict[str, str]:
+    """A format 2 store of the REPORTS: a format 3 one with its tables moved from tables/ into
+    objects/; {report name: run id}."""
+    ids = format_3_store(triage, root)
     for table in sorted((root / "tables").rglob("*.parquet")):
         sha = table.name.removesuffix(".parquet")
         target = root / "objects" / sha[:2] / sha[2:]
@@ -60,7 +89,6 @@ def format_1_store(triage, root) -> dict[str, str]:
     for folder in (store.root / "keys", store.root / "labels"):
         for path in folder.iterdir():
             path.write_text(old_of[path.read_text().strip()] + "\n")
-    shutil.rmtree(store.root / "index")
     shutil.rmtree(store.root / "label-history")  # format 1 kept no label history
     (root / STORE_MARKER).write_bytes(canonical_json({"format": "triage-store", "version": 1}))
     return {name: old_of[run_id] for name, run_id in ids.items()}
@@ -97,14 +125,20 @@ def check_migrated(triage, root, old: dict[str, str], renamed: bool = True) -> N
     assert (again["id"], again["new"]) == (new[REPORTS[2]], False)
 
 
-def test_migrate_moves_a_format_2_stores_tables_keeping_its_ids(triage, tmp_path):
+@pytest.mark.parametrize("version", [2, 3])
+def test_migrate_gives_a_format_2_or_3_stores_runs_their_ids_now(triage, tmp_path, version):
+    """Format 2 and 3 run ids hashed what triage read from the report; format 4's hash the
+    report: every run is renamed, its old id an alias, its label moved with it."""
     root = tmp_path / "store"
-    ids = format_2_store(triage, root)
+    old = (format_2_store if version == 2 else format_3_store)(triage, root)
     refused = triage("--store", root, "ls", expect=1).stderr
-    assert "has format version 2; run `triage migrate` once to upgrade it to 3" in refused
-    assert "0 run(s) got new ids" in triage("--store", root, "migrate").stdout
-    assert sorted(r["id"] for r in triage.json("--store", root, "ls")) == sorted(ids.values())
-    check_migrated(triage, root, ids, renamed=False)
+    assert f"has format version {version}; run `triage migrate` once to upgrade it to 4" \
+        in refused, refused
+    assert "3 run(s) got new ids" in triage("--store", root, "migrate").stdout
+    check_migrated(triage, root, old)
+    assert not list((root / "tables").glob("*/run_id=" + old[REPORTS[0]]))  # moved, not copied
+    history = Store.open(root).labels.history("base")  # the label's truth: its newest move
+    assert history[-1].run_id == triage.json("--store", root, "show", "base")["id"], history
 
 
 def test_migrate_keeps_every_run_reachable(triage, tmp_path):
@@ -152,7 +186,7 @@ def test_a_migration_killed_midway_finishes_on_rerun(triage, tmp_path, monkeypat
         triage("--store", root, "migrate")
     monkeypatch.setattr(migration, step, real)
     marker = json.loads((root / STORE_MARKER).read_bytes())
-    if marker.get("version") == 3 and "migrating_from" not in marker:
+    if marker.get("version") == 4 and "migrating_from" not in marker:
         pytest.fail("a killed migration left a store marked as done")
     stopped = triage("--store", root, "ls", expect=1).stderr
     assert "run `triage migrate`" in stopped, stopped
@@ -163,8 +197,8 @@ def test_a_migration_killed_midway_finishes_on_rerun(triage, tmp_path, monkeypat
 def test_a_newer_format_is_refused_in_one_line(triage, tmp_path):
     root = tmp_path / "store"
     triage("--store", root, "archive", corpus_file(REPORTS[0]))
-    (root / STORE_MARKER).write_bytes(canonical_json({"format": "triage-store", "version": 4}))
+    (root / STORE_MARKER).write_bytes(canonical_json({"format": "triage-store", "version": 5}))
     for command in (["ls"], ["migrate"], ["archive", corpus_file(REPORTS[1])]):
         refused = triage("--store", root, *command, expect=1).stderr
         assert refused.count("\n") == 1, refused
-        assert "format version 4, newer than this triage (3); upgrade triage" in refused
+        assert "format version 5, newer than this triage (4); upgrade triage" in refused

@@ -2,7 +2,8 @@
 
 This is the only place where a TriageError becomes a message and an exit code:
 0 ok, 1 error, 2 usage, 3 comparison gate (`diff --strict`), 4 regression gate
-(`diff --max-slowdown`), 5 the regression gate had nothing to judge (ncu durations alone).
+(`diff --max-slowdown`), 5 the regression gate had nothing to judge (ncu durations alone),
+130 interrupted (Ctrl-C).
 Any other exception is a bug and keeps its traceback.
 
 Each command family lives in a module of its own, imported only when one of its commands runs
@@ -19,10 +20,12 @@ from typing import NoReturn
 
 import click
 
-from triage.base.errors import EXIT_OK, TriageError
+from triage.base.duck import interrupted
+from triage.base.errors import EXIT_INTERRUPTED, EXIT_OK, Interrupted, TriageError
 from triage.base.version import __version__
 from triage.cli.options import STORE_HELP, store_option
 from triage.views import text as textview
+from triage.views.runs import interrupted_line
 
 # command name -> the module of triage.cli that defines it, and its function there
 COMMANDS = {
@@ -54,6 +57,20 @@ class TriageGroup(click.Group):
         except BrokenPipeError:
             sys.stderr.close()
             ctx.exit(EXIT_OK)
+        except KeyboardInterrupt as exc:
+            _interrupted(ctx, exc)
+        except Exception as exc:
+            if not interrupted(exc):  # a bug: its traceback stays
+                raise
+            _interrupted(ctx, exc)
+
+
+def _interrupted(ctx: click.Context, exc: BaseException) -> NoReturn:
+    """Ctrl-C: one line and exit 130, as a shell reports a command it ended (never click's
+    "Aborted!" and exit 1); the runs an archive filed before it are named."""
+    filed = exc.filed if isinstance(exc, Interrupted) else None
+    click.echo(f"triage: error: {interrupted_line(filed)}", err=True)
+    ctx.exit(EXIT_INTERRUPTED)
 
 
 class LazyGroup(TriageGroup):
@@ -80,7 +97,8 @@ def cli() -> None:
     them weeks later, loudly flagging version, GPU and clock drift.
 
     Exit codes: 0 ok, 1 error, 2 usage, 3 comparison gate (diff --strict), 4 regression gate
-    (diff --max-slowdown), 5 the regression gate had nothing to judge (ncu durations alone)."""
+    (diff --max-slowdown), 5 the regression gate had nothing to judge (ncu durations alone),
+    130 interrupted (Ctrl-C)."""
 
 
 cli.params[-1].help = STORE_HELP.replace("Store directory", "Store directory for any command")

@@ -7,7 +7,7 @@ import re
 
 import click
 
-from triage.base.errors import TriageError, UsageError
+from triage.base.errors import Interrupted, TriageError, UsageError
 from triage.cli.options import (Output, echo_chunks, output_options, pass_store, runs_named,
                                 store_option, warn, width_options)
 from triage.views import text as textview
@@ -45,10 +45,13 @@ def archive(store, reports, label, note, nsys, redact, repair, fail_fast, out):
         batch = archive_batch(store.path, list(reports), label=label, note=note, nsys=nsys,
                               redact_patterns=tuple(redact), repair=repair, progress=progress,
                               keep_going=not fail_fast and len(reports) > 1)
-    if batch.results:
-        out.show(batch.results, archive_lines)
-    elif out.json:
-        out.write("[]")
+    try:
+        if batch.results:
+            out.show(batch.results, archive_lines)
+        elif out.json:
+            out.write("[]")
+    except KeyboardInterrupt:  # the runs are filed: said so, not lost in an unfinished listing
+        raise Interrupted(tuple(r.record.id for r in batch.results if r.new)) from None
     if batch.refused:
         click.echo(refusal_lines(batch, len(reports)), err=True)
         raise click.exceptions.Exit(TriageError.exit_code)

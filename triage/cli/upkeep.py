@@ -72,11 +72,12 @@ def gc_command(store, dry_run, grace, out):
 @store_option
 @pass_store
 def migrate(store):
-    """Upgrade a store of format 1 or 2 to format 3 in one step: from 1, run ids hash what a
-    run is, not its Parquet bytes (every run gets its new id, and its old id keeps resolving in
-    show, diff, labels); from 2, tables move to tables/<table>/run_id=<id>/ for engines to read
-    in place. Other commands refuse an older store until it is migrated. Safe to run again,
-    and to rerun after a kill: it finishes what it began. Run it when no one is writing."""
+    """Upgrade a store of format 1, 2 or 3 to format 4 in one step: run ids hash the reports'
+    bytes and how they were captured, not how triage read them (every run gets its new id, and
+    its old id keeps resolving in show, diff, labels); from 1 and 2, tables move to
+    tables/<table>/run_id=<id>/ for engines to read in place. Other commands refuse an older
+    store until it is migrated. Safe to run again, and to rerun after a kill: it finishes what
+    it began. Run it when no one is writing."""
     from triage.archive.migrate import migrate as migrate_store
     from triage.archive.store import STORE_VERSION
 

@@ -41,6 +41,18 @@ def refusal_lines(batch: ArchiveBatch, given: int) -> str:
     return "\n".join(lines)
 
 
+def interrupted_line(filed: tuple[str, ...] | None) -> str:
+    """Ctrl-C's one line: for an archive, which runs it filed before (each whole: a run is
+    visible only once complete), or that it filed none."""
+    if filed is None:
+        return "interrupted (SIGINT)"
+    if not filed:
+        return "interrupted (SIGINT); nothing was filed"
+    runs = ", ".join(textview.short_id(run_id) for run_id in filed)
+    return (f"interrupted (SIGINT) after filing run {runs}; archive the same report(s) again "
+            "to file the rest (`already archived` for those filed)")
+
+
 def ls_text(found: RunList, width: int | None = None) -> str:
     """The listing as a table `width` wide (the terminal's: `textview.fit_width`), each value
     whole where `width` is None; and what it left out."""
