@@ -15,10 +15,10 @@ The steps, each one safe to repeat (a rerun after a kill finishes the job):
 
 1. the marker says "version 4, migrating from N": an older triage refuses the store as newer,
    this triage refuses every command but `migrate`, so no one writes runs under the old rules;
-2. per run of manifest version 1-3: the version 4 manifest, the alias, the annotations and the
-   dedup key under the new id;
+2. per run of manifest version 1-3: the version 4 manifest, the alias, the annotations, notes,
+   arrival record, acceptances and the dedup key under the new id;
 3. dedup keys, aliases and labels pointed at the new ids (a label by a move in its history);
-4. the old manifests and their annotations removed;
+4. the old manifests and their annotations, notes, arrival records and acceptances removed;
 5. per run: each table copied to its place under tables/ (from objects/, or from the old id's
    place); then the objects that only tables were and the old ids' tables removed, and the
    catalog (derived) rebuilt;
@@ -27,7 +27,7 @@ The steps, each one safe to repeat (a rerun after a kill finishes the job):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from triage.archive import atomic, catalog, lease, validate
 from triage.archive.canonical import SEAL
@@ -65,7 +65,7 @@ def migrate(store: Store) -> Migration:
         _repoint(store, "aliases", renamed)
         _relabel(store, renamed)
         for old in moved:
-            store.files.delete(store.annotations.key(old))
+            _drop_entries(store, old)
             store.files.delete(store.runs.key(old))
         _move_tables(store, renamed)
         _rebuild_catalog(store)
@@ -74,10 +74,11 @@ def migrate(store: Store) -> Migration:
 
 
 def _migrate_run(store: Store, old: str) -> str | None:
-    """The version 4 manifest of an older run, its alias, annotations and dedup key; its new id
-    (None: the run is version 4 already, or its manifest is damaged: `verify` names it, and it
-    stays). Two old runs of one report (read two ways) become one run: the first one's
-    manifest and annotations are kept, the other's id an alias of it."""
+    """The version 4 manifest of an older run, its alias, annotations (and the rest of
+    `_carry_entries`) and dedup key; its new id (None: the run is version 4 already, or its
+    manifest is damaged: `verify` names it, and it stays). Two old runs of one report (read two
+    ways) become one run: the first one's manifest is kept, the notes of both, the other's id
+    an alias of it."""
     data = store.runs.manifest_bytes(old)
     if data is None:
         return None
@@ -86,14 +87,33 @@ def _migrate_run(store: Store, old: str) -> str | None:
         return None
     manifest.pop(SEAL, None)
     new = store.runs.write_manifest({**manifest, "schema_version": MANIFEST_VERSION})
-    notes = store.read_file(store.annotations.key(old))
-    if notes is not None and not store.files.exists(store.annotations.key(new)):
-        _write(store, store.annotations.key(new), notes)
+    _carry_entries(store, old, new)
     key = dedup_key_of(manifest)
     if key is not None:
         store.runs.record_key(key, new)
     store.runs.write_alias(old, new)
     return new
+
+
+def _carry_entries(store: Store, old: str, new: str) -> None:
+    """What the store keeps per run beside its manifest, under the new id too: the first
+    archive time and every note (merged: two old runs of one report keep the notes of both),
+    the record of its arrival from another store, and its acceptances (`triage accept`). Each
+    is write-once or a merge, so a rerun after a kill writes nothing twice."""
+    store.annotations.merge(new, store.annotations.read(old))
+    arrival = store.annotations.arrival(old)
+    if arrival is not None:
+        store.annotations.arrived(new, arrival.how, arrival.source, arrival.time)
+    store.acceptances.merge(replace(a, run_id=new) for a in store.acceptances.of_run(old))
+
+
+def _drop_entries(store: Store, old: str) -> None:
+    """The old id's annotations, notes, arrival and acceptances, once the new id holds them."""
+    keys = [store.annotations.key(old), store.annotations.arrival_key(old),
+            *store.files.files(store.annotations.notes_folder(old)),
+            *store.files.files(store.acceptances.key(old))]
+    for key in keys:
+        store.files.delete(key)
 
 
 def _chained(aliases: dict[str, str]) -> dict[str, str]:

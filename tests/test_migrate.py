@@ -19,7 +19,7 @@ import pytest
 from tests.helpers import corpus_file
 from triage.archive import catalog
 from triage.archive import migrate as migration
-from triage.archive.canonical import SEAL, canonical_json
+from triage.archive.canonical import SEAL, canonical_json, seal_of
 from triage.archive.run_manifests import manifest_file
 from triage.archive.store import STORE_MARKER, Store
 
@@ -141,6 +141,33 @@ def test_migrate_gives_a_format_2_or_3_stores_runs_their_ids_now(triage, tmp_pat
     assert history[-1].run_id == triage.json("--store", root, "show", "base")["id"], history
 
 
+def test_migrate_carries_a_runs_notes_arrival_and_acceptances(triage, tmp_path):
+    """What the store keeps beside a run under its id (notes, the record of its arrival from
+    another store, `triage accept`) follows the run to its new id, and nothing stays behind
+    under the old one (verify reports no orphan)."""
+    root = tmp_path / "store"
+    old = format_3_store(triage, root)[REPORTS[0]]
+    store = Store.open(root, upgrade=True)
+    doc = json.loads((root / "annotations" / f"{old}.json").read_bytes())
+    doc.pop(SEAL)
+    doc["notes"] = [{"time": doc["archived"], "text": "kept in the file, as format 3 did"}]
+    (root / "annotations" / f"{old}.json").write_bytes(
+        canonical_json({**doc, SEAL: seal_of(doc)}))
+    store.annotations.annotate(old, "2026-01-02T00:00:00Z", "a write-once note")
+    store.annotations.arrived(old, "pull", "s3://team/store", "2026-01-03T00:00:00Z")
+    store.acceptances.add(old, "exact GELU on purpose", "ci")
+    triage("--store", root, "migrate")
+    shown = triage.json("--store", root, "show", "base")
+    assert shown["id"] != old
+    assert {n["text"] for n in shown["notes"]} == {"kept in the file, as format 3 did",
+                                                   "a write-once note"}
+    assert shown["arrived"] == "pull from s3://team/store"
+    accepted = Store.open(root).acceptances.of_run(shown["id"])
+    assert [a.reason for a in accepted] == ["exact GELU on purpose"]
+    checked = triage.json("--store", root, "verify")
+    assert checked["ok"] and checked["leftovers"] == [], checked
+
+
 def test_migrate_keeps_every_run_reachable(triage, tmp_path):
     root = tmp_path / "store"
     old = format_1_store(triage, root)
@@ -163,7 +190,8 @@ class Killed(BaseException):
 
 # (step, which call of it dies): the first marker write, midway through the runs, between keys
 # and labels, and with everything done but the catalog and the final marker
-KILLS = [("_write", 1), ("_migrate_run", 1), ("_migrate_run", 3), ("_write", 3), ("_repoint", 2),
+KILLS = [("_write", 1), ("_migrate_run", 1), ("_migrate_run", 3), ("_carry_entries", 2),
+         ("_drop_entries", 2), ("_repoint", 2),
          ("_copied", 5), ("_rebuild_catalog", 1)]
 
 
