@@ -91,12 +91,15 @@ def archive_files(store_path, paths: list[str], label: str | None = None,
 def archive_batch(store_path, paths: list[str], label: str | None = None,
                   note: str | None = None, nsys: str | None = None,
                   redact_patterns: tuple[str, ...] = (), repair: bool = False,
-                  progress: Progress = no_progress, keep_going: bool = True) -> ArchiveBatch:
+                  progress: Progress = no_progress, keep_going: bool = True,
+                  filed: Callable[[ArchiveResult], None] = lambda _result: None) -> ArchiveBatch:
     """`triage archive REPORT...`: one run per readable report. Every file is validated before
     the store is touched; with `keep_going` a refused one (unreadable, not a report, an nsys
     too old to export it) is set aside with its error and the others are archived, else the
     first refusal is raised and nothing is archived. A failure of the store itself (full,
-    read-only) stops every report: the store guarantees hold for the runs written."""
+    read-only) stops every report: the store guarantees hold for the runs written. `filed` is
+    told of each run as soon as it is whole in the store (an interrupted batch has said what
+    landed)."""
     if label and len(paths) > 1:
         raise UsageError("--label names one run; archive one report at a time to label it")
     if label:
@@ -135,7 +138,7 @@ def archive_batch(store_path, paths: list[str], label: str | None = None,
             undo()
             return ArchiveBatch([], refused)
         return ArchiveBatch(_stored(store_path, before, requests, prepared, found, written,
-                                   progress), refused)
+                                   progress, filed), refused)
     except BaseException as exc:
         undo()
         if (isinstance(exc, KeyboardInterrupt) or interrupted(exc)) \
@@ -206,9 +209,10 @@ def _prepared(store_path, requests: list[RunRequest], found: list[Seen],
 
 def _stored(store_path, before: Store | None, requests: list[RunRequest],
             prepared: list[list[PreparedReport]], found: list[Seen], maybe_written: set[str],
-            progress: Progress) -> list[ArchiveResult]:
+            progress: Progress, filed: Callable[[ArchiveResult], None]) -> list[ArchiveResult]:
     """The validated reports written as runs, under one lease, and indexed; `maybe_written`
-    gets the id of each run before its manifest may be written."""
+    gets the id of each run before its manifest may be written, `filed` each run once it is
+    whole."""
     store = before or Store.open(store_path, create=True)
     store.check_writable()
     progress(Step("storing", len(requests), len(requests)))
@@ -216,9 +220,9 @@ def _stored(store_path, before: Store | None, requests: list[RunRequest],
     with lease.held(store, "archive") as held:  # one for every run (on S3, 4 requests)
         try:
             results = _archive_all(
-                _Steps(_found_steps(store, f.run_id, r, rows) if f.whole and f.run_id
-                       else _run_steps(store, r, p, f, rows, maybe_written))
-                for r, p, f in zip(requests, prepared, found, strict=True))
+                (_Steps(_found_steps(store, f.run_id, r, rows) if f.whole and f.run_id
+                        else _run_steps(store, r, p, f, rows, maybe_written))
+                 for r, p, f in zip(requests, prepared, found, strict=True)), filed)
         except BaseException:
             # A run whose manifest may be written and whose row is not: the lease stays,
             # so readers reconcile the catalog with runs/ until gc finds this writer gone
@@ -475,7 +479,8 @@ class _Steps:
         self.steps.close()
 
 
-def _archive_all(runs: Iterable[_Steps]) -> list[ArchiveResult]:
+def _archive_all(runs: Iterable[_Steps], filed: Callable[[ArchiveResult], None]
+                 ) -> list[ArchiveResult]:
     """Finish each run, in order, the store's part of one (its uploads, manifest, key and
     annotations) on a thread while the next one is built: on S3 that part waits about 50 ms
     on the server per run, the build is CPU that one core does meanwhile.
@@ -499,9 +504,11 @@ def _archive_all(runs: Iterable[_Steps]) -> list[ArchiveResult]:
                 run.advance()  # built
             if stored is not None:
                 results.append(stored.result())
+                filed(results[-1])
             stored = None
         if awaiting_store is not None:
             results.append(awaiting_store.finish())
+            filed(results[-1])
     finally:
         if stored is not None:
             wait([stored])

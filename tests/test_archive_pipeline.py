@@ -40,8 +40,8 @@ def test_no_reader_starts_while_a_run_is_stored_on_a_thread(triage, monkeypatch)
 def test_a_run_failing_on_the_thread_leaves_nothing_of_the_runs_after_it(triage, store_dir,
                                                                        monkeypatch):
     """The second run's manifest cannot be written while the third run is built: one line,
-    exit 1; the first run stays whole and listed, and nothing is left of the third's tables and
-    report copy, temp files included."""
+    exit 1, after the line of the first run, which stays whole and listed (it was named as it
+    was filed); nothing is left of the third's tables and report copy, temp files included."""
     real = Runs.write_manifest
     written: list[str] = []
     refused: list[str] = []
@@ -56,8 +56,10 @@ def test_a_run_failing_on_the_thread_leaves_nothing_of_the_runs_after_it(triage,
     with monkeypatch.context() as patched:
         patched.setattr(Runs, "write_manifest", refuse_the_second)
         result = triage("archive", *REPORTS[:3], expect=1)
-    assert result.output.strip().splitlines() == [
-        f"triage: error: cannot write store {store_dir}: server gone; run it again"]
+    filed, *notices, error = result.output.strip().splitlines()
+    assert filed.startswith(written[0][:12]) and filed.endswith("(new)")
+    assert all(line.startswith("    note: ") for line in notices)
+    assert error == f"triage: error: cannot write store {store_dir}: server gone; run it again"
     assert [run["id"] for run in triage.json("ls")] == written
     assert triage("verify").exit_code == 0
     files = [p.relative_to(store_dir) for p in store_dir.rglob("*") if p.is_file()]

@@ -91,7 +91,7 @@ def test_an_archive_interrupted_after_filing_names_the_run(triage, monkeypatch, 
         if late == "indexing":  # the catalog row, after the manifest
             patch.setattr(catalog, "add_rows", ctrl_c)
         else:  # the run's line, after everything
-            patch.setattr(runs_view, "archive_lines", ctrl_c)
+            patch.setattr(runs_view, "archive_line", ctrl_c)
         done = triage("archive", report, expect=130)
     run_id = triage.json("show", "latest")["id"]
     assert done.stderr == f"triage: error: interrupted (SIGINT) after filing run {run_id[:12]}; " \
@@ -101,3 +101,33 @@ def test_an_archive_interrupted_after_filing_names_the_run(triage, monkeypatch, 
     assert triage.json("verify")["ok"]
     again = triage.json("archive", report)[0]
     assert (again["id"], again["new"]) == (run_id, False)
+
+
+def test_an_interrupted_batch_has_named_each_run_it_filed(triage, monkeypatch):
+    """`triage archive A B C` names each run as it is filed (issue 43, item 5): Ctrl-C while
+    the third is stored leaves the first two printed on stdout, whole in the store, and named
+    again by the interrupt's line (before, a batch printed its runs only at the end: an
+    interrupted one had filed runs it never named)."""
+    from helpers import corpus_file
+    from triage.archive import ingest
+
+    reports = [corpus_file(name) for name in (
+        "LakshyaSingh354__CudaCode__gemm_naive.ncu-rep",
+        "LakshyaSingh354__CudaCode__gemm_global_mem_coalesce.ncu-rep",
+        "Lashi0812__CudaProgramming__simpleSOA.ncu-rep")]
+    finish, finished = ingest._Steps.finish, []
+
+    def third_interrupted(steps):
+        finished.append(steps)
+        if len(finished) == 3:
+            raise KeyboardInterrupt
+        return finish(steps)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ingest._Steps, "finish", third_interrupted)
+        done = triage("archive", *reports, expect=130)
+    printed = [line.split()[0] for line in done.stdout.splitlines() if "(new)" in line]
+    assert len(printed) == 2 and all(run in done.stderr for run in printed), done.output
+    listed = [run["id"][:12] for run in triage.json("ls")]
+    assert sorted(listed) == sorted(printed)
+    assert triage.json("verify")["ok"]

@@ -5,12 +5,17 @@ from __future__ import annotations
 import os
 import re
 
+from typing import TYPE_CHECKING
+
 import click
 
 from triage.base.errors import Interrupted, TriageError, UsageError
 from triage.cli.options import (Output, echo_chunks, output_options, pass_store, runs_named,
                                 store_option, warn, width_options)
 from triage.views import text as textview
+
+if TYPE_CHECKING:
+    from triage.archive.model import ArchiveResult
 
 
 
@@ -34,22 +39,27 @@ def archive(store, reports, label, note, nsys, redact, repair, fail_fast, out):
 
     One run per report; archiving the same file again finds the same run and adds no bytes,
     but rewrites its objects that are missing or damaged (`triage verify` names them). Of
-    several reports, each readable one is archived and each refused one named on a line of
-    its own, with a summary; the exit status is then 1 (--fail-fast: none is archived). One
-    report refused is the error it is."""
+    several reports, each readable one is archived and named as soon as it is filed (an
+    interrupted batch has said what landed), and each refused one named on a line of its own,
+    with a summary; the exit status is then 1 (--fail-fast: none is archived). One report
+    refused is the error it is."""
     from triage.archive.ingest import archive_batch
     from triage.views.progress import status_line
-    from triage.views.runs import archive_lines, refusal_lines
+    from triage.views.runs import archive_line, refusal_lines
 
     with status_line(out.json) as progress:
+        def filed(result: ArchiveResult) -> None:
+            """Text names each run as it is filed (an interrupted batch has said what landed);
+            JSON is one document, written once the batch is done."""
+            if not out.json:
+                progress.say(archive_line(result))
+
         batch = archive_batch(store.path, list(reports), label=label, note=note, nsys=nsys,
                               redact_patterns=tuple(redact), repair=repair, progress=progress,
-                              keep_going=not fail_fast and len(reports) > 1)
+                              keep_going=not fail_fast and len(reports) > 1, filed=filed)
     try:
-        if batch.results:
-            out.show(batch.results, archive_lines)
-        elif out.json:
-            out.write("[]")
+        if out.json:
+            out.show(batch.results, archive_line)
     except KeyboardInterrupt:  # the runs are filed: said so, not lost in an unfinished listing
         raise Interrupted(tuple(r.record.id for r in batch.results if r.new)) from None
     if batch.refused:

@@ -105,6 +105,20 @@ class StatusLine:
             self.step = step
             self._draw()
 
+    def say(self, text: str) -> None:
+        """A line of the command's output (stdout) while the work goes on: the status line is
+        erased first and drawn again under it, so the two never share a line."""
+        import sys
+
+        with self.lock:
+            if self.drawn:
+                self.stream.write(CLEAR)
+                self.stream.flush()
+                self.drawn = False
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+            self._draw()
+
     def _tick(self) -> None:
         while not self.done.wait(0.5):
             with self.lock:
