@@ -37,6 +37,7 @@ COMMANDS = {
     "export": ("share", "export_command"), "import": ("share", "import_command"),
     "remote": ("share", "remote"), "push": ("share", "push"), "pull": ("share", "pull"),
     "demo": ("demo", "demo"),
+    "publish": ("console", "publish"), "serve": ("console", "serve"),
 }
 
 
