@@ -155,8 +155,9 @@ def comparisons(series: Sequence[Series]) -> tuple[Pair, ...]:
             pairs.append(Pair(last[one.tool].selector, one.selector))
         last[one.tool] = one
     for one in series:
-        pairs += [Pair(a.id, b.id, one.name) for a, b in zip(one.runs, one.runs[1:])]
-    return tuple(dict.fromkeys(pairs))
+        pairs += [Pair(a.id, b.id, one.name)
+                  for a, b in zip(one.runs, one.runs[1:], strict=False)]
+    return tuple({pair.slug: pair for pair in reversed(pairs)}.values())[::-1]
 
 
 def stamp_of(*parts: object) -> str:

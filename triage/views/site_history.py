@@ -1,6 +1,6 @@
 """The console's history pages: each series' kernels over its runs (the chart and table of
 `triage history --html`), the regressions list (steps that got slower, newest first) and its
-Atom feed. A series follows the TOP_KERNELS kernels of most total time in its newest run (read
+Atom feed. A series follows the TOP_KERNELS kernels (or NVTX ranges) of most total time in its newest run (read
 from the catalog's kernel ranking); each is a `triage history` of the series' runs."""
 
 from __future__ import annotations
@@ -42,9 +42,20 @@ class Regression:
 
 
 def measures(site: Site, series: Series) -> list[Measure]:
-    """The kernels of most total time in the series' newest run."""
-    top = site._top(series.runs[-1].id)[:TOP_KERNELS]
-    return [Measure(kernel=f"^{re.escape(row['name'])}$") for row in top if row.get("name")]
+    """The kernels of most total time in the series' newest run (its catalog row); an nsys run
+    without kernels: its NVTX ranges of most total time (its nvtx_summary table)."""
+    newest = series.runs[-1].id
+    top = [row["name"] for row in site._top(newest) if row.get("name")][:TOP_KERNELS]
+    if top or series.tool != "nsys":
+        return [Measure(kernel=f"^{re.escape(name)}$") for name in top]
+    from triage.compare.rundata import RunData
+
+    table = RunData(site.store, newest).table("nvtx_summary", ["text", "total_ns"])
+    if table is None:
+        return []
+    ranked = sorted(table.to_pylist(), key=lambda row: -(row["total_ns"] or 0))
+    names = list(dict.fromkeys(row["text"] for row in ranked if row["text"]))
+    return [Measure(nvtx=name) for name in names[:TOP_KERNELS]]
 
 
 def series_history(site: Site, series: Series) -> SeriesHistory:
