@@ -116,7 +116,8 @@ def read_console(store: Store) -> Console:
     table = view.table()
     labels = labels_by_run(store)
     columns = [table.column(name).to_pylist() for name in COLUMNS]
-    runs = tuple(ConsoleRun(*values, labels=tuple(labels.get(values[0], ())))
+    runs = tuple(ConsoleRun(**dict(zip(COLUMNS, values, strict=True)),
+                            labels=tuple(labels.get(values[0], ())))
                  for values in zip(*columns, strict=True))
     series = label_series(runs)
     return Console(runs, series, comparisons(series), view.problems)
@@ -149,7 +150,8 @@ def label_series(runs: Sequence[ConsoleRun]) -> tuple[Series, ...]:
 def comparisons(series: Sequence[Series]) -> tuple[Pair, ...]:
     """Each family against the family of its tool captured before it, then each run of a series
     against the run before it."""
-    pairs, last = [], {}
+    pairs: list[Pair] = []
+    last: dict[str, Series] = {}
     for one in series:
         if one.tool in last:
             pairs.append(Pair(last[one.tool].selector, one.selector))

@@ -1,7 +1,8 @@
 """A store for the console's tests, made from the demo's bundled nsys captures: the series
-`before` (5 runs), `after` (5 runs) and `nightly` (the 5 after runs, then copies of the 5 before
-runs captured a day later: a series that steps up, slower), and one run derived from a before run with
-HTML and script planted in its command, a kernel name, an NVTX range and a note."""
+`before` (5 runs), `after` (5 runs) and `nightly` (the 5 after runs, then copies of the 5
+before runs captured a day later: a series that steps up, slower), and one run derived from a
+before run with HTML and script planted in its command, a kernel name, an NVTX range and a
+note."""
 
 from __future__ import annotations
 

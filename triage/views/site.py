@@ -140,7 +140,7 @@ class Site:
     def chunk_count(self) -> int:
         return -(-len(self.console.runs) // CHUNK_ROWS)
 
-    def _page_rows(self, number: int) -> list[ConsoleRun]:
+    def _page_rows(self, number: int) -> tuple[ConsoleRun, ...]:
         """Page `number` counts from the oldest, so a new run changes the newest page only;
         its rows are shown newest first."""
         return self.console.runs[number * PAGE_ROWS:(number + 1) * PAGE_ROWS][::-1]
@@ -149,7 +149,7 @@ class Site:
         return [s.name for s in self.console.series]
 
     def index_page(self) -> bytes:
-        rows = list(self.console.runs[-PAGE_ROWS:][::-1])
+        rows = self.console.runs[-PAGE_ROWS:][::-1]
         older = self.page_count() - 2 if len(self.console.runs) > PAGE_ROWS else None
         return _html("site_runs.html.j2", "", rows=rows, page=None, older=older, newer=None,
                      total=len(self.console.runs), series=self.console.series,

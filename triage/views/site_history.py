@@ -1,10 +1,12 @@
 """The console's history pages: each series' kernels over its runs (the chart and table of
 `triage history --html`), the regressions list (steps that got slower, newest first) and its
-Atom feed. A series follows the TOP_KERNELS kernels (or NVTX ranges) of most total time in its newest run (read
-from the catalog's kernel ranking); each is a `triage history` of the series' runs."""
+Atom feed. A series follows the TOP_KERNELS kernels (or NVTX ranges) of most total time in its
+newest run (read from the catalog's kernel ranking); each is a `triage history` of the series'
+runs."""
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -108,7 +110,7 @@ def pages(site: Site) -> list[Page]:
     out = [Page("history/index.html", _key("histories", *every),
                 lambda: _html("site_series.html.j2", "../", series=site.console.series))]
     out += [Page(f"history/{s.slug}.html", _series_key(s),
-                 lambda s=s: history_page(site, s)) for s in site.console.series]
+                 functools.partial(history_page, site, s)) for s in site.console.series]
     out += [Page("regressions.html", _key("regressions", *every),
                  lambda: _html("site_regressions.html.j2", "", found=regressions(site))),
             Page("regressions.atom", _key("feed", *every),
