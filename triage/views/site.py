@@ -67,7 +67,17 @@ def _html(name: str, root: str, **context) -> bytes:
 
 
 def _key(*parts: object) -> str:
-    return stamp_of(SITE_FORMAT, __version__, *parts)
+    return stamp_of(SITE_FORMAT, __version__, _templates_digest(), *parts)
+
+
+@functools.cache
+def _templates_digest() -> str:
+    """The templates' text: an edited template (a development install) rewrites every page."""
+    from importlib import resources
+
+    files = sorted((f.name, f.read_bytes()) for f in resources.files("triage.templates").iterdir()
+                   if f.name.endswith(".j2"))
+    return stamp_of(*(f"{name}:{data.hex()}" for name, data in files))
 
 
 class Site:
