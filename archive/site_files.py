@@ -38,7 +38,7 @@ class SiteWriter:
     """One generation of a site under construction; `page` each path, then `switch`."""
 
     def __init__(self, dest: Path):
-        self.dest = Path(dest)
+        self.dest = Path(dest).absolute()
         self.home = self.dest.parent / f".{self.dest.name}.generations"
         current = _current(self.dest)
         self.previous = current

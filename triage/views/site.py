@@ -30,6 +30,7 @@ from triage.views.report import template_environment
 
 PAGE_ROWS = 100      # runs per page of the runs list
 CHUNK_ROWS = 2000    # runs per script the list's filter loads
+TOP_BLOCK = 2048     # runs whose kernel ranking is read at once
 SITE_FORMAT = "1"    # part of every key: a new page layout rewrites every page
 
 
@@ -87,6 +88,20 @@ class Site:
         self.store = store
         self.console = console or read_console(store)
         self.runs = self.console.by_id()
+        self.order = {run_id: at for at, run_id in enumerate(self.runs)}
+        self.series_of: dict[str, list[Series]] = {}
+        self.pairs_of: dict[str, list[Pair]] = {}
+        self.groups: dict[str, list[ConsoleRun]] = {}
+        for series in self.console.series:
+            for run in series.runs:
+                self.series_of.setdefault(run.id, []).append(series)
+        for pair in self.console.pairs:
+            for side in {pair.a, pair.b}:
+                self.pairs_of.setdefault(side, []).append(pair)
+        for run in self.console.runs:
+            if run.capture_group:
+                self.groups.setdefault(run.capture_group, []).append(run)
+        self.tops: dict[str, list[dict]] = {}
 
     # -- the page set ------------------------------------------------------------------------
 
@@ -184,13 +199,12 @@ class Site:
 
     # -- a run -------------------------------------------------------------------------------
 
-    def _series_of(self, run_id: str) -> list[Series]:
-        return [s for s in self.console.series if any(r.id == run_id for r in s.runs)]
-
     def _run_links(self, run_id: str) -> list[str]:
         """The other runs and pages a run's page links to (its key changes with them)."""
-        return [p.slug for p in self.console.pairs if run_id in (p.a, p.b)] + \
-            [s.name for s in self._series_of(run_id)]
+        run = self.runs[run_id]
+        return [p.slug for p in self.pairs_of.get(run_id, ())] + \
+            [s.name for s in self.series_of.get(run_id, ())] + \
+            [r.id for r in self.groups.get(run.capture_group or "", ())]
 
     def run_page(self, run_id: str) -> bytes:
         from triage.archive.runs import load_record
@@ -199,22 +213,27 @@ class Site:
 
         record = load_record(self.store, run_id)
         run = self.runs[run_id]
-        group = [r for r in self.console.runs if run.capture_group
-                 and r.capture_group == run.capture_group and r.id != run_id]
+        group = [r for r in self.groups.get(run.capture_group or "", ()) if r.id != run_id]
         return _html("site_run.html.j2", "../", run=run, record=record,
                      show=render_show(record), provenance=provenance_rows([record]),
-                     top=self._top(run_id), series=self._series_of(run_id),
-                     pairs=[p for p in self.console.pairs if run_id in (p.a, p.b)],
+                     top=self._top(run_id), series=self.series_of.get(run_id, []),
+                     pairs=self.pairs_of.get(run_id, []),
                      group=group, runs=self.runs)
 
     def _top(self, run_id: str) -> list[dict]:
-        """The run's kernels by total time, from its catalog row (no table opened)."""
-        from triage.archive import catalog
+        """The run's kernels by total time, from its catalog row (no table opened). Pages are
+        made in the catalog's order, so the rows of the TOP_BLOCK runs from this one on are
+        read together (a row group or two of the merged segment, not one per run)."""
+        if run_id not in self.tops:
+            from triage.archive import catalog
 
-        table = catalog.open_view(self.store, ["kernel_summary"]).rows_of([run_id])
-        if not table.num_rows:
-            return []
-        rows = table.column("kernel_summary")[0].as_py() or []
+            at = self.order.get(run_id, 0)
+            block = [r.id for r in self.console.runs[at:at + TOP_BLOCK]] \
+                if run_id in self.order else [run_id]
+            table = catalog.open_view(self.store, ["kernel_summary"]).rows_of(block)
+            self.tops = dict(zip(table.column("id").to_pylist(),
+                                 table.column("kernel_summary").to_pylist(), strict=True))
+        rows = self.tops.get(run_id) or []
         return sorted(rows, key=lambda r: -(r.get("total_ns") or 0))[:20]
 
     # -- comparisons -------------------------------------------------------------------------
