@@ -72,13 +72,15 @@ def test_the_nightly_series_steps_up_and_is_a_regression_in_the_feed(triage, con
     assert re.search(r'href="before-\w+--after-\w+\.html"', pairs)  # family against family
 
 
-def test_publishing_again_writes_only_what_changed(triage, console_store, tmp_path):
+def test_publishing_again_writes_only_what_changed(triage, console_store, tmp_path,
+                                                   monkeypatch):
     store, ids = console_store
     work = tmp_path / "store"
     import shutil
 
     shutil.copytree(store, work, symlinks=True)
-    site = tmp_path / "site"
+    monkeypatch.chdir(tmp_path)
+    site = Path("site")  # relative: the generations are found again all the same
     written, _kept = published(triage, work, site)
     assert published(triage, work, site) == (0, written)
     from helpers import corpus_file
@@ -180,8 +182,13 @@ def fetch(url: str, method: str = "GET") -> tuple[int, str, str]:
         return error.code, error.headers["content-type"], error.read().decode()
 
 
+def files_of(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")}
+
+
 def test_serve_answers_get_and_head_only_and_any_pair(server, console_store):
-    _store, ids = console_store
+    store, ids = console_store
+    before = files_of(store)
     status, kind, text = fetch(server + "/")
     assert status == 200 and "text/html" in kind
     assert f'href="run/{ids["planted"][0]}.html"' in text
@@ -197,6 +204,7 @@ def test_serve_answers_get_and_head_only_and_any_pair(server, console_store):
     assert fetch(server + "/run/..%2F..%2Fetc%2Fpasswd")[0] == 404
     assert fetch(server + "/history/nightly.html")[0] == 200
     assert "triageRuns(0," in fetch(server + "/data/runs-0.js")[2]
+    assert files_of(store) == before  # read-only: not a file of the store written
 
 
 def test_serve_binds_loopback_by_default():

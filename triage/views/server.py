@@ -36,12 +36,19 @@ class Console:
     def site(self) -> Site:
         from triage.archive import catalog
 
-        store = self.open_store()
+        store = read_only(self.open_store())
         state = (tuple(catalog.segments(store)), tuple(sorted(store.labels.all().items())),
                  tuple(store.files.names("leases")))
         if self.made is None or self.made[0] != state or state[2]:
             self.made = (state, Site(store))
         return self.made[1]
+
+
+def read_only(store: Store) -> Store:
+    """The store as the server reads it: never writable, so that not even the catalog's own
+    repair (indexing a run that has no row: catalog.open_view) writes a file."""
+    store.writable = lambda: False  # type: ignore[method-assign]
+    return store
 
 
 def make_app(open_store: Callable[[], Store]) -> Starlette:
