@@ -11,12 +11,24 @@ from pathlib import Path
 import pytest
 
 from console_store import HOSTILE, make_store
+from triage.views.site import run_path
 
 
 @pytest.fixture(scope="module")
 def console_store(tmp_path_factory) -> tuple[Path, dict[str, list[str]]]:
     root = tmp_path_factory.mktemp("console")
     return root / "store", make_store(root / "store", root / "work")
+
+
+def site_files(site: Path) -> dict[str, Path]:
+    """Every page of a published site by its path (run pages are in linked shard folders)."""
+    found = {}
+    for folder, _dirs, files in os.walk(site, followlinks=True):
+        for name in files:
+            if name != ".triage-site.json":
+                path = Path(folder, name)
+                found[str(path.relative_to(site))] = path
+    return found
 
 
 def published(triage, store: Path, site: Path) -> tuple[int, int]:
@@ -32,24 +44,24 @@ def test_publish_writes_every_page_and_escapes_every_planted_name(triage, consol
     store, ids = console_store
     site = tmp_path / "site"
     written, kept = published(triage, store, site)
-    assert kept == 0 and written == len([p for p in site.rglob("*") if p.is_file()]) - 1
+    assert kept == 0 and written == len(site_files(site))
     planted = ids["planted"][0]
-    assert (site / "run" / f"{planted}.html").is_file()
-    pages = [p for p in site.rglob("*") if p.suffix in (".html", ".atom")]
+    assert (site / run_path(planted)).is_file()
+    pages = [p for p in site_files(site).values() if p.suffix in (".html", ".atom")]
     assert [str(p) for p in pages if HOSTILE in p.read_text() or "<script>" in p.read_text()
             or "onerror=" in p.read_text().replace("onerror=alert", "")] == []
     escaped = "&lt;script&gt;document.title=&#39;pwned&#39;&lt;/script&gt;"
-    run_page = (site / "run" / f"{planted}.html").read_text()
+    run_page = (site / run_path(planted)).read_text()
     assert run_page.count(escaped) >= 2  # its command and its kernel or NVTX name
-    before_1 = (site / "run" / f"{ids['before'][0]}.html").read_text()
+    before_1 = (site / run_path(ids["before"][0])).read_text()
     assert escaped in before_1  # the note
     (review_file,) = (site / "compare").glob(f"*{planted}*.html")  # planted/1 vs planted/2
     review = review_file.read_text()
     assert escaped in review and "Performance review" in review
     # a run id links to its page wherever it appears
-    assert f'href="../run/{planted}.html"' in review
+    assert f'href="../{run_path(planted)}"' in review
     index = (site / "index.html").read_text()
-    assert all(f'href="run/{run_id}.html"' in index for run_id in ids["before"])
+    assert all(f'href="{run_path(run_id)}"' in index for run_id in ids["before"])
 
 
 def test_the_nightly_series_steps_up_and_is_a_regression_in_the_feed(triage, console_store,
@@ -59,9 +71,9 @@ def test_the_nightly_series_steps_up_and_is_a_regression_in_the_feed(triage, con
     published(triage, store, site)
     history = (site / "history" / "nightly.html").read_text()
     assert re.search(r"step at run 6 \(nightly/6\): \+\d+\.\d%", history)
-    assert f'href="../run/{ids["nightly"][0]}.html"' in history
+    assert f'href="../{run_path(ids["nightly"][0])}"' in history
     regressions = (site / "regressions.html").read_text()
-    assert f'href="run/{ids["nightly"][0]}.html"' in regressions
+    assert f'href="{run_path(ids["nightly"][0])}"' in regressions
     import xml.etree.ElementTree as ET
 
     feed = ET.parse(site / "regressions.atom").getroot()
@@ -94,8 +106,12 @@ def test_publishing_again_writes_only_what_changed(triage, console_store, tmp_pa
     again, kept = published(triage, work, site)
     # every page that names the run's labels: its series' histories and comparisons too
     assert 5 < again < written / 2, (again, kept)
-    assert "after/9" in (site / "run" / f"{ids['after'][0]}.html").read_text()
-    assert len(list(site.resolve().parent.iterdir())) == 1  # the last generation is removed
+    assert "after/9" in (site / run_path(ids["after"][0])).read_text()
+    # the last generation is removed, and the shards only it used
+    assert sorted(p.name for p in site.resolve().parent.iterdir()) == [site.resolve().name,
+                                                                       "shards"]
+    assert len(list((site.resolve().parent / "shards").iterdir())) == \
+        len({run_id[:2] for run_id in [new, *(i for v in ids.values() for i in v)]})
 
 
 def test_a_killed_publish_leaves_the_last_site(triage, console_store, tmp_path, monkeypatch):
@@ -104,7 +120,7 @@ def test_a_killed_publish_leaves_the_last_site(triage, console_store, tmp_path, 
     store, _ids = console_store
     site = tmp_path / "site"
     published(triage, store, site)
-    before = {p.relative_to(site): p.read_bytes() for p in site.rglob("*") if p.is_file()}
+    before = {name: p.read_bytes() for name, p in site_files(site).items()}
     from triage.views import site as site_module
 
     calls = {"n": 0}
@@ -121,14 +137,14 @@ def test_a_killed_publish_leaves_the_last_site(triage, console_store, tmp_path, 
     with pytest.raises(KeyboardInterrupt):
         site_module.publish(__import__("triage.archive.store", fromlist=["Store"])
                             .Store.open(store), site)
-    after = {p.relative_to(site): p.read_bytes() for p in site.rglob("*") if p.is_file()}
+    after = {name: p.read_bytes() for name, p in site_files(site).items()}
     assert after == before
     monkeypatch.undo()
     generations = site.resolve().parent
     leftover = generations / "g9"
     leftover.mkdir()  # what a SIGKILL would leave
     published(triage, store, site)
-    assert sorted(p.name for p in generations.iterdir()) == [site.resolve().name]
+    assert sorted(p.name for p in generations.iterdir()) == [site.resolve().name, "shards"]
 
 
 def test_publish_refuses_a_folder_it_did_not_write(triage, console_store, tmp_path):
@@ -191,8 +207,8 @@ def test_serve_answers_get_and_head_only_and_any_pair(server, console_store):
     before = files_of(store)
     status, kind, text = fetch(server + "/")
     assert status == 200 and "text/html" in kind
-    assert f'href="run/{ids["planted"][0]}.html"' in text
-    status, _kind, text = fetch(f"{server}/run/{ids['planted'][0]}.html")
+    assert f'href="{run_path(ids["planted"][0])}"' in text
+    status, _kind, text = fetch(f"{server}/{run_path(ids['planted'][0])}")
     assert status == 200 and HOSTILE not in text and "&lt;script&gt;" in text
     assert fetch(server + "/index.html", "HEAD")[0] == 200
     for method in ("POST", "PUT", "DELETE", "PATCH"):
@@ -202,6 +218,7 @@ def test_serve_answers_get_and_head_only_and_any_pair(server, console_store):
     status, _kind, text = fetch(server + "/diff/abcdef012345/" + ids["after"][0][:12])
     assert status == 404 and "abcdef012345" in text
     assert fetch(server + "/run/..%2F..%2Fetc%2Fpasswd")[0] == 404
+    assert fetch(f"{server}/run/00/{ids['planted'][0]}.html")[0] == 404  # not its shard
     assert fetch(server + "/history/nightly.html")[0] == 200
     assert "triageRuns(0," in fetch(server + "/data/runs-0.js")[2]
     assert files_of(store) == before  # read-only: not a file of the store written

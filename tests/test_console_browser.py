@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from console_store import HOSTILE, make_store
+from triage.views.site import run_path
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 WIDTHS = (1400, 800)
@@ -81,7 +82,7 @@ def test_runs_list_to_run_to_comparison_to_history_with_a_step(page, site, tmp_p
     assert page.title() == "triage: runs"
     fits(page, tmp_path, "runs")
     planted = ids["planted"][0]
-    page.click(f'a[href="run/{planted}.html"]')
+    page.click(f'a[href="{run_path(planted)}"]')
     assert page.locator("h1").inner_text().startswith(f"Run {planted[:12]}")
     assert HOSTILE in page.locator("pre.show").inner_text()  # shown as text, not run
     fits(page, tmp_path, "run")

@@ -50,7 +50,7 @@ class SiteLinks:
     root: str
 
     def run(self, run_id: str) -> str:
-        return f"{self.root}run/{run_id}.html"
+        return f"{self.root}{run_path(run_id)}"
 
     def nav(self) -> Markup:
         return Markup(_env().get_template("site_nav.html.j2").render(site=self))
@@ -65,6 +65,16 @@ def _env():
 
 def _html(name: str, root: str, **context) -> bytes:
     return _env().get_template(name).render(site=SiteLinks(root), **context).encode()
+
+
+def run_path(run_id: str) -> str:
+    """A run's page, in the shard of its id's first two digits (archive/site_files.py)."""
+    return f"run/{run_id[:2]}/{run_id}.html"
+
+
+def layout() -> str:
+    """What every page's look depends on: the page format, triage's version, the templates."""
+    return stamp_of(SITE_FORMAT, __version__, _templates_digest())
 
 
 def _key(*parts: object) -> str:
@@ -125,7 +135,7 @@ class Site:
         yield Page("data/index.js", _key("data", len(runs), self.chunk_count()),
                    self.data_index)
         for run in runs:
-            yield Page(f"run/{run.id}.html", _key("run", run.stamp(), self._run_links(run.id)),
+            yield Page(run_path(run.id), self._run_key(run),
                        functools.partial(self.run_page, run.id))
         yield Page("compare/index.html", _key("pairs", *map(self._pair_stamp, self.console.pairs)),
                    self.pairs_page)
@@ -149,8 +159,8 @@ class Site:
                                       else self.chunk_count()):
             number = int(found[2])
             return self.runs_page(number) if found[1] == "runs/" else self.chunk_script(number)
-        found = re.fullmatch(r"run/([0-9a-f]{64})\.html", path)
-        if found and found[1] in self.runs:
+        found = re.fullmatch(r"run/[0-9a-f]{2}/([0-9a-f]{64})\.html", path)
+        if found and path == run_path(found[1]) and found[1] in self.runs:
             return self.run_page(found[1])
         pair = next((p for p in self.console.pairs if path == f"compare/{p.slug}.html"), None)
         if pair is not None:
@@ -199,12 +209,14 @@ class Site:
 
     # -- a run -------------------------------------------------------------------------------
 
-    def _run_links(self, run_id: str) -> list[str]:
-        """The other runs and pages a run's page links to (its key changes with them)."""
-        run = self.runs[run_id]
-        return [p.slug for p in self.pairs_of.get(run_id, ())] + \
-            [s.name for s in self.series_of.get(run_id, ())] + \
+    def _run_key(self, run: ConsoleRun) -> str:
+        """A run page's key: what it shows that can change (its row's index time, its labels)
+        and the pages it links to. Plain text, not a hash: 100,000 of them are made at every
+        publish (the layout is recorded once for them all: site_files.SiteWriter)."""
+        links = [p.slug for p in self.pairs_of.get(run.id, ())] + \
+            [s.name for s in self.series_of.get(run.id, ())] + \
             [r.id for r in self.groups.get(run.capture_group or "", ())]
+        return f"{run.stamp()}|{' '.join(links)}" if links else run.stamp()
 
     def run_page(self, run_id: str) -> bytes:
         from triage.archive.runs import load_record
@@ -214,7 +226,7 @@ class Site:
         record = load_record(self.store, run_id)
         run = self.runs[run_id]
         group = [r for r in self.groups.get(run.capture_group or "", ()) if r.id != run_id]
-        return _html("site_run.html.j2", "../", run=run, record=record,
+        return _html("site_run.html.j2", "../../", run=run, record=record,
                      show=render_show(record), provenance=provenance_rows([record]),
                      top=self._top(run_id), series=self.series_of.get(run_id, []),
                      pairs=self.pairs_of.get(run_id, []),
@@ -276,7 +288,7 @@ def publish(store: Store, dest) -> Published:
 
     from triage.archive.site_files import SiteWriter
 
-    writer = SiteWriter(Path(dest))
+    writer = SiteWriter(Path(dest), layout())
     try:
         for page in Site(store).pages():
             writer.page(page.path, page.key, page.render)
