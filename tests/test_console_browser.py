@@ -120,3 +120,18 @@ def test_the_filters_narrow_the_list_and_show_names_as_text(page, site, tmp_path
     page.wait_for_function("document.querySelectorAll('#runs tbody tr').length === 0")
     fits(page, tmp_path, "filtered")
     assert page.problems == [] and page.title() != "pwned"
+
+
+def test_every_page_reads_without_javascript(browser, site):
+    """Without scripts the lists, a run and a history read in full; only the filter is gone."""
+    folder, ids = site
+    context = browser.new_context(java_script_enabled=False)
+    page = context.new_page()
+    page.goto((folder / "index.html").as_uri())
+    assert page.locator("#runs tbody tr").count() == sum(map(len, ids.values()))
+    assert not page.locator("#filters").is_visible()
+    page.goto((folder / run_path(ids["nightly"][0])).as_uri())
+    assert "nightly/*" in page.inner_text("body")
+    page.goto((folder / "history" / "nightly.html").as_uri())
+    assert page.locator("figure svg").count() >= 1
+    context.close()
