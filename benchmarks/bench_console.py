@@ -4,8 +4,8 @@ Stores of `--runs` clones of one archived corpus report are built as bench_catal
 them (kept under `--stores DIR` for the next call). For each size:
 
 - publish: the first publish into a new folder, then again after one new run (one more clone,
-  archived after the others, indexed in a segment of its own as an archive indexes it):
-  incremental, target INCREMENTAL_S at 100,000 runs;
+  archived after the others, indexed in a segment of its own as an archive indexes it; it stays
+  in the kept store): incremental, target INCREMENTAL_S at 100,000 runs;
 - the first page: the bytes index.html loads before any filter (the page and console.js),
   target FIRST_PAGE_BYTES; Debian's Chromium (Playwright) loading it from file:// until its
   load event, target LOAD_S;
@@ -48,7 +48,7 @@ def add_newest_run(store_root: Path) -> None:
     table = catalog.open_view(store, ["archived"]).table()
     newest = table.slice(table.num_rows - 1).to_pylist()[0]
     manifest = json.loads(json.dumps(store.runs.read_manifest(newest["id"])))
-    manifest["redact_patterns"] = ["BENCH_CONSOLE_NEW_RUN"]
+    manifest["redact_patterns"] = [f"BENCH_CONSOLE_NEW_RUN_{time.time_ns()}"]
     archived = (datetime.strptime(newest["archived"], "%Y-%m-%dT%H:%M:%S.%fZ")
                 + timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     run_id = _write_run(store, manifest, {"archived": archived, "notes": []})
@@ -114,26 +114,15 @@ def main() -> None:
     try:
         for size, root in stores(folder, args.runs, 1000).items():
             print(f"{size:,} runs", flush=True)
-            work = folder / f"console-{size}"
-            shutil.rmtree(work, ignore_errors=True)
-            shutil.copytree(root, work / "store", symlinks=True, copy_function=_link_or_copy)
-            publish_times(work / "store", work / "site")
-            first_page(work / "site")
-            serve_times(work / "store")
-            shutil.rmtree(work, ignore_errors=True)
+            site = folder / f"site-{size}"
+            shutil.rmtree(site, ignore_errors=True)
+            shutil.rmtree(folder / f".site-{size}.generations", ignore_errors=True)
+            publish_times(root, site)
+            first_page(site)
+            serve_times(root)
     finally:
         if args.stores is None:
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def _link_or_copy(source: str, target: str) -> None:
-    """The run files are never written again: linked; what an archive rewrites is copied."""
-    import os
-
-    if "/index/" in source or "/labels/" in source or "/keys/" in source:
-        shutil.copy2(source, target)
-    else:
-        os.link(source, target)
 
 
 if __name__ == "__main__":
