@@ -78,7 +78,7 @@ def layout() -> str:
 
 
 def _key(*parts: object) -> str:
-    return stamp_of(SITE_FORMAT, __version__, _templates_digest(), *parts)
+    return stamp_of(layout(), *parts)
 
 
 @functools.cache
@@ -126,7 +126,9 @@ class Site:
                    lambda: self.index_page())
         for number in range(self.page_count()):
             rows = self._page_rows(number)
-            yield Page(f"runs/{number}.html", _key("runs", number, *(r.stamp() for r in rows)),
+            last = number + 1 == self.page_count()  # links to a newer page, or to the newest
+            yield Page(f"runs/{number}.html",
+                       _key("runs", number, last, *(r.stamp() for r in rows)),
                        functools.partial(self.runs_page, number))
         for number in range(self.chunk_count()):
             chunk = runs[number * CHUNK_ROWS:(number + 1) * CHUNK_ROWS]
@@ -191,11 +193,12 @@ class Site:
                      problems=self.console.problems, pages=self.page_count())
 
     def runs_page(self, number: int) -> bytes:
+        """Page `number` of the list: made from its own runs alone (not the store's count, nor
+        the series), so that a new run leaves every older page as it was."""
         return _html("site_runs.html.j2", "../", rows=self._page_rows(number), page=number,
                      older=number - 1 if number else None,
                      newer=number + 1 if number + 1 < self.page_count() else None,
-                     total=len(self.console.runs), series=self.console.series, problems=(),
-                     pages=self.page_count())
+                     total=None, series=(), problems=(), pages=None)
 
     def chunk_script(self, number: int) -> bytes:
         """One script of the filter's index: compact rows, oldest first."""
