@@ -22,7 +22,7 @@ from triage.archive.runs import labels_by_run
 from triage.archive.store import Store
 
 COLUMNS = ("id", "tool", "gpu", "created", "archived", "indexed", "command", "report_names",
-           "kernels", "capture_group", "notes", "source")
+           "kernels", "capture_group")
 SERIES_RUNS = 50  # the newest runs of a series that its history and comparisons follow
 
 
@@ -40,8 +40,6 @@ class ConsoleRun(NamedTuple):
     report_names: str | None
     kernels: int | None
     capture_group: str | None
-    notes: str | None
-    source: str | None
     labels: tuple[str, ...] = ()
 
     @property

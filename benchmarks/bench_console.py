@@ -92,13 +92,14 @@ def first_page(site: Path) -> None:
 def serve_times(store_root: Path) -> None:
     from triage.archive.store import Store
     from triage.views.server import Console
+    from triage.views.site import run_path
 
     console = Console(lambda: Store.open(store_root))
     start = time.perf_counter()
     console.site().render("index.html")
     line("serve: runs list, first request", None, time.perf_counter() - start, "s")
     newest = console.site().console.runs[-1].id
-    for what, path in (("runs list", "index.html"), ("run page", f"run/{newest}.html")):
+    for what, path in (("runs list", "index.html"), ("run page", run_path(newest))):
         start = time.perf_counter()
         assert console.site().render(path)
         line(f"serve: {what}, warm", SERVE_S, time.perf_counter() - start, "s")
