@@ -41,6 +41,7 @@ COMMANDS = {
     "export": ("share", "export_command"), "import": ("share", "import_command"),
     "remote": ("share", "remote"), "push": ("share", "push"), "pull": ("share", "pull"),
     "demo": ("demo", "demo"), "ci": ("ci", "ci"),
+    "publish": ("console", "publish"), "serve": ("console", "serve"),
 }
 
 

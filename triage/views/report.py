@@ -499,13 +499,14 @@ def run_letter(index: int) -> str:
 
 
 def render_html(diffs: list[DiffResult], show_unchanged: bool | None = None,
-                raw_names: bool = False) -> str:
+                raw_names: bool = False, site=None) -> str:
     """A self-contained HTML review (inline CSS and SVG; no scripts, fonts or remote loads).
 
     show_unchanged: None shows the metrics each diff lists; False hides unchanged ones.
-    raw_names: metrics by raw name (gpu__time_duration.sum), not their labels (Duration)."""
+    raw_names: metrics by raw name (gpu__time_duration.sum), not their labels (Duration).
+    site: the console's links (views/site.py `SiteLinks`): its navigation and run pages."""
     return template_environment(False).get_template("report.html.j2").render(
-        **_context(diffs, show_unchanged, charts=True, raw_names=raw_names))
+        **_context(diffs, show_unchanged, charts=True, raw_names=raw_names), site=site)
 
 
 def render_markdown(diffs: list[DiffResult], show_unchanged: bool | None = None,

@@ -1,0 +1,232 @@
+"""`triage publish` and `triage serve` (issue 37), without a browser: the site of a store with
+series, a step and planted HTML; incremental and atomic publishing; the server's read-only
+routes. The browser checks are in test_console_browser.py."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from console_store import HOSTILE, make_store
+from triage.views.site import run_path
+
+
+@pytest.fixture(scope="module")
+def console_store(tmp_path_factory) -> tuple[Path, dict[str, list[str]]]:
+    root = tmp_path_factory.mktemp("console")
+    return root / "store", make_store(root / "store", root / "work")
+
+
+def site_files(site: Path) -> dict[str, Path]:
+    """Every page of a published site by its path (run pages are in linked shard folders)."""
+    found = {}
+    for folder, _dirs, files in os.walk(site, followlinks=True):
+        for name in files:
+            if name != ".triage-site.json":
+                path = Path(folder, name)
+                found[str(path.relative_to(site))] = path
+    return found
+
+
+def published(triage, store: Path, site: Path) -> tuple[int, int]:
+    """Publish; the pages written and kept, as the command says them."""
+    text = triage("--store", store, "publish", site).stdout
+    found = re.search(r"(\d+) page\(s\) written, (\d+) unchanged", text)
+    assert found, text
+    return int(found[1]), int(found[2])
+
+
+def test_publish_writes_every_page_and_escapes_every_planted_name(triage, console_store,
+                                                                   tmp_path):
+    store, ids = console_store
+    site = tmp_path / "site"
+    written, kept = published(triage, store, site)
+    assert kept == 0 and written == len(site_files(site))
+    planted = ids["planted"][0]
+    assert (site / run_path(planted)).is_file()
+    pages = [p for p in site_files(site).values() if p.suffix in (".html", ".atom")]
+    assert [str(p) for p in pages if HOSTILE in p.read_text() or "<script>" in p.read_text()
+            or "onerror=" in p.read_text().replace("onerror=alert", "")] == []
+    escaped = "&lt;script&gt;document.title=&#39;pwned&#39;&lt;/script&gt;"
+    run_page = (site / run_path(planted)).read_text()
+    assert run_page.count(escaped) >= 2  # its command and its kernel or NVTX name
+    before_1 = (site / run_path(ids["before"][0])).read_text()
+    assert escaped in before_1  # the note
+    (review_file,) = (site / "compare").glob(f"*{planted}*.html")  # planted/1 vs planted/2
+    review = review_file.read_text()
+    assert escaped in review and "Performance review" in review
+    # a run id links to its page wherever it appears
+    assert f'href="../{run_path(planted)}"' in review
+    index = (site / "index.html").read_text()
+    assert all(f'href="{run_path(run_id)}"' in index for run_id in ids["before"])
+
+
+def test_the_nightly_series_steps_up_and_is_a_regression_in_the_feed(triage, console_store,
+                                                                     tmp_path):
+    store, ids = console_store
+    site = tmp_path / "site"
+    published(triage, store, site)
+    history = (site / "history" / "nightly.html").read_text()
+    assert re.search(r"step at run 6 \(nightly/6\): \+\d+\.\d%", history)
+    assert f'href="../{run_path(ids["nightly"][0])}"' in history
+    regressions = (site / "regressions.html").read_text()
+    assert f'href="{run_path(ids["nightly"][0])}"' in regressions
+    import xml.etree.ElementTree as ET
+
+    feed = ET.parse(site / "regressions.atom").getroot()
+    entries = feed.findall("{http://www.w3.org/2005/Atom}entry")
+    assert entries and all("nightly/*" in e.findtext("{http://www.w3.org/2005/Atom}title")
+                           for e in entries)
+    pairs = (site / "compare" / "index.html").read_text()
+    assert re.search(r'href="before-\w+--after-\w+\.html"', pairs)  # family against family
+
+
+def test_publishing_again_writes_only_what_changed(triage, console_store, tmp_path,
+                                                   monkeypatch):
+    store, ids = console_store
+    work = tmp_path / "store"
+    import shutil
+
+    shutil.copytree(store, work, symlinks=True)
+    monkeypatch.chdir(tmp_path)
+    site = Path("site")  # relative: the generations are found again all the same
+    written, _kept = published(triage, work, site)
+    assert published(triage, work, site) == (0, written)
+    from helpers import corpus_file
+
+    new = triage.json("--store", work, "archive",
+                      corpus_file("LakshyaSingh354__CudaCode__gemm_naive.ncu-rep"))[0]["id"]
+    # its page, the newest runs (index and runs/0), the filter's chunk and its count
+    assert published(triage, work, site) == (5, written - 4)  # 4 rewritten, 1 new
+    assert new in (site / "index.html").read_text()
+    triage("--store", work, "label", "after/9", ids["after"][0])
+    again, kept = published(triage, work, site)
+    # every page that names the run's labels: its series' histories and comparisons too
+    assert 5 < again < written / 2, (again, kept)
+    assert "after/9" in (site / run_path(ids["after"][0])).read_text()
+    # the last generation is removed, and the shards only it used
+    assert sorted(p.name for p in site.resolve().parent.iterdir()) == [site.resolve().name,
+                                                                       "shards"]
+    assert len(list((site.resolve().parent / "shards").iterdir())) == \
+        len({run_id[:2] for run_id in [new, *(i for v in ids.values() for i in v)]})
+
+
+def test_a_killed_publish_leaves_the_last_site(triage, console_store, tmp_path, monkeypatch):
+    """A publish that dies half-way (here: an error in the middle of the pages) leaves the
+    last site as it was; the next publish clears what it left."""
+    store, _ids = console_store
+    site = tmp_path / "site"
+    published(triage, store, site)
+    before = {name: p.read_bytes() for name, p in site_files(site).items()}
+    from triage.views import site as site_module
+
+    calls = {"n": 0}
+    original = site_module.Site.run_page
+
+    def dies(self, run_id):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return original(self, run_id)
+
+    monkeypatch.setattr(site_module.Site, "run_page", dies)
+    monkeypatch.setattr(site_module, "SITE_FORMAT", "changed")  # every page to be rewritten
+    with pytest.raises(KeyboardInterrupt):
+        site_module.publish(__import__("triage.archive.store", fromlist=["Store"])
+                            .Store.open(store), site)
+    after = {name: p.read_bytes() for name, p in site_files(site).items()}
+    assert after == before
+    monkeypatch.undo()
+    generations = site.resolve().parent
+    leftover = generations / "g9"
+    leftover.mkdir()  # what a SIGKILL would leave
+    published(triage, store, site)
+    assert sorted(p.name for p in generations.iterdir()) == [site.resolve().name, "shards"]
+
+
+def test_publish_refuses_a_folder_it_did_not_write(triage, console_store, tmp_path):
+    store, _ids = console_store
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    result = triage("--store", store, "publish", tmp_path / "mine", expect=1)
+    assert "is not a site `triage publish` wrote" in result.stderr
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+@pytest.fixture(scope="module")
+def server(console_store):
+    """`triage serve`'s app under uvicorn on a free loopback port, in a thread; its base URL."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    from triage.archive.store import Store
+    from triage.views.server import make_app
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    store, _ids = console_store
+    config = uvicorn.Config(make_app(lambda: Store.open(store)), host="127.0.0.1", port=port,
+                            log_level="warning")
+    running = uvicorn.Server(config)
+    thread = threading.Thread(target=running.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not running.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert running.started
+    yield f"http://127.0.0.1:{port}"
+    running.should_exit = True
+    thread.join(30)
+
+
+def fetch(url: str, method: str = "GET") -> tuple[int, str, str]:
+    """Status, content type and body of one request."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method=method)) as answer:
+            return answer.status, answer.headers["content-type"], answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers["content-type"], error.read().decode()
+
+
+def files_of(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")}
+
+
+def test_serve_answers_get_and_head_only_and_any_pair(server, console_store):
+    store, ids = console_store
+    before = files_of(store)
+    status, kind, text = fetch(server + "/")
+    assert status == 200 and "text/html" in kind
+    assert f'href="{run_path(ids["planted"][0])}"' in text
+    status, _kind, text = fetch(f"{server}/{run_path(ids['planted'][0])}")
+    assert status == 200 and HOSTILE not in text and "&lt;script&gt;" in text
+    assert fetch(server + "/index.html", "HEAD")[0] == 200
+    for method in ("POST", "PUT", "DELETE", "PATCH"):
+        assert fetch(server + "/index.html", method)[0] == 405
+    status, _kind, text = fetch(f"{server}/diff/{ids['after'][2][:12]}/{ids['before'][4][:12]}")
+    assert status == 200 and "Performance review" in text and 'href="../../run/' in text
+    status, _kind, text = fetch(server + "/diff/abcdef012345/" + ids["after"][0][:12])
+    assert status == 404 and "abcdef012345" in text
+    assert fetch(server + "/run/..%2F..%2Fetc%2Fpasswd")[0] == 404
+    assert fetch(f"{server}/run/00/{ids['planted'][0]}.html")[0] == 404  # not its shard
+    assert fetch(server + "/history/nightly.html")[0] == 200
+    assert "triageRuns(0," in fetch(server + "/data/runs-0.js")[2]
+    assert files_of(store) == before  # read-only: not a file of the store written
+
+
+def test_serve_binds_loopback_by_default():
+    from triage.cli.console import serve
+
+    host = next(p for p in serve.params if p.name == "host")
+    assert host.default == "127.0.0.1"
+    assert os.path.basename(__file__)  # the CLI's own default, not a config's

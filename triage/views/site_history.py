@@ -1,0 +1,133 @@
+"""The console's history pages: each series' kernels over its runs (the chart and table of
+`triage history --html`), the regressions list (steps that got slower, newest first) and its
+Atom feed. A series follows the TOP_KERNELS kernels (or NVTX ranges) of most total time in its
+newest run (read from the catalog's kernel ranking); each is a `triage history` of the series'
+runs."""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+from triage.archive.console import Series
+from triage.base.errors import TriageError
+from triage.compare.history import HistoryResult, HistoryStep, Measure
+from triage.views.site import Page, Site, _html, _key
+
+TOP_KERNELS = 3
+
+
+@dataclass(frozen=True)
+class SeriesHistory:
+    """A series and the history of each kernel it follows."""
+
+    series: Series
+    results: tuple[HistoryResult, ...]
+
+
+@dataclass(frozen=True)
+class Regression:
+    """A step that got slower: where, how much, from which run on."""
+
+    history: SeriesHistory
+    result: HistoryResult
+    step: HistoryStep
+
+    @property
+    def run(self):
+        return self.result.points[self.step.at].run
+
+    @property
+    def when(self) -> str:
+        return self.run.created or self.run.archived or ""
+
+
+def measures(site: Site, series: Series) -> list[Measure]:
+    """The kernels of most total time in the series' newest run (its catalog row); an nsys run
+    without kernels: its NVTX ranges of most total time (its nvtx_summary table)."""
+    newest = series.runs[-1].id
+    top = [row["name"] for row in site._top(newest) if row.get("name")][:TOP_KERNELS]
+    if top or series.tool != "nsys":
+        return [Measure(kernel=f"^{re.escape(name)}$") for name in top]
+    from triage.compare.rundata import RunData
+
+    table = RunData(site.store, newest).table("nvtx_summary", ["text", "total_ns"])
+    if table is None:
+        return []
+    ranked = sorted(table.to_pylist(), key=lambda row: -(row["total_ns"] or 0))
+    names = list(dict.fromkeys(row["text"] for row in ranked if row["text"]))
+    return [Measure(nvtx=name) for name in names[:TOP_KERNELS]]
+
+
+def series_history(site: Site, series: Series) -> SeriesHistory:
+    """Each kernel's history over the series' runs; a kernel no run can follow is left out."""
+    selector = ",".join(run.id for run in series.runs)
+    results = []
+    for measure in measures(site, series):
+        try:
+            results.append(_named(site, series, measure, selector))
+        except TriageError:
+            continue
+    return SeriesHistory(series, tuple(results))
+
+
+def _named(site: Site, series: Series, measure: Measure, selector: str) -> HistoryResult:
+    """The history, its selector shown as the series' label glob (the ids are what it read)."""
+    from dataclasses import replace
+
+    from triage.compare.history import history
+
+    return replace(history(site.store, selector, measure), selector=series.selector)
+
+
+def histories(site: Site) -> list[SeriesHistory]:
+    return [history_of(site, s) for s in site.console.series]
+
+
+def history_of(site: Site, series: Series) -> SeriesHistory:
+    """A series' history, made once per Site (its page, the regressions and the feed read it)."""
+    made = site.__dict__.setdefault("_histories", {})
+    if series.name not in made:
+        made[series.name] = series_history(site, series)
+    return made[series.name]
+
+
+def regressions(site: Site) -> list[Regression]:
+    """Every step that got slower, newest first."""
+    found = [Regression(h, result, step) for h in histories(site) for result in h.results
+             for step in result.steps if (step.noise.change_pct or 0) > 0]
+    return sorted(found, key=lambda r: r.when, reverse=True)
+
+
+def _series_key(series: Series) -> str:
+    return _key("series", series.name, *(r.stamp() for r in series.runs))
+
+
+def pages(site: Site) -> list[Page]:
+    """The history pages, the regressions list and its feed, each with its key."""
+    every = [_series_key(s) for s in site.console.series]
+    out = [Page("history/index.html", _key("histories", *every),
+                lambda: _html("site_series.html.j2", "../", series=site.console.series))]
+    out += [Page(f"history/{s.slug}.html", _series_key(s),
+                 functools.partial(history_page, site, s)) for s in site.console.series]
+    out += [Page("regressions.html", _key("regressions", *every),
+                 lambda: _html("site_regressions.html.j2", "", found=regressions(site))),
+            Page("regressions.atom", _key("feed", *every),
+                 lambda: _html("site_feed.xml.j2", "", found=regressions(site)))]
+    return out
+
+
+def render(site: Site, path: str) -> bytes | None:
+    """A history page by its path (the server), or None."""
+    return next((page.render() for page in pages(site) if page.path == path), None)
+
+
+def history_page(site: Site, series: Series) -> bytes:
+    from triage.views.history import HEADERS, boundary_lines, rows, step_lines
+    from triage.views.history_page import trend
+
+    found = history_of(site, series)
+    shown = [{"result": r, "chart": trend(r), "rows": rows(r), "steps": step_lines(r),
+              "boundaries": boundary_lines(r)} for r in found.results]
+    return _html("site_history.html.j2", "../", series=series, shown=shown, headers=HEADERS)
