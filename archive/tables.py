@@ -53,8 +53,7 @@ class TableWriter:
         # writer, which costs more than writing a small table.
         self._sink = pa.OSFile(str(path), "wb")
         try:  # the writer writes the file's magic at once: a full disk fails here
-            self._writer = pq.ParquetWriter(self._sink, self.schema,
-                                            **{**PARQUET_OPTIONS, **column_encodings(self.schema)})
+            self._writer = pq.ParquetWriter(self._sink, self.schema, **table_options(self.schema))
         except BaseException:
             self._sink.close()  # else the removed temp's space stays held by the open file
             raise
@@ -139,6 +138,11 @@ def column_encodings(schema: pa.Schema) -> dict[str, Any]:
     encoding = {f.name: INTEGER_ENCODING if pa.types.is_integer(f.type) else "PLAIN"
                 for f in schema if f.name not in text}
     return dict(use_dictionary=text, column_encoding=encoding)
+
+
+def table_options(schema: pa.Schema) -> dict[str, Any]:
+    """The ParquetWriter options of a run's table: the fixed ones, and its columns' encodings."""
+    return {**PARQUET_OPTIONS, **column_encodings(schema)}
 
 
 class TableSet:

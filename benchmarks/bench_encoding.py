@@ -1,5 +1,5 @@
 """The Parquet encoding of one stored table, per column as archive writes it today
-(`archive/tables.py` `column_encodings`) against a dictionary on every column (before issue 41):
+(`archive/tables.py` `table_options`) against a dictionary on every column (before issue 41):
 CPU seconds to encode it in row groups as TableWriter does, and the bytes.
 
     python benchmarks/bench_encoding.py STORE/tables/nvtx_ranges/run_id=ID/SHA.parquet [--rounds 5]
@@ -21,7 +21,7 @@ from statistics import median
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from triage.archive.tables import BATCH_ROWS, PARQUET_OPTIONS, column_encodings
+from triage.archive.tables import BATCH_ROWS, PARQUET_OPTIONS, table_options
 
 
 def encode(table: pa.Table, options: dict, out: Path) -> tuple[float, int]:
@@ -40,7 +40,7 @@ def main() -> None:
     args = parser.parse_args()
     table = pq.ParquetFile(args.table).read()
     legs = {"a dictionary on every column": dict(PARQUET_OPTIONS),
-            "per column (today)": {**PARQUET_OPTIONS, **column_encodings(table.schema)}}
+            "per column (today)": table_options(table.schema)}
     seconds: dict[str, list[float]] = {name: [] for name in legs}
     size: dict[str, int] = {}
     load = [os.getloadavg()[0]]
