@@ -159,6 +159,14 @@ def run(work: Path, ranges: int, kernels: int, repeat: int, rep_only: bool,
                kernel_rows, 0.5))
 
 
+def checkout_of(python: str) -> Path:
+    """The checkout whose triage this interpreter imports."""
+    found = subprocess.run([python, "-c", "import pathlib, triage.archive as a; "
+                            "print(pathlib.Path(a.__file__).resolve().parents[1])"],
+                           check=True, capture_output=True, text=True).stdout
+    return Path(found.strip())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranges", type=int, default=1_000_000)
@@ -171,6 +179,8 @@ def main() -> None:
                         help="also time the .nsys-rep archive with this interpreter's triage")
     args = parser.parse_args()
     compile_sources()
+    if args.baseline:  # its checkout's caches as well, or it pays the compiling
+        compile_sources(checkout_of(args.baseline))
     options = (args.ranges, args.kernels, args.repeat, args.rep_only, args.baseline)
     if args.workdir:
         args.workdir.mkdir(parents=True, exist_ok=True)
