@@ -22,11 +22,11 @@ from triage.base.errors import StoreError
 from triage.schemas.tables import arrow_schema, check_columns
 
 BATCH_ROWS = 65536
-# Deterministic bytes for the same rows: a fixed codec, level and row-group size.
+# Deterministic bytes for the same rows: a fixed codec, level and row-group size (a run's
+# tables add an encoding per column, `table_options`; the catalog keeps dictionaries).
 PARQUET_OPTIONS: dict[str, Any] = dict(compression="zstd", compression_level=3,
                                        use_dictionary=True, write_statistics=True)
-# How a table's column of each Arrow type is encoded (`column_encodings`); text is dictionary
-# encoded, which Parquet names apart from these.
+# The encoding of a table's integer columns (`column_encodings`).
 INTEGER_ENCODING = "DELTA_BINARY_PACKED"
 
 
@@ -128,11 +128,12 @@ def column_encodings(schema: pa.Schema) -> dict[str, Any]:
     """Parquet options giving each column of a flat table the encoding its data suits.
 
     Dictionaries only for text, whose values repeat (kernel, API and range names): building
-    one for start/end timestamps, nearly all unique, was about 70% of the encoding time and
-    stored as dictionary pages that then fell back to plain ones anyway. Integers are delta encoded
-    (timestamps rising by small steps, ids and indexes that rarely change pack into a few bits
-    each), floats and booleans stored plain. Run ids do not hash table bytes (docs/store.md
-    "Run identity"), so this changes no run's id; DuckDB, Spark and pyarrow read all three.
+    them for start/end timestamps, nearly all unique, was more than half the encoding's CPU
+    (benchmarks/bench_encoding.py: per column, 0.43x the CPU and 0.53x the bytes of 1M NVTX
+    ranges). Integers are delta encoded (timestamps rising by small steps, ids and indexes that
+    rarely change pack into a few bits each), floats and booleans stored plain. Run ids do not
+    hash table bytes (docs/store.md "Run identity"), so this changes no run's id; DuckDB, Spark
+    and pyarrow read all three.
     """
     text = [f.name for f in schema if pa.types.is_string(f.type)]
     encoding = {f.name: INTEGER_ENCODING if pa.types.is_integer(f.type) else "PLAIN"
