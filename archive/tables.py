@@ -22,9 +22,12 @@ from triage.base.errors import StoreError
 from triage.schemas.tables import arrow_schema, check_columns
 
 BATCH_ROWS = 65536
-# Deterministic bytes for the same rows: a fixed codec, level and row-group size.
+# Deterministic bytes for the same rows: a fixed codec, level and row-group size (a run's
+# tables add an encoding per column, `table_options`; the catalog keeps dictionaries).
 PARQUET_OPTIONS: dict[str, Any] = dict(compression="zstd", compression_level=3,
                                        use_dictionary=True, write_statistics=True)
+# The encoding of a table's integer columns (`column_encodings`).
+INTEGER_ENCODING = "DELTA_BINARY_PACKED"
 
 
 class TableWriter:
@@ -50,7 +53,7 @@ class TableWriter:
         # writer, which costs more than writing a small table.
         self._sink = pa.OSFile(str(path), "wb")
         try:  # the writer writes the file's magic at once: a full disk fails here
-            self._writer = pq.ParquetWriter(self._sink, self.schema, **PARQUET_OPTIONS)
+            self._writer = pq.ParquetWriter(self._sink, self.schema, **table_options(self.schema))
         except BaseException:
             self._sink.close()  # else the removed temp's space stays held by the open file
             raise
@@ -119,6 +122,28 @@ class TableWriter:
                     self._encoder.shutdown(wait=True)
                 self._sink.close()
         return self.count
+
+
+def column_encodings(schema: pa.Schema) -> dict[str, Any]:
+    """Parquet options giving each column of a flat table the encoding its data suits.
+
+    Dictionaries only for text, whose values repeat (kernel, API and range names): building
+    them for start/end timestamps, nearly all unique, was more than half the encoding's CPU
+    (benchmarks/bench_encoding.py: per column, 0.43x the CPU and 0.53x the bytes of 1M NVTX
+    ranges). Integers are delta encoded (timestamps rising by small steps, ids and indexes that
+    rarely change pack into a few bits each), floats and booleans stored plain. Run ids do not
+    hash table bytes (docs/store.md "Run identity"), so this changes no run's id; DuckDB, Spark
+    and pyarrow read all three.
+    """
+    text = [f.name for f in schema if pa.types.is_string(f.type)]
+    encoding = {f.name: INTEGER_ENCODING if pa.types.is_integer(f.type) else "PLAIN"
+                for f in schema if f.name not in text}
+    return dict(use_dictionary=text, column_encoding=encoding)
+
+
+def table_options(schema: pa.Schema) -> dict[str, Any]:
+    """The ParquetWriter options of a run's table: the fixed ones, and its columns' encodings."""
+    return {**PARQUET_OPTIONS, **column_encodings(schema)}
 
 
 class TableSet:

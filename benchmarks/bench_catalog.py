@@ -134,7 +134,7 @@ def _big_kernels(store, seed: str, manifest: dict, count: int) -> tuple[dict, Pa
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from triage.archive.tables import PARQUET_OPTIONS
+    from triage.archive.tables import table_options
 
     table = pq.read_table(store.root / store.tables.key(seed, "kernels",
                                                         manifest["tables"]["kernels"]["sha256"]))
@@ -143,7 +143,7 @@ def _big_kernels(store, seed: str, manifest: dict, count: int) -> tuple[dict, Pa
     big = big.set_column(1, "kernel_index", pa.array(range(count), type=pa.int64()))
     # a temp file to verify, linked from the biggest run's key
     path = store.root / "objects" / ".tmp-bench-kernels.parquet"
-    pq.write_table(big, path, **PARQUET_OPTIONS)
+    pq.write_table(big, path, **table_options(big.schema))
     sha, size = store.objects.stage_temp(path).sha256, path.stat().st_size
     return {"sha256": sha, "rows": count, "bytes": size}, path
 

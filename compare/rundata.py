@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -11,7 +12,7 @@ import pyarrow.parquet as pq
 from triage.archive.model import RunRecord
 from triage.archive.runs import load_record
 from triage.archive.store import Store
-from triage.archive.tables import conform
+from triage.archive.tables import BATCH_ROWS, conform
 from triage.base.errors import CorruptObject, TriageError
 from triage.schemas.tables import arrow_schema
 
@@ -61,6 +62,19 @@ class RunData:
             return None
         try:
             return source.read(columns=columns)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise self._damaged(name, exc) from None
+
+    def batches(self, name: str, columns: list[str],
+                dictionary: tuple[str, ...] = ()) -> Iterator[pa.RecordBatch]:
+        """A stored table's rows a batch at a time (none if the run has no such table): what
+        reads a launch-level table through holds one batch of it, not the whole."""
+        source = self.parquet(name, dictionary)
+        if source is None:
+            return
+        try:
+            yield from source.iter_batches(batch_size=BATCH_ROWS, columns=columns,
+                                           use_threads=False)
         except (OSError, pa.ArrowInvalid) as exc:
             raise self._damaged(name, exc) from None
 

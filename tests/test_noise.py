@@ -81,3 +81,23 @@ def test_every_kernel_carries_its_noise(triage):
     # a run named twice on one side counts once
     twice = triage.json("diff", f"{a},{a}", b)
     assert twice["sides"]["a"] == [a]  # each run once
+
+
+def test_launch_tables_read_a_batch_at_a_time_give_the_same_noise(triage, tmp_path, monkeypatch):
+    """A diff reads each run's launch-level tables a batch at a time (its memory is then the
+    durations, not the tables: issue 41, target 7). Batches of 7 rows split every API name's
+    launches across batches, yet each row's samples, spread and verdict are those of the
+    tables read whole. Runs of a real export's API calls grown to hundreds per name (so the
+    spread is computed in Arrow, past 4 x MAX_SAMPLES) against the export itself."""
+    from helpers import GROWN_SEED, grown
+    from triage.compare import rundata
+
+    a = triage.json("archive", grown(tmp_path / "grown.sqlite", 20_000,
+                                     "CUPTI_ACTIVITY_KIND_RUNTIME"))[0]["id"]
+    b = triage.json("archive", corpus_file(GROWN_SEED))[0]["id"]
+    whole = triage.json("diff", a, b)
+    monkeypatch.setattr(rundata, "BATCH_ROWS", 7)
+    assert triage.json("diff", a, b) == whole
+    api = [row["noise"] for row in whole["nsys"]["api"]]
+    assert max(noise["a"]["n"] for noise in api) > 4 * MAX_SAMPLES
+    assert all(noise["b"]["n"] for noise in api)

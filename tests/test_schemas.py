@@ -38,6 +38,28 @@ def test_every_table_has_its_declared_schema(archived_store):
             assert pq.read_metadata(path).num_rows == ref["rows"]
 
 
+def test_each_column_is_encoded_as_its_data_suits(archived_store):
+    """Dictionaries for text only (repeating names), delta encoding for integers (timestamps
+    and ids: a dictionary of nearly unique values was most of the encoding time), floats and
+    booleans plain: in every column of every table written."""
+    import pyarrow as pa
+
+    wanted = {pa.string(): "RLE_DICTIONARY", pa.int32(): "DELTA_BINARY_PACKED",
+              pa.int64(): "DELTA_BINARY_PACKED", pa.float64(): "PLAIN", pa.bool_(): "PLAIN"}
+    seen = set()
+    for run_id in archived_store.runs.ids():
+        for name, ref in archived_store.runs.read_manifest(run_id)["tables"].items():
+            path = archived_store.root / archived_store.tables.key(run_id, name, ref["sha256"])
+            metadata, schema = pq.read_metadata(path), arrow_schema(name)
+            for group in range(metadata.num_row_groups):
+                for index, field in enumerate(schema):
+                    encodings = metadata.row_group(group).column(index).encodings
+                    assert wanted[field.type] in encodings, (name, field.name, encodings)
+                    assert (field.type == pa.string()) == ("RLE_DICTIONARY" in encodings)
+                    seen.add(field.type)
+    assert seen == set(wanted)  # every kind of column was checked
+
+
 def test_schema_rejects_a_broken_manifest(archived_store):
     manifest = archived_store.runs.read_manifest(archived_store.runs.ids()[0])
     manifest["reports"][0]["sha256"] = "not-a-hash"
