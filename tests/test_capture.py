@@ -40,6 +40,8 @@ def test_ncu_capture_without_gpu_is_recorded_and_fails(triage, workdir, store_di
     argv = ["ncu", "--set", "full", "-o", "prof", sys.executable, "app.py"]
     result = triage("capture", "--", *argv, expect=1)
     assert "no report was produced" in result.stderr and "No kernels were profiled" in result.stderr
+    assert "found no GPU work to profile" in result.stderr  # the diagnosis, with its fix
+    assert "`nvidia-smi` lists a GPU" in result.stderr
     assert "hello from the workload" in result.stdout  # the program's output was streamed
     shown = triage.json("show", "latest")
     assert shown["source"] == "capture-failed" and shown["reports"] == []
