@@ -290,6 +290,9 @@ def test_a_side_named_by_investigation_is_its_bench_runs_beside_its_nsys_profile
                nsys_exe, "profile", *CAPTURE_OPTIONS, "-o", name, nvtx_program, *args)
         bench(triage, "--repeat", 3, "--investigation", f"fuse-{name}", "--label", name,
               "--metric", STEP, "--", nvtx_program, *args)
+    rows = triage.json("query", "select tool, investigation from runs order by archived")
+    assert [(r["tool"], r["investigation"]) for r in rows] == [
+        (tool, f"fuse-{name}") for name in ("base", "slow") for tool in ("nsys", "bench")]
     by_label = triage.json("diff", "base", "slow")
     assert "accounts" not in by_label
     found = triage.json("diff", "inv:fuse-base", "inv:fuse-slow")
