@@ -64,6 +64,26 @@ def _by_prefix(store: Store, ref: str) -> str:
                       "`triage ls` lists runs")
 
 
+INVESTIGATION = "inv:"  # a diff side `inv:NAME`: no label, id or report path holds a colon
+
+
+def investigation_side(ref: str) -> str | None:
+    """The investigation a diff side's part names (`inv:NAME`), else None."""
+    return ref[len(INVESTIGATION):] if ref.startswith(INVESTIGATION) else None
+
+
+def investigation_runs(store: Store, name: str, tool: str) -> list[str]:
+    """The runs of one tool in an investigation (`--investigation`), oldest archive first: one
+    catalog scan of three columns, filtered in Arrow (100,000 rows), no manifest opened."""
+    import pyarrow.compute as pc
+
+    table = catalog.scan_unordered(store, ["id", "tool", "investigation"]).table
+    found = table.filter(pc.and_(pc.equal(table["investigation"], name),
+                                 pc.equal(table["tool"], tool)))
+    rows = zip(found["archived"].to_pylist(), found["id"].to_pylist(), strict=True)
+    return [run_id for _archived, run_id in sorted(rows)]
+
+
 def side_parts(side: str) -> list[str]:
     """The RUNs of a diff side: one RUN, or RUN,RUN,... (a side of several runs)."""
     parts = [part.strip() for part in side.split(",")]
@@ -108,9 +128,10 @@ def reports_as_runs(store_path, refs: Sequence[str], sides: bool = False,
 
 
 def _is_report(word: str, labels: dict[str, str]) -> bool:
-    """A RUN word that names a file, not a run: `latest`, an id prefix or a label of that name
-    is the run, whatever files the working directory holds."""
-    return not looks_like_run(word) and word not in labels and os.path.isfile(word)
+    """A RUN word that names a file, not a run: `latest`, an id prefix, a label or `inv:NAME`
+    of that name is the run(s), whatever files the working directory holds."""
+    return not looks_like_run(word) and word not in labels and \
+        investigation_side(word) is None and os.path.isfile(word)
 
 
 def _labels_if_any(store_path) -> dict[str, str]:

@@ -7,6 +7,9 @@ a part of the profile that grew by D ns, in a profile whose traced span was S ns
 accounts for D / S * 100 points (the profile is of the same workload, so its span stands for
 what the benchmark measures; the points are comparable with the benchmark's % change).
 
+A side that names an investigation (`inv:NAME`) is profiled by the investigation's newest nsys
+run (`capture --investigation NAME`), else by what its first bench run names with --from.
+
 The explained total is what the profile measures as busy: the GPU's kernel time where the
 profile has kernels, else the time inside any NVTX range (their union: nested ranges are counted
 once). Its parts are each top kernel, else each NVTX range by text (ranges nest: a part is its
@@ -23,6 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from triage.archive.runs import investigation_runs, investigation_side, side_parts
 from triage.base.errors import TriageError
 from triage.compare.bench import BenchDiff, BenchMetricDiff
 from triage.compare.noise import SIGNIFICANT
@@ -127,6 +131,17 @@ class Accounts:
                 "metrics": [m.to_json() for m in self.metrics]}
 
 
+def side_profile(side: str, runs: Sequence[RunData]) -> RunData | None:
+    """A side's profile: the newest nsys run of the investigation it names (`inv:NAME`), else
+    the nsys run its first bench run follows up (`bench --from`)."""
+    for ref in side_parts(side):
+        name = investigation_side(ref)
+        found = investigation_runs(runs[0].store, name, "nsys") if name is not None else []
+        if found:
+            return RunData(runs[0].store, found[-1])
+    return _profile_of(runs[0])
+
+
 def _profile_of(bench_run: RunData) -> RunData | None:
     """The nsys run a bench run follows up (`bench --from`), if it names one."""
     capture = bench_run.record.capture
@@ -205,13 +220,12 @@ def _pct(a: float | None, b: float | None) -> float | None:
     return (b - a) / a * 100 if a and b is not None else None
 
 
-def accounts(bench: BenchDiff, runs_a: Sequence[RunData],
-             runs_b: Sequence[RunData]) -> Accounts | None:
-    """Each lower-is-better bench metric set beside the profiles its sides follow up (None
-    unless both sides' first bench runs name an nsys run with --from)."""
-    found = _profile_of(runs_a[0]), _profile_of(runs_b[0])
-    if found[0] is None or found[1] is None:
+def accounts(bench: BenchDiff, profile_a: RunData | None,
+             profile_b: RunData | None) -> Accounts | None:
+    """Each lower-is-better bench metric set beside the sides' profiles (`side_profile`; None
+    unless both sides have one)."""
+    if profile_a is None or profile_b is None:
         return None
-    a, b = read_profile(found[0]), read_profile(found[1])
+    a, b = read_profile(profile_a), read_profile(profile_b)
     return Accounts(a, b, tuple(_account(m, a, b) for m in bench.metrics
                                 if m.better == "lower"))

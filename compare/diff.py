@@ -15,7 +15,7 @@ from dataclasses import replace
 from triage.archive.model import RunRecord
 from triage.archive.store import Store
 from triage.compare.aggregate import median_rows
-from triage.compare.accounts import accounts
+from triage.compare.accounts import accounts, side_profile
 from triage.compare.bench import BenchDiff, diff_bench
 from triage.compare.drift import (INFO, INVALIDATES, UNRECORDED, drift_item, grade,
                                   kernel_set_drift, verdict)
@@ -104,7 +104,8 @@ def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions | None = N
                                 "A and B are the same run: nothing below can differ"))
     nsys: NsysDiff | None = None
     bench = _bench_pair(runs_a, runs_b)
-    explained = accounts(bench, runs_a, runs_b) if bench is not None else None
+    explained = accounts(bench, side_profile(ref_a, runs_a),
+                         side_profile(ref_b, runs_b)) if bench is not None else None
     kernels: list[KernelDiff]
     if bench is not None:
         kernels = []

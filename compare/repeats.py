@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from triage.archive.lease import side_by_side
-from triage.archive.runs import resolve, side_parts
+from triage.archive.runs import investigation_runs, investigation_side, resolve, side_parts
 from triage.archive.store import Store
 from triage.compare.matching import match_key
 from triage.compare.noise import (LAUNCHES, MAX_SAMPLES, RUNS, Sample, Spread, compare,
@@ -42,7 +42,7 @@ def _natural(label: str) -> list[Any]:
 
 
 def side_refs(store: Store, side: str) -> list[str]:
-    """The run ids a side names: RUN, RUN,RUN,... or a label glob; each run once."""
+    """The run ids a side names: RUN, RUN,RUN,..., a label glob or `inv:NAME`; each run once."""
     return list(side_named(store, side))
 
 
@@ -51,7 +51,10 @@ def side_named(store: Store, side: str) -> dict[str, str]:
     a glob matched, else the RUN as typed)."""
     named: dict[str, str] = {}
     for ref in side_parts(side):
-        if GLOB.search(ref):
+        if (investigation := investigation_side(ref)) is not None:
+            for run_id in bench_runs_of(store, investigation):
+                named.setdefault(run_id, run_id)  # shown by its short id
+        elif GLOB.search(ref):
             labels = store.labels.all()
             names = sorted((n for n in labels if fnmatch.fnmatchcase(n, ref)), key=_natural)
             if not names:
@@ -61,6 +64,16 @@ def side_named(store: Store, side: str) -> dict[str, str]:
         else:
             named.setdefault(resolve(store, ref), ref)
     return named
+
+
+def bench_runs_of(store: Store, investigation: str) -> list[str]:
+    """An investigation's bench runs (the side's measurements; its nsys runs are the profile
+    compare/accounts.py reads), oldest first; refused when it has none."""
+    found = investigation_runs(store, investigation, "bench")
+    if not found:
+        raise RunNotFound(f"investigation {investigation!r} has no bench run; `triage bench "
+                          f"--investigation {investigation} -- CMD` adds one")
+    return found
 
 
 def failed_tries(store: Store, side: str) -> tuple[FailedTry, ...]:

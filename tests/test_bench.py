@@ -274,3 +274,51 @@ def test_a_profile_with_kernels_accounts_by_gpu_busy_time(triage, archived, tmp_
     text = triage("diff", "a", "b").output
     assert "!! DISAGREE: the benchmark is flat while the profile changed beyond its noise" in text
     assert "GPU busy time explains +6.2 of those +0.0 points" in text
+
+
+def test_a_side_named_by_investigation_is_its_bench_runs_beside_its_nsys_profile(
+        triage, nvtx_program, nsys_exe, tmp_path, store_dir, monkeypatch):
+    """`diff inv:A inv:B`: each side's bench runs compared, its nsys capture the profile,
+    found through the catalog's investigation column. The bench runs name no --from, so the
+    same runs diffed by label have no accounts; by investigation, the numbers the --from test
+    checks: the epoch's change over A's epoch."""
+    from nvtx_capture import CAPTURE_OPTIONS
+
+    monkeypatch.chdir(tmp_path)
+    for name, args in (("base", [20, 2000, 4000]), ("slow", [20, 2900, 4000])):
+        triage("capture", "--investigation", f"fuse-{name}", "--label", f"prof/{name}", "--",
+               nsys_exe, "profile", *CAPTURE_OPTIONS, "-o", name, nvtx_program, *args)
+        bench(triage, "--repeat", 3, "--investigation", f"fuse-{name}", "--label", name,
+              "--metric", STEP, "--", nvtx_program, *args)
+    rows = triage.json("query", "select tool, investigation from runs order by archived")
+    assert [(r["tool"], r["investigation"]) for r in rows] == [
+        (tool, f"fuse-{name}") for name in ("base", "slow") for tool in ("nsys", "bench")]
+    by_label = triage.json("diff", "base", "slow")
+    assert "accounts" not in by_label
+    found = triage.json("diff", "inv:fuse-base", "inv:fuse-slow")
+    assert_valid("diff.schema.json", found)
+    assert found["bench"] == by_label["bench"]  # the same runs compared
+    assert [p["id"] for p in found["accounts"]["profiles"].values()] == [
+        triage.json("show", f"prof/{name}")["id"] for name in ("base", "slow")]
+    step = next(m for m in found["accounts"]["metrics"] if m["metric"] == "step_ms")
+    epochs = _epochs(triage)
+    direct = (epochs["prof/slow"] - epochs["prof/base"]) / epochs["prof/base"] * 100
+    assert step["explained_points"] == pytest.approx(direct, rel=1e-9)
+    assert "what the profile accounts for (nsys" in triage("diff", "inv:fuse-base",
+                                                           "inv:fuse-slow").output
+    page = store_dir.parent / "review.html"
+    triage("report", "inv:fuse-base", "inv:fuse-slow", "-o", page)
+    assert "What the profile accounts" in page.read_text()
+
+
+def test_an_investigation_without_bench_runs_is_refused_with_how_to_add_one(
+        triage, tmp_path, store_dir, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    bench(triage, "--repeat", 1, "--investigation", "fuse-b", "--", "true")
+    (tmp_path / "inv:fuse-b").write_text("not a report")  # the investigation wins over a file
+    refused = triage("diff", "inv:fuse-a", "inv:fuse-b", expect=None)
+    assert refused.exit_code != 0 and "Traceback" not in refused.output
+    assert refused.output.strip().splitlines()[-1].endswith(
+        "investigation 'fuse-a' has no bench run; `triage bench --investigation fuse-a -- CMD` "
+        "adds one")
+    assert "has no bench run" in triage("report", "inv:fuse-a", "inv:fuse-b", expect=None).output

@@ -100,8 +100,9 @@ def diff(store, run_a, run_b, sections, kernel, metric, show_all, threshold, str
 
     A side may be several runs: RUN,RUN,... or a quoted label glob ('before/*'); every number
     is then the median over the side's runs, and each change carries the noise measured over
-    the runs (one run: over its launches). A RUN may be a report file (`triage diff a.ncu-rep
-    b.ncu-rep`): its run, found by hash or archived now.
+    the runs (one run: over its launches). inv:NAME is the bench runs of an investigation
+    (--investigation), profiled by its newest nsys run. A RUN may be a report file (`triage
+    diff a.ncu-rep b.ncu-rep`): its run, found by hash or archived now.
 
     Kernels match by name; kernels left over on both sides in equal number pair by launch
     order, a guess shown with its evidence and never judged by the gate (not made where their
