@@ -273,6 +273,7 @@ class CaptureInfo:
     shell: bool = False
     status: str | None = None  # `exited N`, the interrupting signal, or `timed out after N s`
     series: str | None = None  # a failed try of `capture --repeat`: the label it would have had
+    investigation: str | None = None  # `capture`/`bench --investigation NAME`, or the --from run's
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> CaptureInfo:
@@ -286,7 +287,8 @@ class CaptureInfo:
                    _strings(raw.get("warnings")), raw.get("group"), raw.get("rank"),
                    raw.get("from_run"), raw.get("nsys_source"), mapping_of(raw.get("machine")),
                    _text(raw.get("rerun_of")), mapping_of(raw.get("environment")),
-                   bool(raw.get("shell")), _text(raw.get("status")), _text(raw.get("series")))
+                   bool(raw.get("shell")), _text(raw.get("status")), _text(raw.get("series")),
+                   _text(raw.get("investigation")))
 
 
 def _listing(raw: object) -> StoredNcuListing | None:

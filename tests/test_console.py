@@ -4,8 +4,10 @@ routes. The browser checks are in test_console_browser.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -230,3 +232,37 @@ def test_serve_binds_loopback_by_default():
     host = next(p for p in serve.params if p.name == "host")
     assert host.default == "127.0.0.1"
     assert os.path.basename(__file__)  # the CLI's own default, not a config's
+
+
+def bench(triage, store: Path, ms: str, *options: str) -> str:
+    """A bench run (5 runs: what history needs to judge a step) of one command that prints
+    the step time `ms` (from a file: the command line stays the same), its id."""
+    step = store.parent / "step"
+    step.write_text(ms)
+    done = triage("--store", store, "bench", "--json", "--repeat", "5", *options,
+                  "--metric", "step_ms:ms=re:step time: (?P<v>[0-9.]+) ms", "--",
+                  sys.executable, "-c", f"print('step time:', open({str(step)!r}).read(), 'ms')")
+    return json.loads(done.stdout)["run"]["id"]
+
+
+def test_a_run_page_lists_its_reruns_and_investigation_and_bench_series_chart_metrics(
+        triage, tmp_path):
+    store, site = tmp_path / "bench-store", tmp_path / "site"
+    first = bench(triage, store, "1.0", "--label", "steps/1", "--investigation", "fast-io")
+    second = bench(triage, store, "1.0", "--label", "steps/2", "--investigation", "fast-io")
+    third = bench(triage, store, "2.0", "--label", "steps/3")
+    rerun = triage.json("--store", store, "rerun", first)["new_runs"][0]  # prints 2.0 ms
+    published(triage, store, site)
+
+    page = (site / run_path(first)).read_text()
+    assert f"reruns: <a class=\"mono\" href=\"../../{run_path(rerun)}\"" in page
+    assert "investigation fast-io" in page and run_path(second) in page
+    assert run_path(third) not in page  # not of the investigation, not a rerun
+    again = (site / run_path(rerun)).read_text()
+    assert f"rerun of <a class=\"mono\" href=\"../../{run_path(first)}\"" in again
+    assert "investigation fast-io" in (site / run_path(second)).read_text()
+
+    history = (site / "history" / "steps.html").read_text()
+    assert "metric &#39;step_ms&#39;" in history and "metric &#39;wall_time&#39;" in history
+    assert "<svg" in history
+    assert "+100.0% [+100.0, +100.0] significant" in history  # step_ms: 1.0 ms, then 2.0 ms

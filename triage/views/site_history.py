@@ -1,8 +1,8 @@
 """The console's history pages: each series' kernels over its runs (the chart and table of
 `triage history --html`), the regressions list (steps that got slower, newest first) and its
 Atom feed. A series follows the TOP_KERNELS kernels (or NVTX ranges) of most total time in its
-newest run (read from the catalog's kernel ranking); each is a `triage history` of the series'
-runs."""
+newest run (read from the catalog's kernel ranking), a series of bench runs every metric its
+newest run measured; each is a `triage history` of the series' runs."""
 
 from __future__ import annotations
 
@@ -45,19 +45,32 @@ class Regression:
 
 def measures(site: Site, series: Series) -> list[Measure]:
     """The kernels of most total time in the series' newest run (its catalog row); an nsys run
-    without kernels: its NVTX ranges of most total time (its nvtx_summary table)."""
+    without kernels: its NVTX ranges of most total time (its nvtx_summary table); a series of
+    bench runs: the metrics its newest run measured (its bench_samples table)."""
     newest = series.runs[-1].id
+    if series.tool == "bench":
+        return [Measure(metric=name) for name in _newest_names(site, newest, "bench_samples",
+                                                                "metric", None)]
     top = [row["name"] for row in site._top(newest) if row.get("name")][:TOP_KERNELS]
     if top or series.tool != "nsys":
         return [Measure(kernel=f"^{re.escape(name)}$") for name in top]
+    names = _newest_names(site, newest, "nvtx_summary", "text", "total_ns")
+    return [Measure(nvtx=name) for name in names[:TOP_KERNELS]]
+
+
+def _newest_names(site: Site, run_id: str, table: str, column: str, rank: str | None
+                  ) -> list[str]:
+    """The distinct names of one column of a run's table, by most `rank` first (else in the
+    table's order); none where the run has no such table."""
     from triage.compare.rundata import RunData
 
-    table = RunData(site.store, newest).table("nvtx_summary", ["text", "total_ns"])
-    if table is None:
+    found = RunData(site.store, run_id).table(table, [column, rank] if rank else [column])
+    if found is None:
         return []
-    ranked = sorted(table.to_pylist(), key=lambda row: -(row["total_ns"] or 0))
-    names = list(dict.fromkeys(row["text"] for row in ranked if row["text"]))
-    return [Measure(nvtx=name) for name in names[:TOP_KERNELS]]
+    rows = found.to_pylist()
+    if rank:
+        rows.sort(key=lambda row: -(row[rank] or 0))
+    return list(dict.fromkeys(row[column] for row in rows if row[column]))
 
 
 def series_history(site: Site, series: Series) -> SeriesHistory:
