@@ -101,6 +101,7 @@ def _row(record: RunRecord, kernel_summary: list[dict]) -> dict:
         "cache_control": record.setting("cache_control"),
         "replay_mode": record.setting("replay_mode"),
         "capture_group": record.capture.group if record.capture is not None else None,
+        "rerun_of": record.capture.rerun_of if record.capture is not None else None,
         "investigation": record.capture.investigation if record.capture is not None else None,
         "notes": "\n".join(n.text for n in record.notes) or None,
         "tables": json.dumps({k: v.sha256 for k, v in sorted(record.tables.items())}),

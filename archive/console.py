@@ -22,7 +22,7 @@ from triage.archive.runs import labels_by_run
 from triage.archive.store import Store
 
 COLUMNS = ("id", "tool", "gpu", "created", "archived", "indexed", "command", "report_names",
-           "kernels", "capture_group")
+           "kernels", "capture_group", "rerun_of", "investigation")
 SERIES_RUNS = 50  # the newest runs of a series that its history and comparisons follow
 
 
@@ -40,6 +40,8 @@ class ConsoleRun(NamedTuple):
     report_names: str | None
     kernels: int | None
     capture_group: str | None
+    rerun_of: str | None
+    investigation: str | None
     labels: tuple[str, ...] = ()
 
     @property

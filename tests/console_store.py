@@ -40,7 +40,7 @@ def make_store(root: Path, work: Path) -> dict[str, list[str]]:
     for i, run_id in enumerate(ids["before"], 1):
         manifest = store.runs.read_manifest(run_id)
         manifest["created"] = "2026-12-05" + manifest["created"][10:]
-        copy = derive_run(store, run_id, manifest)
+        copy = derive_run(store, run_id, distinct(manifest, f"nightly-{i}"))
         store.labels.point(f"nightly/{REPEATS + i}", copy)
         ids["nightly"].append(copy)
     ids["planted"] = [planted_run(store, ids["before"][0])]
@@ -55,7 +55,7 @@ def planted_run(store, seed: str) -> str:
     from triage.archive.run_manifests import manifest_file
     from triage.base.hashing import hash_file
 
-    manifest = json.loads(json.dumps(store.runs.read_manifest(seed)))
+    manifest = distinct(json.loads(json.dumps(store.runs.read_manifest(seed))), "planted")
     manifest["command"] = f"nsys profile -o x ./app '{HOSTILE}'"
     staged = {}
     for table, column in (("kernel_summary", "name"), ("kernels", "name"),
@@ -77,3 +77,10 @@ def planted_run(store, seed: str) -> str:
         target.parent.mkdir(parents=True, exist_ok=True)
         file.rename(target)
     return derive_run(store, seed, manifest)
+
+
+def distinct(manifest: dict, mark: str) -> dict:
+    """`manifest` as a run of its own: a run's id hashes its reports and the facts of its making
+    (run_manifests.REPORT_IDENTITY), not its dates or tables, so a copy takes one more --redact
+    pattern (harmless: it names nothing the run holds)."""
+    return {**manifest, "redact_patterns": [*manifest.get("redact_patterns", ()), mark]}

@@ -4,8 +4,10 @@ routes. The browser checks are in test_console_browser.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -230,3 +232,44 @@ def test_serve_binds_loopback_by_default():
     host = next(p for p in serve.params if p.name == "host")
     assert host.default == "127.0.0.1"
     assert os.path.basename(__file__)  # the CLI's own default, not a config's
+
+
+def bench(triage, store: Path, ms: float, *options: str) -> str:
+    """A bench run (5 runs: what history needs to judge a step) of one command that prints the
+    step time `ms` (read from a file: the command line stays the same), as `step_ms` and as
+    `rate`, a metric better higher; its id."""
+    step = store.parent / "step"
+    step.write_text(str(ms))
+    pattern = "re:step time: (?P<v>[0-9.]+) ms"
+    done = triage("--store", store, "bench", "--json", "--repeat", "5", *options,
+                  "--metric", f"step_ms:ms={pattern}", "--metric", f"rate:ops:higher={pattern}",
+                  "--", sys.executable, "-c",
+                  f"print('step time:', open({str(step)!r}).read(), 'ms')")
+    return json.loads(done.stdout)["run"]["id"]
+
+
+def test_a_run_page_lists_its_reruns_and_investigation_and_bench_series_chart_metrics(
+        triage, tmp_path):
+    store, site = tmp_path / "bench-store", tmp_path / "site"
+    runs = [bench(triage, store, 1.0 if i <= 4 else 2.0, "--label", f"steps/{i}",
+                  *(("--investigation", "fast-io") if i <= 2 else ()))
+            for i in range(1, 9)]  # 4 runs a side: what a step needs (compare/steps.py)
+    first, second, third = runs[:3]
+    rerun = triage.json("--store", store, "rerun", first)["new_runs"][0]
+    published(triage, store, site)
+
+    page = (site / run_path(first)).read_text()
+    assert f"reruns: <a class=\"mono\" href=\"../../{run_path(rerun)}\"" in page
+    assert "investigation fast-io" in page and run_path(second) in page
+    assert run_path(third) not in page  # not of the investigation, not a rerun
+    again = (site / run_path(rerun)).read_text()
+    assert f"rerun of <a class=\"mono\" href=\"../../{run_path(first)}\"" in again
+    assert "investigation fast-io" in (site / run_path(second)).read_text()
+
+    history = (site / "history" / "steps.html").read_text()
+    for metric in ("step_ms", "rate", "wall_time"):
+        assert f"metric &#39;{metric}&#39;" in history
+    assert "<svg" in history and "step at run 5 (steps/5): +100.0%" in history
+    regressions = (site / "regressions.html").read_text()
+    assert "step_ms" in regressions  # 1.0 ms, then 2.0 ms: slower
+    assert "rate" not in regressions  # the same rise of a metric better higher: faster

@@ -44,6 +44,19 @@ class Page:
 
 
 @dataclass(frozen=True)
+class Related:
+    """A run's kin on its page: the other ranks of its capture group, the runs `triage rerun`
+    made of it, the other runs of its investigation (each in the catalog's order)."""
+
+    group: tuple[ConsoleRun, ...] = ()
+    reruns: tuple[ConsoleRun, ...] = ()
+    investigation: tuple[ConsoleRun, ...] = ()
+
+    def runs(self) -> tuple[ConsoleRun, ...]:
+        return self.group + self.reruns + self.investigation
+
+
+@dataclass(frozen=True)
 class SiteLinks:
     """What a page needs to link the rest of the site: the way back to the top."""
 
@@ -102,6 +115,8 @@ class Site:
         self.series_of: dict[str, list[Series]] = {}
         self.pairs_of: dict[str, list[Pair]] = {}
         self.groups: dict[str, list[ConsoleRun]] = {}
+        self.reruns: dict[str, list[ConsoleRun]] = {}  # by the run they re-executed
+        self.investigations: dict[str, list[ConsoleRun]] = {}
         for series in self.console.series:
             for run in series.runs:
                 self.series_of.setdefault(run.id, []).append(series)
@@ -111,6 +126,10 @@ class Site:
         for run in self.console.runs:
             if run.capture_group:
                 self.groups.setdefault(run.capture_group, []).append(run)
+            if run.rerun_of:
+                self.reruns.setdefault(run.rerun_of, []).append(run)
+            if run.investigation:
+                self.investigations.setdefault(run.investigation, []).append(run)
         self.tops: dict[str, list[dict]] = {}
 
     # -- the page set ------------------------------------------------------------------------
@@ -218,7 +237,7 @@ class Site:
         publish (the layout is recorded once for them all: site_files.SiteWriter)."""
         links = [p.slug for p in self.pairs_of.get(run.id, ())] + \
             [s.name for s in self.series_of.get(run.id, ())] + \
-            [r.id for r in self.groups.get(run.capture_group or "", ())]
+            [r.id for r in self.related(run).runs()]
         return f"{run.stamp()}|{' '.join(links)}" if links else run.stamp()
 
     def run_page(self, run_id: str) -> bytes:
@@ -228,12 +247,20 @@ class Site:
 
         record = load_record(self.store, run_id)
         run = self.runs[run_id]
-        group = [r for r in self.groups.get(run.capture_group or "", ()) if r.id != run_id]
         return _html("site_run.html.j2", "../../", run=run, record=record,
                      show=render_show(record), provenance=provenance_rows([record]),
                      top=self._top(run_id), series=self.series_of.get(run_id, []),
                      pairs=self.pairs_of.get(run_id, []),
-                     group=group, runs=self.runs)
+                     related=self.related(run), runs=self.runs)
+
+    def related(self, run: ConsoleRun) -> Related:
+        """The runs a run's page links as its own kin, from the catalog's columns."""
+        def others(runs: list[ConsoleRun]) -> tuple[ConsoleRun, ...]:
+            return tuple(r for r in runs if r.id != run.id)
+
+        return Related(others(self.groups.get(run.capture_group or "", [])),
+                       tuple(self.reruns.get(run.id, ())),
+                       others(self.investigations.get(run.investigation or "", [])))
 
     def _top(self, run_id: str) -> list[dict]:
         """The run's kernels by total time, from its catalog row (no table opened). Pages are

@@ -1,8 +1,8 @@
 """The console's history pages: each series' kernels over its runs (the chart and table of
 `triage history --html`), the regressions list (steps that got slower, newest first) and its
 Atom feed. A series follows the TOP_KERNELS kernels (or NVTX ranges) of most total time in its
-newest run (read from the catalog's kernel ranking); each is a `triage history` of the series'
-runs."""
+newest run (read from the catalog's kernel ranking), a series of bench runs every metric its
+newest run measured; each is a `triage history` of the series' runs."""
 
 from __future__ import annotations
 
@@ -24,6 +24,12 @@ class SeriesHistory:
 
     series: Series
     results: tuple[HistoryResult, ...]
+    higher: frozenset[str] = frozenset()  # bench metrics better higher: a fall is a regression
+
+    def slower(self, result: HistoryResult, step: HistoryStep) -> bool:
+        """Whether a step is a regression: a rise, or a fall of a metric better higher."""
+        change = step.noise.change_pct or 0
+        return change < 0 if result.measure.metric in self.higher else change > 0
 
 
 @dataclass(frozen=True)
@@ -43,33 +49,45 @@ class Regression:
         return self.run.created or self.run.archived or ""
 
 
-def measures(site: Site, series: Series) -> list[Measure]:
-    """The kernels of most total time in the series' newest run (its catalog row); an nsys run
-    without kernels: its NVTX ranges of most total time (its nvtx_summary table)."""
+def measures(site: Site, series: Series) -> tuple[list[Measure], frozenset[str]]:
+    """What a series follows, and the metrics of those that are better higher: the kernels of
+    most total time in the series' newest run (its catalog row); an nsys run without kernels:
+    its NVTX ranges of most total time (its nvtx_summary table); a series of bench runs: every
+    metric its newest run measured (its bench_samples table, which says each one's direction)."""
     newest = series.runs[-1].id
+    if series.tool == "bench":
+        rows = _rows(site, newest, "bench_samples", ["metric", "better"])
+        names = dict.fromkeys(row["metric"] for row in rows if row["metric"])
+        return ([Measure(metric=name) for name in names],
+                frozenset(row["metric"] for row in rows if row["better"] == "higher"))
     top = [row["name"] for row in site._top(newest) if row.get("name")][:TOP_KERNELS]
     if top or series.tool != "nsys":
-        return [Measure(kernel=f"^{re.escape(name)}$") for name in top]
+        return [Measure(kernel=f"^{re.escape(name)}$") for name in top], frozenset()
+    ranked = sorted(_rows(site, newest, "nvtx_summary", ["text", "total_ns"]),
+                    key=lambda row: -(row["total_ns"] or 0))
+    names = dict.fromkeys(row["text"] for row in ranked if row["text"])
+    return [Measure(nvtx=name) for name in list(names)[:TOP_KERNELS]], frozenset()
+
+
+def _rows(site: Site, run_id: str, table: str, columns: list[str]) -> list[dict]:
+    """Some columns of one table of a run; none where the run has no such table."""
     from triage.compare.rundata import RunData
 
-    table = RunData(site.store, newest).table("nvtx_summary", ["text", "total_ns"])
-    if table is None:
-        return []
-    ranked = sorted(table.to_pylist(), key=lambda row: -(row["total_ns"] or 0))
-    names = list(dict.fromkeys(row["text"] for row in ranked if row["text"]))
-    return [Measure(nvtx=name) for name in names[:TOP_KERNELS]]
+    found = RunData(site.store, run_id).table(table, columns)
+    return found.to_pylist() if found is not None else []
 
 
 def series_history(site: Site, series: Series) -> SeriesHistory:
     """Each kernel's history over the series' runs; a kernel no run can follow is left out."""
     selector = ",".join(run.id for run in series.runs)
+    followed, higher = measures(site, series)
     results = []
-    for measure in measures(site, series):
+    for measure in followed:
         try:
             results.append(_named(site, series, measure, selector))
         except TriageError:
             continue
-    return SeriesHistory(series, tuple(results))
+    return SeriesHistory(series, tuple(results), higher)
 
 
 def _named(site: Site, series: Series, measure: Measure, selector: str) -> HistoryResult:
@@ -94,9 +112,9 @@ def history_of(site: Site, series: Series) -> SeriesHistory:
 
 
 def regressions(site: Site) -> list[Regression]:
-    """Every step that got slower, newest first."""
+    """Every step that got slower (or, of a metric better higher, lower), newest first."""
     found = [Regression(h, result, step) for h in histories(site) for result in h.results
-             for step in result.steps if (step.noise.change_pct or 0) > 0]
+             for step in result.steps if h.slower(result, step)]
     return sorted(found, key=lambda r: r.when, reverse=True)
 
 
