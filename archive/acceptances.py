@@ -94,9 +94,14 @@ class Acceptances(StorePart):
         self.store.write_small(self._file(entry), canonical_json(doc), readonly=True)
 
     def _read(self, key: str) -> Acceptance | None:
-        """One entry; None for one that cannot be read (a bad file must not hide the others)."""
+        """One entry; None for a damaged one (a bad file must not hide the others). A file
+        that cannot be read at all stops the command: the gate would judge against another
+        baseline without a word."""
         try:
             data = self.store.read_file(key)
+        except OSError as exc:
+            raise self.store.error(exc, "read") from None
+        try:
             if data is None:
                 return None
             doc = json.loads(data)
@@ -104,5 +109,5 @@ class Acceptances(StorePart):
                 return None
             return Acceptance(doc["run"], str(doc["reason"]), str(doc["who"]), str(doc["time"]),
                               str(doc["writer"]), doc.get("label"))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):
             return None

@@ -113,7 +113,7 @@ def endpoint_address(what: str, value: str) -> str:
                          f"takes keys from {CREDENTIALS_HOW}: remove it from the address")
     if address.scheme not in ("http", "https") or not address.hostname \
             or address.path.strip("/") or address.query:
-        raise StoreError(f"{what} {value!r} is not a server's address; give "
+        raise StoreError(f"{what} {shown_url(value)!r} is not a server's address; give "
                          "http(s)://HOST[:PORT]")
     return f"{address.scheme}://{address.netloc}"
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from triage.base.errors import TriageError
+from triage.base.errors import UsageError
 
 KEYS = ".triage-site.json"
 FORMAT = 2
@@ -119,14 +119,19 @@ class SiteWriter:
 
     def switch(self) -> Published:
         """Finish the shards, record the keys, point DIR at the new generation, remove
-        the last one and the shards only it used."""
-        shards = {shard: self._shard(shard, pages) for shard, pages in self.shards.items()}
-        for shard, name in shards.items():
-            link = self.folder / shard
-            link.parent.mkdir(parents=True, exist_ok=True)
-            link.symlink_to(Path("..", "..", "shards", name))
-        (self.folder / KEYS).write_text(json.dumps({"format": FORMAT, "layout": self.layout,
-                                                    "pages": self.pages, "shards": shards}))
+        the last one and the shards only it used. Until the switch, a failure (a run page that
+        cannot be rendered) abandons the new generation: DIR stays the last one, whole."""
+        try:
+            shards = {shard: self._shard(shard, pages) for shard, pages in self.shards.items()}
+            for shard, name in shards.items():
+                link = self.folder / shard
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(Path("..", "..", "shards", name))
+            (self.folder / KEYS).write_text(json.dumps({"format": FORMAT, "layout": self.layout,
+                                                        "pages": self.pages, "shards": shards}))
+        except BaseException:
+            self.abandon()
+            raise
         link = self.dest.parent / f".tmp-{self.dest.name}-link"
         link.unlink(missing_ok=True)
         link.symlink_to(self.folder.relative_to(self.dest.parent))
@@ -147,13 +152,13 @@ def _current(dest: Path) -> Path | None:
         target = dest.resolve()
         if target.parent.name == f".{dest.name}.generations" and target.is_dir():
             return target
-        raise TriageError(f"{dest} links to {target}, not a site `triage publish` wrote; "
+        raise UsageError(f"{dest} links to {target}, not a site `triage publish` wrote; "
                           "give a new path")
     if dest.is_dir() and not any(dest.iterdir()):
         dest.rmdir()
         return None
     if dest.exists():
-        raise TriageError(f"{dest} exists and is not a site `triage publish` wrote; give a new "
+        raise UsageError(f"{dest} exists and is not a site `triage publish` wrote; give a new "
                           "path (publish makes it a link to the newest generation)")
     return None
 

@@ -86,9 +86,9 @@ def store_files(option: str | os.PathLike | None) -> StoreFiles:
     """--store PATH|s3://bucket/prefix, else $TRIAGE_STORE, else the per-user default. An
     empty $TRIAGE_STORE is refused, not read as "the default": it is a script's unset path."""
     chosen = option or os.environ.get("TRIAGE_STORE")
-    if chosen is None and "TRIAGE_STORE" in os.environ:
-        chosen = ""
     if chosen is not None and not os.fspath(chosen).strip():
+        if option:
+            raise UsageError("--store is blank; give a store path or s3://bucket/prefix")
         raise UsageError("$TRIAGE_STORE is set but empty; set it to a store path or unset it "
                          "(the default store is used only where it is not set)")
     return StoreFiles.at(os.fspath(chosen) if chosen else str(default_store_path()))

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from triage.archive.runs import investigation_runs, investigation_side, side_parts
-from triage.base.errors import TriageError
+from triage.base.errors import RunNotFound
 from triage.compare.bench import BenchDiff, BenchMetricDiff
 from triage.compare.noise import SIGNIFICANT
 from triage.compare.rundata import RunData
@@ -150,7 +150,7 @@ def _profile_of(bench_run: RunData) -> RunData | None:
         return None
     try:
         run = RunData(bench_run.store, ref)
-    except TriageError:  # a --from run removed from this store (pulled without it)
+    except RunNotFound:  # a --from run removed from this store (pulled without it)
         return None
     return run if run.tool == "nsys" else None
 

@@ -153,7 +153,7 @@ def test_publish_refuses_a_folder_it_did_not_write(triage, console_store, tmp_pa
     store, _ids = console_store
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me")
-    result = triage("--store", store, "publish", tmp_path / "mine", expect=1)
+    result = triage("--store", store, "publish", tmp_path / "mine", expect=2)
     assert "is not a site `triage publish` wrote" in result.stderr
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
 

@@ -9,6 +9,7 @@ import json
 import os
 import urllib.error
 import urllib.request
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,7 @@ class Posted:
     url: str | None = None
 
 
-class Forge:
+class Forge(ABC):
     """A place that holds one review thread: list its comments, create one, update one."""
 
     name = "none"
@@ -46,6 +47,9 @@ class Forge:
         page = 1
         while True:
             found = self._call("GET", f"{self.thread}?per_page=100&page={page}")
+            if not isinstance(found, list):
+                raise CommentFailed(f"{self.name} API at {self.api} answered the comment list "
+                                    "with something else than a list; check the API URL")
             mine = [c for c in found if MARKER in str(c.get("body", ""))]
             if mine or len(found) < 100:
                 return mine[0] if mine else None
@@ -68,11 +72,13 @@ class Forge:
 
     update_method = "PATCH"
 
+    @abstractmethod
     def _comment_path(self, comment_id: object) -> str:
-        raise NotImplementedError
+        """The API path of one of the kit's comments."""
 
+    @abstractmethod
     def _headers(self) -> dict[str, str]:
-        raise NotImplementedError
+        """The forge's authentication headers."""
 
     def _call(self, method: str, path: str, doc: Mapping[str, Any] | None = None) -> Any:
         data = json.dumps(doc).encode() if doc is not None else None

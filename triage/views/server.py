@@ -9,6 +9,7 @@ were read from (archive/catalogview.py keeps its own view the same way)."""
 from __future__ import annotations
 
 import html
+import threading
 from collections.abc import Callable
 
 from starlette.applications import Starlette
@@ -17,7 +18,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from triage.archive.store import Store
-from triage.base.errors import TriageError
+from triage.base.errors import AmbiguousRun, LabelNotFound, RunNotFound, TriageError
 from triage.views.site import Site, render_pair
 
 TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8",
@@ -32,6 +33,7 @@ class Console:
     def __init__(self, open_store: Callable[[], Store]):
         self.open_store = open_store
         self.made: tuple[tuple, Site] | None = None
+        self.lock = threading.Lock()  # pages are made on Starlette's worker threads
 
     def site(self) -> Site:
         from triage.archive import catalog
@@ -39,9 +41,10 @@ class Console:
         store = read_only(self.open_store())
         state = (tuple(catalog.segments(store)), tuple(sorted(store.labels.all().items())),
                  tuple(store.files.names("leases")))
-        if self.made is None or self.made[0] != state or state[2]:
-            self.made = (state, Site(store))
-        return self.made[1]
+        with self.lock:
+            if self.made is None or self.made[0] != state or state[2]:
+                self.made = (state, Site(store))
+            return self.made[1]
 
 
 def read_only(store: Store) -> Store:
@@ -54,14 +57,18 @@ def read_only(store: Store) -> Store:
 def make_app(open_store: Callable[[], Store]) -> Starlette:
     console = Console(open_store)
 
-    async def page(request: Request) -> Response:
+    def page(request: Request) -> Response:
+        """A plain function: Starlette runs it on a worker thread, so a slow page (a diff of
+        big runs, a store on S3) does not hold up the others."""
         path = request.path_params["path"] or "index.html"
         try:
             if path.startswith("diff/"):
                 return _diff(console.site().store, path)
             body = console.site().render(path)
-        except TriageError as exc:
+        except (RunNotFound, LabelNotFound, AmbiguousRun) as exc:
             return _error(404, str(exc))
+        except TriageError as exc:  # the store failed (unreachable, damaged): not the page's fault
+            return _error(503, str(exc))
         if body is None:
             return _error(404, f"no page {path}")
         return Response(body, media_type=TYPES.get(path.rsplit(".", 1)[-1], "text/plain"),
@@ -80,7 +87,8 @@ def _diff(store: Store, path: str) -> Response:
 
 
 def _error(status: int, message: str) -> Response:
-    body = (f"<!DOCTYPE html><meta charset=utf-8><title>triage: not found</title>"
+    title = "not found" if status == 404 else "the store could not be read"
+    body = (f"<!DOCTYPE html><meta charset=utf-8><title>triage: {title}</title>"
             f"<p>{html.escape(message)}</p><p><a href=\"/index.html\">runs</a></p>")
     return Response(body, status_code=status, media_type=TYPES["html"], headers=HEADERS)
 

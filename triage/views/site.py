@@ -280,8 +280,17 @@ class Site:
 
     # -- comparisons -------------------------------------------------------------------------
 
+    @functools.cached_property
+    def _series_of(self) -> dict[str, list]:
+        """The series by selector, once: each pair's stamp looks its two sides up."""
+        found: dict[str, list] = {}
+        for series in self.console.series:
+            found.setdefault(series.selector, []).append(series)
+        return found
+
     def _pair_stamp(self, pair: Pair) -> str:
-        sides = [s for s in self.console.series if s.selector in (pair.a, pair.b)]
+        sides = [s for side in dict.fromkeys((pair.a, pair.b))
+                 for s in self._series_of.get(side, [])]
         runs = [r.stamp() for s in sides for r in s.runs] + \
             [self.runs[i].stamp() for i in (pair.a, pair.b) if i in self.runs]
         return _key("pair", pair.a, pair.b, *runs)
