@@ -141,6 +141,10 @@ def test_a_killed_publish_leaves_the_last_site(triage, console_store, tmp_path, 
                             .Store.open(store), site)
     after = {name: p.read_bytes() for name, p in site_files(site).items()}
     assert after == before
+    # the run pages die while their shards are made, before the switch: the new generation
+    # is abandoned there and then, not left for the next publish to find
+    live = site.resolve()
+    assert sorted(p.name for p in live.parent.iterdir()) == sorted([live.name, "shards"])
     monkeypatch.undo()
     generations = site.resolve().parent
     leftover = generations / "g9"
