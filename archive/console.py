@@ -20,6 +20,7 @@ from typing import NamedTuple
 from triage.archive import catalog
 from triage.archive.runs import labels_by_run
 from triage.archive.store import Store
+from triage.base.timeutil import capture_order
 
 COLUMNS = ("id", "tool", "gpu", "created", "archived", "indexed", "command", "report_names",
            "kernels", "capture_group", "rerun_of", "investigation")
@@ -123,9 +124,10 @@ def read_console(store: Store) -> Console:
     return Console(runs, series, comparisons(series), view.problems)
 
 
-def capture_key(run: ConsoleRun) -> tuple[str, str, str]:
-    """Capture order, as `triage history` puts a series: creation time, archive time, id."""
-    return (run.created or run.archived or "", run.archived or "", run.id)
+def capture_key(run: ConsoleRun) -> tuple:
+    """Capture order, as `triage history` puts a series (base.timeutil.capture_order), then
+    the id: one order for runs made at one moment."""
+    return (*capture_order(run.created, run.archived), run.id)
 
 
 def family(label: str) -> str | None:

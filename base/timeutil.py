@@ -22,3 +22,23 @@ def from_epoch(seconds: float | None) -> str | None:
     if not seconds:
         return None
     return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _seconds(text: str | None) -> tuple[bool, float]:
+    """A time as a sort key: unknown (or unreadable) times last."""
+    if text:
+        try:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            return (True, 0.0)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+        return (False, moment.timestamp())
+    return (True, 0.0)
+
+
+def capture_order(created: str | None, archived: str | None) -> tuple:
+    """Capture order, the one `history`, the gate's accepted runs and the console's series
+    share: when the report was made (else archived), then when it was archived; times
+    compared as times (offsets and precisions differ), unknown ones last."""
+    return (_seconds(created or archived), _seconds(archived))

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 from triage.archive.acceptances import Acceptance
 from triage.archive.model import RunRecord
 from triage.archive.runs import load_record
 from triage.archive.store import Store
+from triage.base.timeutil import capture_order
 from triage.compare.drift import workload
 
 
@@ -34,22 +34,9 @@ class AcceptedRun:
         return self.acceptances[-1]
 
 
-def _seconds(text: str | None) -> tuple[bool, float]:
-    """A time as a sort key: unknown times last."""
-    if text:
-        try:
-            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            return (True, 0.0)
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=timezone.utc)
-        return (False, moment.timestamp())
-    return (True, 0.0)
-
-
 def capture_key(record: RunRecord) -> tuple:
-    """Capture order: when the report was made (else archived), then when it was archived."""
-    return (_seconds(record.created or record.archived), _seconds(record.archived))
+    """A run's place in capture order (base.timeutil.capture_order)."""
+    return capture_order(record.created, record.archived)
 
 
 def _same_workload(a: RunRecord, b: RunRecord) -> bool:
