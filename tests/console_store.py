@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from helpers import derive_run
+from helpers import derive_run, distinct
 
 HOSTILE = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>"
 
@@ -77,10 +77,3 @@ def planted_run(store, seed: str) -> str:
         target.parent.mkdir(parents=True, exist_ok=True)
         file.rename(target)
     return derive_run(store, seed, manifest)
-
-
-def distinct(manifest: dict, mark: str) -> dict:
-    """`manifest` as a run of its own: a run's id hashes its reports and the facts of its making
-    (run_manifests.REPORT_IDENTITY), not its dates or tables, so a copy takes one more --redact
-    pattern (harmless: it names nothing the run holds)."""
-    return {**manifest, "redact_patterns": [*manifest.get("redact_patterns", ()), mark]}

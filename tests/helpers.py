@@ -101,15 +101,29 @@ def table_file(root: Path, run_id: str, name: str) -> Path:
     return root / store.tables.key(run_id, name, sha)
 
 
+def distinct(manifest: dict, mark: str) -> dict:
+    """`manifest` as a run of its own: a run's id hashes its reports and the facts of its making
+    (run_manifests.REPORT_IDENTITY), not its dates, environment or tables, so a copy takes one
+    more --redact pattern (harmless: it names nothing the run holds)."""
+    return {**manifest, "redact_patterns": [*manifest.get("redact_patterns", ()), mark]}
+
+
 def derive_run(store, seed: str, manifest: dict) -> str:
     """Write `manifest`, changed from run `seed`'s so that it is a run of its own (a new id),
     with copies of seed's tables under the new id, as an archive of it would have laid them
-    out; its id."""
+    out; its id. A change the id does not hash (a GPU, a tool version) is made a run of its
+    own by `distinct`, marked with the hash of the changed manifest."""
+    import hashlib
     import shutil
 
+    from triage.archive.canonical import canonical_json
     from triage.archive.run_manifests import manifest_file
 
     run_id, _data = manifest_file(manifest)
+    if run_id == seed:
+        mark = hashlib.sha256(canonical_json(manifest)).hexdigest()[:12]
+        manifest = distinct(manifest, f"derived-{mark}")
+        run_id, _data = manifest_file(manifest)
     for name, ref in manifest["tables"].items():
         target = store.root / store.tables.key(run_id, name, ref["sha256"])
         if target.exists():  # written by the caller: a table of its own
