@@ -5,6 +5,8 @@ fixed by the test, so that the statistics are checked on known values, not on ti
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 import shutil
@@ -204,6 +206,11 @@ def test_investigation_is_recorded_and_inherited_through_from(triage, tmp_path, 
     bench(triage, "--repeat", 1, "--label", "third", "--", "true")
     assert [triage.json("show", name)["capture"]["investigation"]
             for name in ("first", "second", "third")] == ["fuse-gemm", "fuse-gemm", None]
+    listed = triage.json("ls")  # newest first
+    assert_valid("ls.schema.json", listed)
+    assert [r["investigation"] for r in listed] == [None, "fuse-gemm", "fuse-gemm"]
+    rows = list(csv.DictReader(io.StringIO(triage("ls", "--csv").stdout)))
+    assert [r["investigation"] for r in rows] == ["", "fuse-gemm", "fuse-gemm"]
 
 
 def test_rerun_of_a_bench_run_runs_its_series_again_and_judges_its_metrics(
