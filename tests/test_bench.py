@@ -89,7 +89,14 @@ def test_gate_judges_bench_metrics_first_each_in_its_direction(triage, tmp_path,
     assert "step_ms (lower is better): A 100.8 ms, B 115.9 ms\n      +15.0% [" in text
     assert "cannot be told from noise" in text  # the tps row within noise
     history = triage.json("history", "base,slow", "--metric", "step_ms")
+    assert_valid("history.schema.json", history)
     assert [p["spread"]["median"] for p in history["points"]] == pytest.approx([100.75, 115.8625])
+    # a bench run's values are its runs of the workload, never kernel launches
+    assert history["method"]["value"] == "median over the run's measured runs of the workload"
+    assert history["points"][1]["change"]["samples"] == "runs"
+    for fmt in ("text", "md", "html"):
+        shown = triage("history", "base,slow", "--metric", "step_ms", "--format", fmt).output
+        assert "vs previous (runs of the workload, 99%)" in shown and "launch" not in shown, fmt
     page = triage("report", "base", "slow", "--format", "md").output
     assert "| `step_ms` | lower | 100.8 ms | 115.9 ms | 6 vs 6 | **+15.0% [" in page
     assert page.index("**Benchmark**") < page.index("Kernels by time changed")
