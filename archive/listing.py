@@ -26,7 +26,7 @@ from triage.base.errors import UsageError
 LIST_COLUMNS = ("id", "tool", "tool_version", "created", "archived", "source", "gpu",
                 "driver_version", "cuda_version", "host", "command", "kernels", "reports",
                 "report_names", "clock_control", "cache_control", "replay_mode", "capture_group",
-                "notes")
+                "investigation", "notes")
 DEFAULT_PAGE = 50  # runs the text listing shows unless `-n` says otherwise
 AGE_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 AGE = re.compile(r"^(\d+)([mhdw])$")

@@ -36,7 +36,7 @@ from triage.archive.store import Store
 from triage.compare import steps as step_method
 from triage.compare.accepted import accepted_runs, capture_key, newest_between
 from triage.compare.drift import CAUTION, INVALIDATES, UNKNOWN, VERDICT_OF, grade, workload
-from triage.compare.noise import LAUNCHES, Noise, Sample, Spread, compare, sample_of
+from triage.compare.noise import LAUNCHES, RUNS, Noise, Sample, Spread, compare, sample_of
 from triage.compare.renames import metric_map
 from triage.compare.repeats import array_sample, failed_tries, side_refs
 from triage.compare.result import DriftItem, FailedTry, JsonDict
@@ -47,6 +47,9 @@ HISTORY_FORMAT = 1
 KERNEL, NVTX, METRIC = "kernel", "nvtx", "metric"
 ORDER = "capture_time"  # created, then archived, then the selector's order
 BOUNDARY_SEVERITIES = (INVALIDATES, CAUTION)
+# what a run's value is the median of: its launches, or (a bench run) its runs of the workload
+VALUE_OVER = {LAUNCHES: "median over the run's launches",
+              RUNS: "median over the run's measured runs of the workload"}
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,7 @@ class HistoryResult:
     steps: tuple[HistoryStep, ...]
     min_step_pct: float = step_method.MIN_STEP_PCT
     failed: tuple[FailedTry, ...] = ()  # failed tries of a series the selector's glob matches
+    samples: str = LAUNCHES  # a run's values: its launches, or (bench) its runs of the workload
 
     def to_json(self) -> JsonDict:
         """The `history --json` document (schemas/history.schema.json)."""
@@ -168,7 +172,7 @@ class HistoryResult:
                            "confidence": step_method.STEP_CONFIDENCE,
                            "permutations": step_method.PERMUTATIONS,
                            "min_step_pct": self.min_step_pct,
-                           "value": "median over the run's launches",
+                           "value": VALUE_OVER[self.samples],
                            "boundaries": list(BOUNDARY_SEVERITIES),
                            "split_at": INVALIDATES},
                 "points": [p.to_json() for p in self.points],
@@ -377,12 +381,13 @@ def history(store: Store, selector: str, measure: Measure, workload_of: bool = F
     records = _capture_order([r.record for r in runs])
     _check_measure(measure, records)
     by_id = {r.id: r for r in runs}
+    samples = RUNS if records and records[0].tool == "bench" else LAUNCHES  # one tool: checked
     parts = [p.strip() for p in selector.split(",")]
     points: list[HistoryPoint] = []
     previous: tuple[RunRecord, Sample | None] | None = None
     for index, record in enumerate(records):
         sample, unit, read_as = run_sample(by_id[record.id], measure)
-        change = compare(previous[1], sample, LAUNCHES) if previous and previous[1] and sample \
+        change = compare(previous[1], sample, samples) if previous and previous[1] and sample \
             else None
         points.append(HistoryPoint(index, record, _label_named(record, parts),
                                    sample.spread if sample else None, unit,
@@ -395,7 +400,7 @@ def history(store: Store, selector: str, measure: Measure, workload_of: bool = F
     steps = _with_acceptances(store, points, _steps(points, segments, min_step_pct))
     return HistoryResult(selector, measure, tuple(points), tuple(segments), tuple(steps),
                          min_step_pct,
-                         () if workload_of else failed_tries(store, selector))
+                         () if workload_of else failed_tries(store, selector), samples)
 
 
 def _listing(measure: Measure) -> str:

@@ -5,6 +5,8 @@ fixed by the test, so that the statistics are checked on known values, not on ti
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 import shutil
@@ -87,7 +89,14 @@ def test_gate_judges_bench_metrics_first_each_in_its_direction(triage, tmp_path,
     assert "step_ms (lower is better): A 100.8 ms, B 115.9 ms\n      +15.0% [" in text
     assert "cannot be told from noise" in text  # the tps row within noise
     history = triage.json("history", "base,slow", "--metric", "step_ms")
+    assert_valid("history.schema.json", history)
     assert [p["spread"]["median"] for p in history["points"]] == pytest.approx([100.75, 115.8625])
+    # a bench run's values are its runs of the workload, never kernel launches
+    assert history["method"]["value"] == "median over the run's measured runs of the workload"
+    assert history["points"][1]["change"]["samples"] == "runs"
+    for fmt in ("text", "md", "html"):
+        shown = triage("history", "base,slow", "--metric", "step_ms", "--format", fmt).output
+        assert "vs previous (runs of the workload, 99%)" in shown and "launch" not in shown, fmt
     page = triage("report", "base", "slow", "--format", "md").output
     assert "| `step_ms` | lower | 100.8 ms | 115.9 ms | 6 vs 6 | **+15.0% [" in page
     assert page.index("**Benchmark**") < page.index("Kernels by time changed")
@@ -204,6 +213,11 @@ def test_investigation_is_recorded_and_inherited_through_from(triage, tmp_path, 
     bench(triage, "--repeat", 1, "--label", "third", "--", "true")
     assert [triage.json("show", name)["capture"]["investigation"]
             for name in ("first", "second", "third")] == ["fuse-gemm", "fuse-gemm", None]
+    listed = triage.json("ls")  # newest first
+    assert_valid("ls.schema.json", listed)
+    assert [r["investigation"] for r in listed] == [None, "fuse-gemm", "fuse-gemm"]
+    rows = list(csv.DictReader(io.StringIO(triage("ls", "--csv").stdout)))
+    assert [r["investigation"] for r in rows] == ["", "fuse-gemm", "fuse-gemm"]
 
 
 def test_rerun_of_a_bench_run_runs_its_series_again_and_judges_its_metrics(
@@ -274,6 +288,11 @@ def test_a_profile_with_kernels_accounts_by_gpu_busy_time(triage, archived, tmp_
     text = triage("diff", "a", "b").output
     assert "!! DISAGREE: the benchmark is flat while the profile changed beyond its noise" in text
     assert "GPU busy time explains +6.2 of those +0.0 points" in text
+    # piped, a kernel name is whole (`| grep` finds it); on a terminal's width, cut to its room
+    name = "add_parallel(const float *, const float *, float *, int)"
+    assert len(name) > 40 and f"    {name} +802.0% explains +6.2" in text
+    cut = triage("diff", "a", "b", "--width", 120).output
+    assert name not in cut and f"    {name[:39]}… +802.0% explains +6.2" in cut
 
 
 def test_a_side_named_by_investigation_is_its_bench_runs_beside_its_nsys_profile(

@@ -245,9 +245,10 @@ def explain(store, run, kernel, width, out):
 @pass_store
 def history(store, selector, kernel, nvtx, metric, workload_of, min_step, html_file, width,
             out):
-    """One kernel, NVTX range or ncu metric across a series of runs, one row per run in
-    capture order (report creation time, then archive time): its median over the run's
-    launches with n, IQR and min..max, the commit, and the drift from the run before.
+    """One kernel, NVTX range, ncu metric or bench metric across a series of runs, one row per
+    run in capture order (report creation time, then archive time): its median over the run's
+    launches (a bench run: over its runs of the workload) with n, IQR and min..max, the commit,
+    and the drift from the run before.
 
     SELECTOR is RUN, RUN,RUN,... or a quoted label glob ('nightly/*'); with --workload, one
     run whose tool and workload (program and arguments) the series shares.

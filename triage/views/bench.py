@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from triage.compare.accounts import Accounting, Accounts
     from triage.compare.bench import BenchDiff, BenchOutcome
     from triage.compare.noise import Noise
+    from triage.views.text import Layout
 
 STOPPED = {"repeat": "the runs asked for", "decided": "decided against {against}",
            "max_runs": "--max-runs reached, not decided", "budget": "--budget spent, not decided"}
@@ -93,26 +94,27 @@ DISAGREE_WORDS = {
     "flat_explained_changed": "the benchmark is flat while the profile changed beyond its noise"}
 
 
-def accounts_lines(found: Accounts) -> list[str]:
-    """After the benchmark: how much of each metric's change its profiles account for."""
+def accounts_lines(found: Accounts, layout: Layout) -> list[str]:
+    """After the benchmark: how much of each metric's change its profiles account for, kernel
+    names cut where `layout` cuts (a terminal; whole in a pipe, where `| grep` must find them)."""
     a, b = found.profile_a, found.profile_b
     busy, rest = BASIS_WORDS[a.basis]
     lines = ["", f"what the profile accounts for (nsys {textview.short_id(a.run_id)} vs "
              f"{textview.short_id(b.run_id)}; points of the benchmark, of A's traced span "
              f"{textview.fmt_ns(a.span_ns)}):"]
     for item in found.metrics:
-        lines += _accounting_lines(item, busy, rest)
+        lines += _accounting_lines(item, busy, rest, layout)
     return lines
 
 
-def _accounting_lines(item: Accounting, busy: str, rest: str) -> list[str]:
+def _accounting_lines(item: Accounting, busy: str, rest: str, layout: Layout) -> list[str]:
     change = f"{item.bench_pct:+.1f}" if item.bench_pct is not None else "?"
     head = (f"  {textview.printable(item.metric)} {change}% "
             f"{textview.fmt_interval(item.bench_ci_pct)}: {busy} explains "
             f"{item.explained_points:+.1f} of those {change} points")
     if item.within_noise:
         head += " (within the benchmark's noise)"
-    parts = "; ".join(f"{textview.printable(textview.truncate(p.name, 40))} "
+    parts = "; ".join(f"{layout.fit(p.name, 40)} "
                       f"{textview.fmt_pct(p.change_pct)} explains {p.points:+.1f}"
                       for p in item.parts if abs(p.points) >= 0.05)
     lines = [head] + ([f"    {parts}"] if parts else [])
@@ -142,5 +144,7 @@ def bench_rows(bench: BenchDiff) -> list[dict]:
 
 
 def accounts_text(found: Accounts) -> list[str]:
-    """What the profile accounts for, as the review page lists it under the benchmark."""
-    return [line.strip() for line in accounts_lines(found) if line.strip()]
+    """What the profile accounts for, as the review page lists it under the benchmark (a page:
+    names whole)."""
+    return [line.strip() for line in accounts_lines(found, textview.Layout.of(None))
+            if line.strip()]

@@ -241,7 +241,8 @@ def render_diff(diff: DiffResult, limit: int = 20, layout: Layout | None = None,
     if diff.bench is not None:
         from triage.views.bench import accounts_lines, bench_lines
 
-        lines += bench_lines(diff.bench) + (accounts_lines(diff.accounts) if diff.accounts else [])
+        lines += bench_lines(diff.bench)
+        lines += accounts_lines(diff.accounts, layout) if diff.accounts else []
         return "\n".join(map(layout.line, lines))
     kernels = sorted(diff.kernels, key=lambda k: k.time_changed, reverse=True)
     if not kernels:

@@ -5,6 +5,7 @@ HistoryResult (compare/history.py), whose `to_json()` is `history --json`."""
 from __future__ import annotations
 
 from triage.compare.history import HistoryPoint, HistoryResult, HistoryStep
+from triage.compare.noise import LAUNCHES, RUNS
 from triage.views.text import (Layout, accepted_line, drift_change, fmt_interval, fmt_noise,
                                fmt_ns, fmt_pct, fmt_value, failed_tries_words, printable,
                                short_id, table, to_json, value_text)
@@ -88,8 +89,15 @@ def rows(result: HistoryResult) -> list[list[str]]:
     return out
 
 
-HEADERS = ["#", "run", "label", "captured", "commit", "median", "spread",
-           "vs previous (launches, 99%)", "drift from previous"]
+# what a run's values are, in the table's header and the page's note
+SAMPLE_WORDS = {LAUNCHES: "launches", RUNS: "runs of the workload"}
+
+
+def headers(result: HistoryResult) -> list[str]:
+    """The table's columns; the change says what it compares (a bench run's values are its
+    runs of the workload, not kernel launches)."""
+    return ["#", "run", "label", "captured", "commit", "median", "spread",
+            f"vs previous ({SAMPLE_WORDS[result.samples]}, 99%)", "drift from previous"]
 
 
 def step_lines(result: HistoryResult) -> list[str]:
@@ -138,7 +146,7 @@ CUT_COLUMNS = {2: 24, 8: 40}
 
 def render_history(result: HistoryResult, layout: Layout) -> str:
     lines = [title(result), *failed_line(result), "",
-             table(rows(result), HEADERS, max_widths=CUT_COLUMNS if layout.cut else None,
+             table(rows(result), headers(result), max_widths=CUT_COLUMNS if layout.cut else None,
                    align_right={0, 5}), "",
              "Boundaries (the comparison with the run before breaks or needs care):"]
     lines += [f"  {line}" for line in boundary_lines(result)]
@@ -157,8 +165,9 @@ def _md_cell(text: str) -> str:
 
 def render_history_markdown(result: HistoryResult) -> str:
     """GitHub Markdown: the same table, boundaries and steps."""
-    head = "| " + " | ".join(HEADERS) + " |"
-    rule = "|" + "|".join("---:" if i in (0, 5) else "---" for i in range(len(HEADERS))) + "|"
+    names = headers(result)
+    head = "| " + " | ".join(names) + " |"
+    rule = "|" + "|".join("---:" if i in (0, 5) else "---" for i in range(len(names))) + "|"
     body = ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows(result)]
     failed = [f"\n{_md_cell(line)}" for line in failed_line(result)]
     lines = [f"### {_md_cell(title(result))}", *failed, "", head, rule, *body, "",

@@ -142,10 +142,11 @@ def render(site: Site, path: str) -> bytes | None:
 
 
 def history_page(site: Site, series: Series) -> bytes:
-    from triage.views.history import HEADERS, boundary_lines, rows, step_lines
+    from triage.views.history import boundary_lines, headers, rows, step_lines
     from triage.views.history_page import trend
 
     found = history_of(site, series)
-    shown = [{"result": r, "chart": trend(r), "rows": rows(r), "steps": step_lines(r),
+    shown = [{"result": r, "chart": trend(r), "rows": rows(r),
+              "headers": headers(r), "steps": step_lines(r),
               "boundaries": boundary_lines(r)} for r in found.results]
-    return _html("site_history.html.j2", "../", series=series, shown=shown, headers=HEADERS)
+    return _html("site_history.html.j2", "../", series=series, shown=shown)
