@@ -79,6 +79,7 @@ class Outcome:
     tail: list[str]
     interrupted: str | None = None  # the signal that stopped the capture (SIGINT, SIGTERM)
     timed_out: float | None = None  # the --timeout (seconds) that ended the profiler
+    wall: float = 0.0  # seconds from just before the process started to just after it was reaped
 
     @property
     def ended_early(self) -> bool:
@@ -190,13 +191,15 @@ def _signals_interrupt() -> Iterator[None]:
 
 def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str],
                  on_output: Callable[[ProgressEvent], None], tick_after: float = 1.0,
-                 timeout: float | None = None) -> Outcome:
+                 timeout: float | None = None, agents_of: list[int] | None = None) -> Outcome:
     """Run the command, streaming its merged output as OutputLines (a `\r` progress bar
     collapsed to one line: capture/progress.py), and an Elapsed tick each second once it has
     run `tick_after` seconds; keep the tail. Interrupted (SIGINT, SIGTERM), the profiler is
     passed the signal and given STOP_SECONDS to stop its application, then killed; the Outcome
     says which signal. Past `timeout` seconds it is ended with everything it started
-    (capture/process_tree.py) and the Outcome says so."""
+    (capture/process_tree.py) and the Outcome says so. The nsys agents its processes left are
+    ended as it returns (a scan of /proc), or, given `agents_of`, their pids are added to it for
+    the caller to end once after many runs (a bench's repeats)."""
     started, clock = utc_now(), time.monotonic()
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     command = " ".join(argv) if shell else argv
@@ -220,7 +223,9 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
                 on_output(Elapsed(round(time.monotonic() - clock, 1)))
             wait = 1.0
 
-    with subprocess.Popen(command, shell=shell, cwd=cwd, env=dict(env),
+    environ, wall = dict(env), 0
+    begun = time.perf_counter_ns()
+    with subprocess.Popen(command, shell=shell, cwd=cwd, env=environ,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as process:
         assert process.stdout is not None  # stdout=PIPE: for the type checker
         collapser, decoder = LineCollapser(), codecs.getincrementaldecoder("utf-8")("replace")
@@ -236,6 +241,7 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
                     emit(collapser.feed(decoder.decode(chunk)))
                 emit(collapser.feed(decoder.decode(b"", final=True)) + collapser.close())
                 code = process.wait()
+                wall = time.perf_counter_ns() - begun
         except Interrupt as stop:
             interrupted = signal.Signals(stop.signum).name
             code = _stop(process, stop.signum, tail)
@@ -245,9 +251,12 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
             if watchdog.is_alive():
                 watchdog.join()
             # nsys leaves its agent running after every session (re-parented to init)
-            process_tree.end_agents([process.pid, *seen])
+            if agents_of is None:
+                process_tree.end_agents([process.pid, *seen])
+            else:
+                agents_of += [process.pid, *seen]
     return Outcome(code, started, utc_now(), round(time.monotonic() - clock, 3), list(tail),
-                   interrupted, timeout if expired.is_set() else None)
+                   interrupted, timeout if expired.is_set() else None, wall / 1e9)
 
 
 def _watch(process: subprocess.Popen, timeout: float, done: threading.Event,
