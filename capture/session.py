@@ -415,36 +415,81 @@ def capture_record(request: CaptureRequest, executable: str, version_text: str,
     }
 
 
+class Probes(threading.Thread):
+    """The machine facts and the tool's version, found in a thread started before the profiler
+    and waited for after it (nvidia-smi, the frameworks' versions and `TOOL --version` take
+    0.2-1 s, which would otherwise be added to every capture's time); what the rank guard and
+    the warnings need is found before it starts (`machine.early_facts`)."""
+
+    def __init__(self, planned: Planned, environ: Mapping[str, str], early: dict) -> None:
+        super().__init__(daemon=True)
+        self.planned, self.environ, self.early = planned, environ, early
+        self.failed: Exception | None = None
+        self.start()
+
+    def run(self) -> None:
+        from triage.capture.machine import collect_machine_facts
+
+        planned = self.planned
+        try:
+            self.facts = collect_machine_facts(planned.parsed.application, self.environ,
+                                               self.early)
+            self.version, self.version_text = profilers.tool_version(planned.tool,
+                                                                     planned.executable)
+        except Exception as exc:  # noqa: BLE001 - re-raised in the caller's thread by found()
+            self.failed = exc
+
+    def found(self) -> Probes:
+        """The probes once done (re-raising what stopped them)."""
+        self.join()
+        if self.failed is not None:
+            raise self.failed
+        return self
+
+
 @dataclass(frozen=True)
 class Prepared:
-    """What is known before the profiler runs."""
+    """What is known before the profiler runs, and the probes running beside it."""
 
     parsed: ParsedCommand
     tool: str
     executable: str
-    facts: dict
-    version: str | None
-    version_text: str
+    probes: Probes
     listings: list[CapturedNcuListing]
     warnings: list[str]
+
+    @property
+    def facts(self) -> dict:
+        return self.probes.found().facts
+
+    @property
+    def version(self) -> str | None:
+        return self.probes.found().version
+
+    @property
+    def version_text(self) -> str:
+        return self.probes.found().version_text
 
 
 def prepare(request: CaptureRequest, planned: Planned,
             on_warning: Callable[[str], None]) -> Prepared:
-    """Everything checked and recorded before the run (given what `plan` found); problems are
-    said before it starts."""
-    from triage.capture.machine import collect_machine_facts
+    """Everything checked before the run (given what `plan` found); problems are said before
+    it starts. The slower probes are started here and run beside the profiler (`Probes`),
+    except under ncu, which locks the clocks nvidia-smi reports: its facts are the machine's
+    before it starts."""
+    from triage.capture.machine import early_facts
 
     parsed, executable = planned.parsed, planned.executable
-    facts = collect_machine_facts(parsed.application, request.environ)
-    _rank_guard(request, facts)
-    version, version_text = profilers.tool_version(planned.tool, executable)
+    early = early_facts(request.environ)
+    _rank_guard(request, early)
+    probes = Probes(planned, request.environ, early)
+    if planned.tool == "ncu":
+        probes.found()
     listings = _ncu_lists(parsed, executable)
-    warnings = questionable(parsed, facts)
+    warnings = questionable(parsed, early)
     for warning in warnings:
         on_warning(warning)
-    return Prepared(parsed, planned.tool, executable, facts, version, version_text, listings,
-                    warnings)
+    return Prepared(parsed, planned.tool, executable, probes, listings, warnings)
 
 
 @dataclass(frozen=True)
@@ -488,6 +533,7 @@ def run(request: CaptureRequest, ready: Prepared, on_output: Callable[[ProgressE
     existing = fingerprints(ready.parsed, request.cwd)
     outcome = run_profiler(request.argv, request.shell, request.cwd, request.environ, on_output,
                            tick_after, request.timeout)
+    ready.probes.found()  # joined here, after the profiler, whatever comes next
     # an interrupted profiler's report, if any, may be cut short: the attempt is what is kept
     found = [] if outcome.ended_early else find_reports(ready.parsed, request.cwd, since, before)
     fresh, stale = split_fresh(found, existing)
