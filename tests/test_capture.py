@@ -146,7 +146,8 @@ def test_env_with_and_without_tools(triage, monkeypatch, tmp_path):
 def test_nsys_capture_archives_one_run_with_how_it_ran(triage, workdir, nsys_exe, nvtx_program,
                                                        monkeypatch):
     """... with the machine facts and nsys's version probed beside the profiler (a thread, not
-    before or after it), recorded as a probe before it would record them."""
+    before or after it), recorded as a probe before it would record them, and `nsys --version`
+    run once (the archive's export does not ask again)."""
     import threading
 
     from triage.capture import machine, profilers
@@ -157,8 +158,14 @@ def test_nsys_capture_archives_one_run_with_how_it_ran(triage, workdir, nsys_exe
         probed_in.append(threading.current_thread() is threading.main_thread())
         return real_version(tool, executable)
 
-    real_version = profilers.tool_version
+    def run_tool(argv, *args):
+        asked.append(argv)
+        return real_run(argv, *args)
+
+    real_version, real_run, asked = profilers.tool_version, profilers.run_tool, []
     monkeypatch.setattr(profilers, "tool_version", version)
+    monkeypatch.setattr(profilers, "run_tool", run_tool)
+    monkeypatch.setattr(profilers, "_VERSION_OUTPUTS", {})  # none asked in this process yet
     argv = ["nsys", "profile", "--trace=nvtx,osrt", "--sample=none", "--cpuctxsw=none",
             "-o", "step", str(nvtx_program), "3", "100"]
     run = json.loads(triage("capture", "--json", "--label", "step", "--note", "first capture",
@@ -177,6 +184,7 @@ def test_nsys_capture_archives_one_run_with_how_it_ran(triage, workdir, nsys_exe
     assert capture["git"]["commit"] == head(workdir)
     host = capture["machine"]["host"]
     assert host["hostname"]["value"] and host["python_version"]["value"]
+    assert [a[1:] for a in asked] == [["--version"]]  # the export asked none again
     assert probed_in == [False] and capture["tool_version_text"] == real_version("nsys", "nsys")[1]
     facts = machine.collect_machine_facts([str(nvtx_program)])
     assert sorted(capture["machine"]) == sorted(facts)
