@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from triage.base.errors import CaptureFailed, UsageError
-from triage.capture import session
+from triage.capture import process_tree, session
 from triage.capture.progress import OutputLine, ProgressEvent
 from triage.capture.session import CaptureRequest, Outcome
 from triage.schemas.tables import records_table
@@ -189,10 +189,22 @@ def run_series(request: BenchRequest, on_run: Callable[[int, list[BenchSample]],
     `decided` says the comparison is decided, or the budget is spent. A run that fails ends the
     series with CaptureFailed and nothing is kept: a sample of a failed run measures nothing."""
     measured = BenchMeasured(request)
+    pids: list[int] = []  # the runs' processes, whose nsys agents are ended once, at the end
+    try:
+        return _series(request, on_run, decided, on_output, measured, pids)
+    finally:
+        process_tree.end_agents(pids)
+
+
+def _series(request: BenchRequest, on_run: Callable[[int, list[BenchSample]], None],
+            decided: Callable[[BenchMeasured], bool] | None,
+            on_output: Callable[[ProgressEvent], None] | None, measured: BenchMeasured,
+            pids: list[int]) -> BenchMeasured:
+    """run_series' loop: nothing in it but the runs and the stopping rule."""
     specs = [(spec, spec.compiled()) for spec in request.metrics]
     clock = time.monotonic()
     for number in [*range(-request.warmup, 0), *range(1, request.repeat + 1)]:
-        samples = _one_run(request, number, specs, measured, on_output)
+        samples = _one_run(request, number, specs, measured, on_output, pids)
         measured.samples += samples
         on_run(number, samples)
         if number < 0:
@@ -211,9 +223,11 @@ def run_series(request: BenchRequest, on_run: Callable[[int, list[BenchSample]],
 
 def _one_run(request: BenchRequest, number: int,
              specs: Sequence[tuple[MetricSpec, re.Pattern[str] | None]], measured: BenchMeasured,
-             on_output: Callable[[ProgressEvent], None] | None) -> list[BenchSample]:
-    """Run the workload once; its wall time and metrics (CaptureFailed if it failed, or printed
-    no value of a metric)."""
+             on_output: Callable[[ProgressEvent], None] | None,
+             pids: list[int]) -> list[BenchSample]:
+    """Run the workload once; its wall time (from just before its process starts to just after
+    it is reaped: no thread start, /proc scan or output handling of triage's around it) and
+    metrics (CaptureFailed if it failed, or printed no value of a metric)."""
     found: dict[str, list[float]] = {spec.name: [] for spec, _ in specs}
 
     def read(event: ProgressEvent) -> None:
@@ -224,10 +238,8 @@ def _one_run(request: BenchRequest, number: int,
                 found[spec.name] += spec.values_in(event.text, pattern)
 
     cap = request.capture
-    started = time.perf_counter()
     outcome = session.run_profiler(cap.argv, cap.shell, cap.cwd, cap.environ, read,
-                                   tick_after=3600.0, timeout=cap.timeout)
-    wall = time.perf_counter() - started
+                                   tick_after=3600.0, timeout=cap.timeout, agents_of=pids)
     measured.outcomes.append(outcome)
     which = f"warm-up {number + request.warmup + 1}" if number < 0 else f"run {number}"
     if outcome.ended_early or outcome.exit_code != 0:
@@ -240,7 +252,7 @@ def _one_run(request: BenchRequest, number: int,
 
             failed.exit_code = 128 + signal.Signals[outcome.interrupted].value
         raise failed
-    samples = [BenchSample(number, WALL_TIME, wall, "s", LOWER)]
+    samples = [BenchSample(number, WALL_TIME, outcome.wall, "s", LOWER)]
     for spec, _ in specs:
         if not found[spec.name]:
             raise CaptureFailed(f"{which}: no line of its output gave --metric {spec.name} "

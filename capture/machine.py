@@ -334,17 +334,27 @@ def _installed_versions(python: str, timeout: float, environ: Mapping[str, str] 
 
 # --- everything ---------------------------------------------------------------------------------
 
+def early_facts(environ: Mapping[str, str] | None = None) -> dict:
+    """The facts a capture decides on before the profiler starts (the rank guard, the counter
+    and DCGM warnings): files and environment variables only, no program run."""
+    return {"profiling_counters": profiling_restriction(), "dcgm": dcgm_hostengine(),
+            "scheduler": scheduler_context(environ)}
+
+
 def collect_machine_facts(argv: Sequence[str] | None = None,
-                          environ: Mapping[str, str] | None = None) -> dict:
-    """All machine facts for the run manifest and `triage env`; argv is the profiled command."""
+                          environ: Mapping[str, str] | None = None,
+                          early: dict | None = None) -> dict:
+    """All machine facts for the run manifest and `triage env`; argv is the profiled command,
+    `early` what `early_facts` found already (a capture's guard and warnings decided on it)."""
     # Imported here, not at the top: nvsmi builds on this module's facts and probe runner.
     from triage.capture.nvsmi import gpu_facts
 
+    early = early if early is not None else early_facts(environ)
     return {"facts_version": FACTS_VERSION,
             "host": host_facts(),
             "gpu": gpu_facts(),
-            "profiling_counters": profiling_restriction(),
-            "dcgm": dcgm_hostengine(),
-            "scheduler": scheduler_context(environ),
+            "profiling_counters": early["profiling_counters"],
+            "dcgm": early["dcgm"],
+            "scheduler": early["scheduler"],
             "container": container_context(environ),
             "frameworks": framework_versions(argv, environ)}

@@ -242,15 +242,17 @@ def _suffix(path) -> str:
 
 
 def local_version(nsys: str) -> str | None:
-    """'2022.4.2.1-df9881f' from `nsys --version`, or None when it prints no version."""
+    """'2022.4.2.1-df9881f' from `nsys --version` (asked once a process: a capture asked it
+    already), or None when it prints no version."""
     import subprocess
 
+    from triage.capture.profilers import version_output
+
     try:
-        done = subprocess.run([nsys, "--version"], capture_output=True, text=True,
-                              errors="replace", timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        text = version_output(nsys, timeout=120)
+    except (OSError, subprocess.TimeoutExpired, ToolMissing) as exc:
         raise ToolMissing(f"{nsys} cannot be run ({exc}); check the nsys installation") from None
-    match = re.search(r"\d{4}\.\d+(?:\.\d+)*(?:-\w+)?", done.stdout + done.stderr)
+    match = re.search(r"\d{4}\.\d+(?:\.\d+)*(?:-\w+)?", text)
     return match.group(0) if match else None
 
 

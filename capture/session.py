@@ -79,6 +79,7 @@ class Outcome:
     tail: list[str]
     interrupted: str | None = None  # the signal that stopped the capture (SIGINT, SIGTERM)
     timed_out: float | None = None  # the --timeout (seconds) that ended the profiler
+    wall: float = 0.0  # seconds from just before the process started to just after it was reaped
 
     @property
     def ended_early(self) -> bool:
@@ -190,13 +191,15 @@ def _signals_interrupt() -> Iterator[None]:
 
 def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str],
                  on_output: Callable[[ProgressEvent], None], tick_after: float = 1.0,
-                 timeout: float | None = None) -> Outcome:
+                 timeout: float | None = None, agents_of: list[int] | None = None) -> Outcome:
     """Run the command, streaming its merged output as OutputLines (a `\r` progress bar
     collapsed to one line: capture/progress.py), and an Elapsed tick each second once it has
     run `tick_after` seconds; keep the tail. Interrupted (SIGINT, SIGTERM), the profiler is
     passed the signal and given STOP_SECONDS to stop its application, then killed; the Outcome
     says which signal. Past `timeout` seconds it is ended with everything it started
-    (capture/process_tree.py) and the Outcome says so."""
+    (capture/process_tree.py) and the Outcome says so. The nsys agents its processes left are
+    ended as it returns (a scan of /proc), or, given `agents_of`, their pids are added to it for
+    the caller to end once after many runs (a bench's repeats)."""
     started, clock = utc_now(), time.monotonic()
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     command = " ".join(argv) if shell else argv
@@ -220,7 +223,9 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
                 on_output(Elapsed(round(time.monotonic() - clock, 1)))
             wait = 1.0
 
-    with subprocess.Popen(command, shell=shell, cwd=cwd, env=dict(env),
+    environ, wall = dict(env), 0
+    begun = time.perf_counter_ns()
+    with subprocess.Popen(command, shell=shell, cwd=cwd, env=environ,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as process:
         assert process.stdout is not None  # stdout=PIPE: for the type checker
         collapser, decoder = LineCollapser(), codecs.getincrementaldecoder("utf-8")("replace")
@@ -236,6 +241,7 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
                     emit(collapser.feed(decoder.decode(chunk)))
                 emit(collapser.feed(decoder.decode(b"", final=True)) + collapser.close())
                 code = process.wait()
+                wall = time.perf_counter_ns() - begun
         except Interrupt as stop:
             interrupted = signal.Signals(stop.signum).name
             code = _stop(process, stop.signum, tail)
@@ -245,9 +251,12 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
             if watchdog.is_alive():
                 watchdog.join()
             # nsys leaves its agent running after every session (re-parented to init)
-            process_tree.end_agents([process.pid, *seen])
+            if agents_of is None:
+                process_tree.end_agents([process.pid, *seen])
+            else:
+                agents_of += [process.pid, *seen]
     return Outcome(code, started, utc_now(), round(time.monotonic() - clock, 3), list(tail),
-                   interrupted, timeout if expired.is_set() else None)
+                   interrupted, timeout if expired.is_set() else None, wall / 1e9)
 
 
 def _watch(process: subprocess.Popen, timeout: float, done: threading.Event,
@@ -406,36 +415,81 @@ def capture_record(request: CaptureRequest, executable: str, version_text: str,
     }
 
 
+class Probes(threading.Thread):
+    """The machine facts and the tool's version, found in a thread started before the profiler
+    and waited for after it (nvidia-smi, the frameworks' versions and `TOOL --version` take
+    0.2-1 s, which would otherwise be added to every capture's time); what the rank guard and
+    the warnings need is found before it starts (`machine.early_facts`)."""
+
+    def __init__(self, planned: Planned, environ: Mapping[str, str], early: dict) -> None:
+        super().__init__(daemon=True)
+        self.planned, self.environ, self.early = planned, environ, early
+        self.failed: Exception | None = None
+        self.start()
+
+    def run(self) -> None:
+        from triage.capture.machine import collect_machine_facts
+
+        planned = self.planned
+        try:
+            self.facts = collect_machine_facts(planned.parsed.application, self.environ,
+                                               self.early)
+            self.version, self.version_text = profilers.tool_version(planned.tool,
+                                                                     planned.executable)
+        except Exception as exc:  # noqa: BLE001 - re-raised in the caller's thread by found()
+            self.failed = exc
+
+    def found(self) -> Probes:
+        """The probes once done (re-raising what stopped them)."""
+        self.join()
+        if self.failed is not None:
+            raise self.failed
+        return self
+
+
 @dataclass(frozen=True)
 class Prepared:
-    """What is known before the profiler runs."""
+    """What is known before the profiler runs, and the probes running beside it."""
 
     parsed: ParsedCommand
     tool: str
     executable: str
-    facts: dict
-    version: str | None
-    version_text: str
+    probes: Probes
     listings: list[CapturedNcuListing]
     warnings: list[str]
+
+    @property
+    def facts(self) -> dict:
+        return self.probes.found().facts
+
+    @property
+    def version(self) -> str | None:
+        return self.probes.found().version
+
+    @property
+    def version_text(self) -> str:
+        return self.probes.found().version_text
 
 
 def prepare(request: CaptureRequest, planned: Planned,
             on_warning: Callable[[str], None]) -> Prepared:
-    """Everything checked and recorded before the run (given what `plan` found); problems are
-    said before it starts."""
-    from triage.capture.machine import collect_machine_facts
+    """Everything checked before the run (given what `plan` found); problems are said before
+    it starts. The slower probes are started here and run beside the profiler (`Probes`),
+    except under ncu, which locks the clocks nvidia-smi reports: its facts are the machine's
+    before it starts."""
+    from triage.capture.machine import early_facts
 
     parsed, executable = planned.parsed, planned.executable
-    facts = collect_machine_facts(parsed.application, request.environ)
-    _rank_guard(request, facts)
-    version, version_text = profilers.tool_version(planned.tool, executable)
+    early = early_facts(request.environ)
+    _rank_guard(request, early)
+    probes = Probes(planned, request.environ, early)
+    if planned.tool == "ncu":
+        probes.found()
     listings = _ncu_lists(parsed, executable)
-    warnings = questionable(parsed, facts)
+    warnings = questionable(parsed, early)
     for warning in warnings:
         on_warning(warning)
-    return Prepared(parsed, planned.tool, executable, facts, version, version_text, listings,
-                    warnings)
+    return Prepared(parsed, planned.tool, executable, probes, listings, warnings)
 
 
 @dataclass(frozen=True)
@@ -479,6 +533,7 @@ def run(request: CaptureRequest, ready: Prepared, on_output: Callable[[ProgressE
     existing = fingerprints(ready.parsed, request.cwd)
     outcome = run_profiler(request.argv, request.shell, request.cwd, request.environ, on_output,
                            tick_after, request.timeout)
+    ready.probes.found()  # joined here, after the profiler, whatever comes next
     # an interrupted profiler's report, if any, may be cut short: the attempt is what is kept
     found = [] if outcome.ended_early else find_reports(ready.parsed, request.cwd, since, before)
     fresh, stale = split_fresh(found, existing)

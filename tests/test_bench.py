@@ -341,3 +341,32 @@ def test_an_investigation_without_bench_runs_is_refused_with_how_to_add_one(
         "investigation 'fuse-a' has no bench run; `triage bench --investigation fuse-a -- CMD` "
         "adds one")
     assert "has no bench run" in triage("report", "inv:fuse-a", "inv:fuse-b", expect=None).output
+
+
+@pytest.mark.parametrize("last", ["exit 0", "exit 3"])
+def test_each_repeat_is_timed_around_its_process_and_agents_are_ended_once_after(
+        tmp_path, monkeypatch, last):
+    """A repeat's wall time is its process's (at least the sleep, within the span the run's
+    outcome covers), and the nsys agents its processes may have left are looked for once,
+    after the series, even one a failed run ends: no scan of /proc between repeats."""
+    from triage.base.errors import CaptureFailed
+    from triage.capture import bench as measure, process_tree
+    from triage.capture.bench import BenchRequest
+    from triage.capture.session import CaptureRequest
+
+    scans: list[list[int]] = []
+    monkeypatch.setattr(process_tree, "end_agents", lambda pids: scans.append(list(pids)))
+    counter = tmp_path / "count"
+    script = (f"n=$(cat {counter} 2>/dev/null || echo 0); echo $((n + 1)) > {counter}; "
+              f"sleep 0.05; [ $n -lt 2 ] || {last}")
+    request = BenchRequest(CaptureRequest([script], shell=True, cwd=tmp_path), repeat=3)
+    seen: list = []
+    try:
+        measured = measure.run_series(request, lambda _n, samples: seen.append(samples[0]))
+    except CaptureFailed:
+        assert last == "exit 3" and len(seen) == 2
+    else:
+        assert last == "exit 0" and len(measured.outcomes) == 3
+        for sample, outcome in zip(seen, measured.outcomes, strict=True):
+            assert 0.05 <= sample.value <= outcome.seconds + 0.0005
+    assert len(scans) == 1 and len(set(scans[0])) == 3

@@ -143,7 +143,29 @@ def test_env_with_and_without_tools(triage, monkeypatch, tmp_path):
     assert "[FAIL] ncu installed" in triage("env").stdout
 
 
-def test_nsys_capture_archives_one_run_with_how_it_ran(triage, workdir, nsys_exe, nvtx_program):
+def test_nsys_capture_archives_one_run_with_how_it_ran(triage, workdir, nsys_exe, nvtx_program,
+                                                       monkeypatch):
+    """... with the machine facts and nsys's version probed beside the profiler (a thread, not
+    before or after it), recorded as a probe before it would record them, and `nsys --version`
+    run once (the archive's export does not ask again)."""
+    import threading
+
+    from triage.capture import machine, profilers
+
+    probed_in: list[bool] = []
+
+    def version(tool, executable):
+        probed_in.append(threading.current_thread() is threading.main_thread())
+        return real_version(tool, executable)
+
+    def run_tool(argv, *args):
+        asked.append(argv)
+        return real_run(argv, *args)
+
+    real_version, real_run, asked = profilers.tool_version, profilers.run_tool, []
+    monkeypatch.setattr(profilers, "tool_version", version)
+    monkeypatch.setattr(profilers, "run_tool", run_tool)
+    monkeypatch.setattr(profilers, "_VERSION_OUTPUTS", {})  # none asked in this process yet
     argv = ["nsys", "profile", "--trace=nvtx,osrt", "--sample=none", "--cpuctxsw=none",
             "-o", "step", str(nvtx_program), "3", "100"]
     run = json.loads(triage("capture", "--json", "--label", "step", "--note", "first capture",
@@ -162,6 +184,12 @@ def test_nsys_capture_archives_one_run_with_how_it_ran(triage, workdir, nsys_exe
     assert capture["git"]["commit"] == head(workdir)
     host = capture["machine"]["host"]
     assert host["hostname"]["value"] and host["python_version"]["value"]
+    assert [a[1:] for a in asked] == [["--version"]]  # the export asked none again
+    assert probed_in == [False] and capture["tool_version_text"] == real_version("nsys", "nsys")[1]
+    facts = machine.collect_machine_facts([str(nvtx_program)])
+    assert sorted(capture["machine"]) == sorted(facts)
+    assert {k: capture["machine"][k] for k in ("host", "scheduler", "container", "frameworks")} \
+        == {k: facts[k] for k in ("host", "scheduler", "container", "frameworks")}
     assert shown["notes"][0]["text"] == "first capture"
     ranges = triage.json("query", "select text, count(*) n from nvtx_ranges group by text "
                          "order by text")

@@ -1,0 +1,86 @@
+"""Benchmark (issue 41 target 6, nsys half): `triage capture -- nsys profile ...` against bare
+`nsys profile` + `nsys export --type arrow` of the same program, the export being what the
+archive runs itself.
+
+Two legs a round, interleaved (the order turned each round), every one fresh processes in a
+fresh folder of a git repository (so the git probe has a commit to read): the bare pair, and
+`triage --store STORE capture -- nsys profile ...` into an empty store. The program is the test
+suite's NVTX program (tests/programs/nvtx_steps.c) making `--ranges` ranges. Target: <= 1.1x.
+
+Run it under the tools lock (concurrent nsys sessions fail on a shared machine):
+
+    flock /tmp/triage-tools.lock python benchmarks/bench_capture_overhead.py [--ranges 100000]
+        [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from benchlib import compile_sources  # noqa: E402 - bytecode, as an install has
+from nvtx_capture import CAPTURE_OPTIONS, build_program, require_tool  # noqa: E402
+
+
+def timed(argv: list[str], cwd: Path) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)[:80]} failed: {done.stderr.strip()[-400:]}")
+    return time.perf_counter() - started
+
+
+def git_repository(work: Path) -> None:
+    """`work` as a repository with one commit, as a project being profiled is."""
+    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.com",
+           "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@example.com"}
+    for argv in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "b"]):
+        subprocess.run(argv, cwd=work, env=env, check=True, capture_output=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--ranges", type=int, default=100000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    compile_sources()
+    nsys = require_tool("nsys")
+    times: dict[str, list[float]] = {"bare": [], "capture": []}
+    loads = [os.getloadavg()[0]]
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        program = build_program(work)
+        git_repository(work)
+        profile = [nsys, "profile", *CAPTURE_OPTIONS, "--force-overwrite", "true"]
+        run = [str(program), str(-(-args.ranges // 3)), "0", "0"]
+        for number in range(args.rounds):
+            for leg in ("bare", "capture")[::1 if number % 2 == 0 else -1]:
+                name = f"{leg}{number}"
+                if leg == "bare":
+                    seconds = timed([*profile, "-o", name, *run], work)
+                    seconds += timed([nsys, "export", "--type", "arrow", "--output",
+                                      f"{name}.arrows", f"{name}.nsys-rep"], work)
+                else:
+                    seconds = timed([sys.executable, "-m", "triage", "--store",
+                                     str(work / "stores" / name), "capture", "--",
+                                     *profile, "-o", name, *run], work)
+                times[leg].append(seconds)
+            loads.append(os.getloadavg()[0])
+    for leg, found in times.items():
+        print(f"  {leg:8s} min {min(found):.2f} s, median {statistics.median(found):.2f} s")
+    low = min(times["capture"]) / min(times["bare"])
+    mid = statistics.median(times["capture"]) / statistics.median(times["bare"])
+    print(f"capture / (profile + export) of {args.ranges:,} ranges: {low:.2f}x min, {mid:.2f}x "
+          f"median (target <= 1.1x); {args.rounds} rounds, load average "
+          f"{min(loads):.1f}-{max(loads):.1f}")
+
+
+if __name__ == "__main__":
+    main()
