@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from itertools import count
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 
 from triage.base.duck import fetch_arrow, query_database, sql_string
@@ -60,6 +61,15 @@ class MetricStat:
         return Sample(self.spread, thinned(self.values)) if self.spread else None
 
 
+def _spans(groups: np.ndarray) -> dict[int, tuple[int, int]]:
+    """Group -> (offset, length) of its rows in a column ordered by group: the boundaries found
+    by NumPy, not by a Python loop over every group's hundreds of metric rows."""
+    starts = np.concatenate(([0], np.flatnonzero(groups[1:] != groups[:-1]) + 1))
+    ends = np.append(starts[1:], len(groups))
+    return {int(groups[start]): (int(start), int(end - start))
+            for start, end in zip(starts.tolist(), ends.tolist(), strict=True)}
+
+
 class GroupStats:
     """The statistics of each group asked for, as DuckDB returned them (one Arrow row per group
     and metric, ordered by group); `of` turns one group's rows into Python at a time."""
@@ -67,13 +77,7 @@ class GroupStats:
     def __init__(self, table: pa.Table,
                  sections: Callable[[], dict[int, set[str]]] = dict) -> None:
         self._table = table
-        groups = table.column("grp").to_numpy() if table.num_rows else []
-        self._spans: dict[int, tuple[int, int]] = {}
-        start = 0
-        for index in range(1, len(groups) + 1):
-            if index == len(groups) or groups[index] != groups[start]:
-                self._spans[int(groups[start])] = (start, index - start)
-                start = index
+        self._spans = _spans(table.column("grp").to_numpy()) if table.num_rows else {}
         self._read_sections = sections
         self._sections: dict[int, set[str]] | None = None
         self._last: tuple[int, RawValues] | None = None
