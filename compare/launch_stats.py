@@ -255,8 +255,10 @@ class NcuTables:
         values: dict[Launch, RawValues] = {}
         for report, kernel, name, value, text, unit in zip(
                 *(table.column(c).to_pylist() for c in table.column_names), strict=True):
-            values.setdefault((report, kernel), {})[name] = (value if value is not None
-                                                             else text, unit)
+            launch = values.get((report, kernel))
+            if launch is None:  # not setdefault: its new dict per row cost more than the rest
+                launch = values[report, kernel] = {}
+            launch[name] = (value if value is not None else text, unit)
         return values, with_data
 
     def rows(self, table: str, launches: Iterable[Launch], where: str = "") -> list[dict[str,
