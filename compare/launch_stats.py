@@ -89,9 +89,12 @@ class GroupStats:
             self._sections = self._read_sections()
         return self._sections.get(index, set())
 
-    def _columns(self, index: int) -> dict[str, list]:
+    def _rows(self, index: int) -> pa.Table:
         offset, length = self._spans.get(index, (0, 0))
-        rows = self._table.slice(offset, length)
+        return self._table.slice(offset, length)
+
+    def _columns(self, index: int) -> dict[str, list]:
+        rows = self._rows(index)
         return {name: rows.column(name).to_pylist() for name in rows.column_names
                 if name != "grp"}
 
@@ -109,10 +112,14 @@ class GroupStats:
         metrics each); the last group asked for is kept."""
         if self._last is not None and self._last[0] == index:
             return self._last[1]
-        columns = self._columns(index)
-        raw = {name: (mean if n else text, unit) for name, mean, n, text, unit in zip(
-            columns["name"], columns["mean"], columns["n"], columns["text"], columns["unit"],
-            strict=True)}
+        rows = self._rows(index)
+        values = rows.column("mean").to_pylist()
+        unmeasured = np.flatnonzero(rows.column("n").to_numpy() == 0)  # text metrics
+        for at, text in zip(unmeasured.tolist(), rows.column("text").take(unmeasured)
+                            .to_pylist(), strict=True):
+            values[at] = text
+        raw = dict(zip(rows.column("name").to_pylist(),
+                       zip(values, rows.column("unit").to_pylist(), strict=True), strict=True))
         self._last = (index, raw)
         return raw
 
