@@ -114,10 +114,10 @@ class GroupStats:
             return self._last[1]
         rows = self._rows(index)
         values = rows.column("mean").to_pylist()
-        unmeasured = np.flatnonzero(rows.column("n").to_numpy() == 0)  # text metrics
-        for at, text in zip(unmeasured.tolist(), rows.column("text").take(unmeasured)
-                            .to_pylist(), strict=True):
-            values[at] = text
+        unmeasured = np.flatnonzero(rows.column("n").to_numpy() == 0).tolist()  # text metrics
+        texts = rows.column("text").to_pylist() if unmeasured else []
+        for at in unmeasured:
+            values[at] = texts[at]
         raw = dict(zip(rows.column("name").to_pylist(),
                        zip(values, rows.column("unit").to_pylist(), strict=True), strict=True))
         self._last = (index, raw)
