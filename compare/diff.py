@@ -11,12 +11,11 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from triage.archive.model import RunRecord
 from triage.archive.store import Store
 from triage.compare.aggregate import median_rows
-from triage.compare.accounts import accounts, side_profile
-from triage.compare.bench import BenchDiff, diff_bench
 from triage.compare.drift import (INFO, INVALIDATES, UNRECORDED, drift_item, grade,
                                   kernel_set_drift, verdict)
 from triage.compare.matching import match_key
@@ -29,6 +28,10 @@ from triage.compare.gate import regression_gate
 from triage.compare.repeats import failed_tries, side_runs, with_noise
 from triage.compare.rundata import RunData
 from triage.base.errors import TriageError, UsageError
+
+if TYPE_CHECKING:  # bench diffs only: their modules (archive, capture) stay unloaded otherwise
+    from triage.compare.accounts import Accounts
+    from triage.compare.bench import BenchDiff
 
 
 def _ncu_summary(run: RunData) -> list[Row]:
@@ -82,7 +85,17 @@ def _bench_pair(runs_a: Sequence[RunData], runs_b: Sequence[RunData]) -> BenchDi
     if tools[0] != tools[1]:
         raise UsageError(f"A is {tools[0]} and B is {tools[1]}: a bench run compares with bench "
                          "runs: `triage diff BENCH_A BENCH_B`")
+    from triage.compare.bench import diff_bench  # with the bench modules, for bench runs only
+
     return diff_bench(runs_a, runs_b)
+
+
+def _accounts(bench: BenchDiff, ref_a: str, runs_a: Sequence[RunData], ref_b: str,
+              runs_b: Sequence[RunData]) -> Accounts | None:
+    """What each side's profiles account for of the bench change (compare/accounts.py)."""
+    from triage.compare.accounts import accounts, side_profile
+
+    return accounts(bench, side_profile(ref_a, runs_a), side_profile(ref_b, runs_b))
 
 
 def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions | None = None,
@@ -104,8 +117,7 @@ def diff_runs(store: Store, ref_a: str, ref_b: str, opts: DiffOptions | None = N
                                 "A and B are the same run: nothing below can differ"))
     nsys: NsysDiff | None = None
     bench = _bench_pair(runs_a, runs_b)
-    explained = accounts(bench, side_profile(ref_a, runs_a),
-                         side_profile(ref_b, runs_b)) if bench is not None else None
+    explained = _accounts(bench, ref_a, runs_a, ref_b, runs_b) if bench is not None else None
     kernels: list[KernelDiff]
     if bench is not None:
         kernels = []

@@ -13,15 +13,18 @@ compared on a guess (two names paired by launch order) until `--pair A=B` confir
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from triage.base.errors import ComparisonGate, GateNotJudged, RegressionGate
 from triage.compare.drift import VERDICTS
-from triage.compare.bench import BenchDiff
 from triage.compare.noise import SIGNIFICANT, UNKNOWN, Noise
 from triage.compare.result import (GATE_BENCH, GATE_GPU, GATE_INVALID, GATE_KERNEL, GATE_NCU,
                                    GATE_NOTHING, GATE_NVTX,
                                    DiffOptions, Gate, GateCheck, KernelDiff, NsysDiff,
                                    SummaryChange)
+
+if TYPE_CHECKING:  # a bench diff is made only for bench runs: its imports stay unloaded
+    from triage.compare.bench import BenchDiff
 
 
 def _check(kind: str, name: str, noise: Noise, limit: float, better: str = "lower",

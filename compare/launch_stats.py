@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from itertools import count
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 
 from triage.base.duck import fetch_arrow, query_database, sql_string
@@ -60,6 +61,15 @@ class MetricStat:
         return Sample(self.spread, thinned(self.values)) if self.spread else None
 
 
+def _spans(groups: np.ndarray) -> dict[int, tuple[int, int]]:
+    """Group -> (offset, length) of its rows in a column ordered by group: the boundaries found
+    by NumPy, not by a Python loop over every group's hundreds of metric rows."""
+    starts = np.concatenate(([0], np.flatnonzero(groups[1:] != groups[:-1]) + 1))
+    ends = np.append(starts[1:], len(groups))
+    return {int(groups[start]): (int(start), int(end - start))
+            for start, end in zip(starts.tolist(), ends.tolist(), strict=True)}
+
+
 class GroupStats:
     """The statistics of each group asked for, as DuckDB returned them (one Arrow row per group
     and metric, ordered by group); `of` turns one group's rows into Python at a time."""
@@ -67,13 +77,7 @@ class GroupStats:
     def __init__(self, table: pa.Table,
                  sections: Callable[[], dict[int, set[str]]] = dict) -> None:
         self._table = table
-        groups = table.column("grp").to_numpy() if table.num_rows else []
-        self._spans: dict[int, tuple[int, int]] = {}
-        start = 0
-        for index in range(1, len(groups) + 1):
-            if index == len(groups) or groups[index] != groups[start]:
-                self._spans[int(groups[start])] = (start, index - start)
-                start = index
+        self._spans = _spans(table.column("grp").to_numpy()) if table.num_rows else {}
         self._read_sections = sections
         self._sections: dict[int, set[str]] | None = None
         self._last: tuple[int, RawValues] | None = None
@@ -85,9 +89,12 @@ class GroupStats:
             self._sections = self._read_sections()
         return self._sections.get(index, set())
 
-    def _columns(self, index: int) -> dict[str, list]:
+    def _rows(self, index: int) -> pa.Table:
         offset, length = self._spans.get(index, (0, 0))
-        rows = self._table.slice(offset, length)
+        return self._table.slice(offset, length)
+
+    def _columns(self, index: int) -> dict[str, list]:
+        rows = self._rows(index)
         return {name: rows.column(name).to_pylist() for name in rows.column_names
                 if name != "grp"}
 
@@ -105,10 +112,14 @@ class GroupStats:
         metrics each); the last group asked for is kept."""
         if self._last is not None and self._last[0] == index:
             return self._last[1]
-        columns = self._columns(index)
-        raw = {name: (mean if n else text, unit) for name, mean, n, text, unit in zip(
-            columns["name"], columns["mean"], columns["n"], columns["text"], columns["unit"],
-            strict=True)}
+        rows = self._rows(index)
+        values = rows.column("mean").to_pylist()
+        unmeasured = np.flatnonzero(rows.column("n").to_numpy() == 0).tolist()  # text metrics
+        texts = rows.column("text").to_pylist() if unmeasured else []
+        for at in unmeasured:
+            values[at] = texts[at]
+        raw = dict(zip(rows.column("name").to_pylist(),
+                       zip(values, rows.column("unit").to_pylist(), strict=True), strict=True))
         self._last = (index, raw)
         return raw
 
@@ -251,8 +262,10 @@ class NcuTables:
         values: dict[Launch, RawValues] = {}
         for report, kernel, name, value, text, unit in zip(
                 *(table.column(c).to_pylist() for c in table.column_names), strict=True):
-            values.setdefault((report, kernel), {})[name] = (value if value is not None
-                                                             else text, unit)
+            launch = values.get((report, kernel))
+            if launch is None:  # not setdefault: its new dict per row cost more than the rest
+                launch = values[report, kernel] = {}
+            launch[name] = (value if value is not None else text, unit)
         return values, with_data
 
     def rows(self, table: str, launches: Iterable[Launch], where: str = "") -> list[dict[str,

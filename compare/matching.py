@@ -326,9 +326,12 @@ def group_kernels(rows: list[dict[str, Any]]) -> list[KernelGroup]:
     for row in sorted(rows, key=lambda r: (r["report_index"], r["kernel_index"])):
         name = row["name"] or row.get("short_name") or "(unnamed)"
         launch = (row["report_index"], row["kernel_index"])
-        group = groups.setdefault(match_key(name), KernelGroup(
-            name, row.get("short_name"), first=FirstLaunch(launch, dims(row, "grid"),
-                                                           dims(row, "block"))))
+        key = match_key(name)
+        group = groups.get(key)
+        if group is None:  # a kernel's first launch (its configuration read once, not per row)
+            group = groups[key] = KernelGroup(
+                name, row.get("short_name"), first=FirstLaunch(launch, dims(row, "grid"),
+                                                               dims(row, "block")))
         group.launches.append(launch)
         group.durations.append(row.get("duration_ns"))
     return list(groups.values())

@@ -24,3 +24,30 @@ def test_control_characters_are_escaped_and_other_text_is_kept():
 def test_csv_lists_and_structs_are_json():
     assert to_csv(["labels", "s"], [(["a", "b"], {"k": float("nan")})]) == \
         'labels,s\n"[""a"", ""b""]","{""k"": null}"\n'
+
+
+
+def test_to_json_writes_the_standard_librarys_bytes(triage, archived):
+    """`to_json`'s own indenting writer (the C encoder per container of scalars) against
+    `json.dumps(indent=2)`: on an ncu diff document, and on the values the writer treats
+    apart: NaN and infinities, decimals, non-string keys, non-JSON objects, empty and nested
+    containers, text with quotes and line breaks."""
+    import json
+    from decimal import Decimal
+    from pathlib import Path
+
+    from triage.views.text import finite, to_json
+
+    def standard(data) -> str:
+        return json.dumps(finite(data), indent=2, default=str, ensure_ascii=False,
+                          allow_nan=False)
+
+    a, b = archived(("spymaster2h__spyinfer__report.ncu-rep",),
+                    ("iamcoleman__monte-carlo-pi__profile.ncu-rep",))
+    text = triage("diff", a, b, "--json").stdout
+    assert text == standard(json.loads(text)) + "\n"
+    odd = {"nan": float("nan"), "inf": [float("-inf"), 1.5], "dec": [Decimal("3"),
+           Decimal("2.5"), Decimal("NaN")], 1: {2.5: None, True: "x\"\n\u00e9"}, "path":
+           Path("/a b"), "empty": [[], {}, ()], "deep": [[[1, {"a": ()}]]], "big": 10 ** 30}
+    for data in (odd, [odd, 1], {"rows": [odd] * 3, "t": (odd,)}, "x", 1.0, [], {}):
+        assert to_json(data) == standard(data)
