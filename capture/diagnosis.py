@@ -2,7 +2,7 @@
 cause with its fix; and the temporary reports it leaves behind when it fails.
 
 nsys 2022.4 asked to write an `-o` file that exists (without --force-overwrite true) says "File
-exists", exits 0 and writes the report to $TMPDIR/nsys-report-XXXX.nsys-rep instead, after a
+exists", exits 0 and writes the report to $TMPDIR/nsys-report-<hex>.nsys-rep instead, after a
 "Generating '...qdstrm'" line: the file-exists line decides, not the .qdstrm one.
 """
 

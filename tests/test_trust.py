@@ -41,15 +41,23 @@ def two_runs(triage, archived) -> list[str]:
     return archived((SMALL,), (OTHER,))
 
 
-def test_a_move_dated_a_month_ahead_is_refused_at_pull(triage, two_runs, store_dir, tmp_path,
-                                                      monkeypatch):
-    mine, theirs = two_runs
+def _moved_a_month_ahead(triage, store_dir: Path, tmp_path: Path, monkeypatch, mine: str,
+                         theirs: str) -> Path:
+    """Label `a` on `mine` here; a colleague's copy of this store where a clock 30 days ahead
+    moved it to `theirs`; the copy's path."""
     triage("label", "a", mine)
     colleague = tmp_path / "colleague"
     shutil.copytree(store_dir, colleague)
     with monkeypatch.context() as skew:
         _ahead(skew, 30)
         triage("--store", colleague, "label", "a", theirs)
+    return colleague
+
+
+def test_a_move_dated_a_month_ahead_is_refused_at_pull(triage, two_runs, store_dir, tmp_path,
+                                                      monkeypatch):
+    mine, theirs = two_runs
+    colleague = _moved_a_month_ahead(triage, store_dir, tmp_path, monkeypatch, mine, theirs)
     pulled = triage("pull", colleague)
     assert "refused a move of label a" in pulled.stdout and "ahead of this clock" in pulled.stdout
     assert json.loads(triage("pull", colleague, "--json").stdout)["moves_refused"][0]["run"] \
@@ -72,12 +80,7 @@ def _an_old_pull(store_dir: Path, colleague: Path, name: str) -> None:
 def test_a_skewed_move_already_here_cannot_pin_the_label(triage, two_runs, store_dir, tmp_path,
                                                          monkeypatch):
     mine, theirs = two_runs
-    triage("label", "a", mine)
-    colleague = tmp_path / "colleague"
-    shutil.copytree(store_dir, colleague)
-    with monkeypatch.context() as skew:
-        _ahead(skew, 30)
-        triage("--store", colleague, "label", "a", theirs)
+    colleague = _moved_a_month_ahead(triage, store_dir, tmp_path, monkeypatch, mine, theirs)
     _an_old_pull(store_dir, colleague, "a")
     assert triage("label").stdout.strip() == f"a -> {theirs[:12]}"
     moved = triage("label", "a", mine).stdout
