@@ -332,9 +332,14 @@ class StoreFiles:
         keep(temp, cache_as)
 
     def move(self, key: str, to: str) -> None:
-        """Rename a file (gc's trash; on S3 a copy and a delete). FileNotFoundError when it
-        is gone."""
-        self.call("clean", lambda: self.fs.move(self.path(key), self.path(to)))
+        """Rename a file (gc's trash). FileNotFoundError when it is gone. On S3 a rename is a
+        copy and a delete, each retried on its own: retrying the pair would take a delete whose
+        reply was lost (the file went) for a file that was gone before the copy."""
+        if self.local_root is not None:
+            self.call("clean", lambda: self.fs.move(self.path(key), self.path(to)))
+            return
+        self.call("clean", lambda: self.fs.copy_file(self.path(key), self.path(to)))
+        self.delete(key)
 
     def delete(self, key: str) -> None:
         """Remove a file; nothing when it is gone already."""

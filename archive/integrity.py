@@ -556,14 +556,15 @@ def _remove(store: Store, chosen: list[Removed], cutoff: float) -> tuple[list[Re
     since the scan, how many it put back). Objects are first renamed to a trash name, then
     checked again: an archive may have re-published one (archive always renames a fresh copy
     into place) or written a manifest that references it since the scan; those are put back."""
-    trashed: list[tuple[str, Removed]] = []
+    trashed: list[tuple[str, Removed, float]] = []  # (trash key, the object, its mtime)
     kept: list[Removed] = []  # as new as a live lease, or gone before it could be trashed
     late = 0
     since = lease.protected_since(store)
     try:
         for item in chosen:
             key = item.path
-            if since is not None and _mtime(store, key) >= since:
+            mtime = _mtime(store, key)
+            if since is not None and mtime >= since:
                 kept.append(item)
                 late += 1
                 continue
@@ -577,7 +578,7 @@ def _remove(store: Store, chosen: list[Removed], cutoff: float) -> tuple[list[Re
             except FileNotFoundError:
                 kept.append(item)
                 continue
-            trashed.append((trash, item))
+            trashed.append((trash, item, mtime))
     except OSError as exc:
         raise store.error(exc, "clean") from None
     finally:
@@ -586,19 +587,25 @@ def _remove(store: Store, chosen: list[Removed], cutoff: float) -> tuple[list[Re
     return [item for item in chosen if item not in dropped], late, len(back)
 
 
-def _restore_or_delete_trash(store: Store, trashed: list[tuple[str, Removed]],
+def _restore_or_delete_trash(store: Store, trashed: list[tuple[str, Removed, float]],
                              cutoff: float) -> list[Removed]:
     """Put back each trashed object that is wanted again (referenced, re-published, or new
-    enough for a writer that started since the scan); delete the others. Those put back."""
+    enough for a writer that started since the scan); delete the others. Those put back.
+
+    A local trash is the object renamed, so its mtime says when the moved bytes were written.
+    On S3 it is a copy, dated now: its age is the object's, read just before the move (bytes
+    re-published after that read are the same bytes, named by their hash, and a writer still
+    at work has a lease older than the copy)."""
     since = lease.protected_since(store)
     try:
         referenced = referenced_keys(store, store.runs.ids())
     except StoreError:
         referenced = None  # a manifest became unreadable meanwhile: keep every object
     back = []
-    for trash, item in trashed:
+    for trash, item, before in trashed:
         mtime = _mtime(store, trash)
-        if referenced is None or item.path in referenced or mtime > cutoff or (
+        aged = mtime if store.files.local_root is not None else before
+        if referenced is None or item.path in referenced or aged > cutoff or (
                 since is not None and mtime >= since):
             try:
                 store.files.move(trash, item.path)

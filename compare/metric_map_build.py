@@ -12,26 +12,24 @@ The evidence is what ncu itself wrote: the section files of an installed ncu (De
 here) and the sections and metrics of every ncu report of the corpus. Each entry keeps, per
 name, the versions and sources that showed it, its unit and the range of its values.
 
-    python -m triage.compare.metric_map_build            # rewrite the data file
-    python -m triage.compare.metric_map_build --check    # exit 1 where it would change
+`python docs/make_metric_map.py` rewrites the data file (`--check`: exit 1 where it would
+change); this module is the library it calls, and prints nothing.
 """
 
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import math
 import os
 import re
 import subprocess
-import sys
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from triage.compare.renames import MAP_FILE, MAP_VERSION, NOT_RECORDED, version_key
+from triage.compare.renames import MAP_VERSION, NOT_RECORDED, version_key
 
 SECTIONS_DIRS = ("/usr/lib/x86_64-linux-gnu/nsight-compute/sections",
                  "/usr/lib/nsight-compute/sections")
@@ -261,25 +259,3 @@ def build_map(seen: Iterable[Seen]) -> dict:
 
 def map_text(document: dict) -> str:
     return json.dumps(document, indent=1, sort_keys=True) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="exit 1, writing nothing, where the file would change")
-    parser.add_argument("--corpus", default=os.environ.get("TRIAGE_CORPUS"),
-                        help="the corpus folder (default: $TRIAGE_CORPUS)")
-    args = parser.parse_args(argv)
-    text = map_text(build_map(observations(args.corpus)))
-    if args.check:
-        same = MAP_FILE.read_text() == text if MAP_FILE.exists() else False
-        print("up to date" if same else f"{MAP_FILE} is out of date: rebuild it")
-        return 0 if same else 1
-    from triage.archive.atomic import write_bytes
-
-    write_bytes(MAP_FILE, text.encode())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

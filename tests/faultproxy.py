@@ -79,15 +79,25 @@ class FaultProxy:
             self._seen[drawn] += 1
         if self.only is not None and not self.only.search(what):
             return None
-        digest = hashlib.sha256(f"{self.seed}|{drawn}|{nth}".encode()).digest()
-        draw = struct.unpack(">Q", digest[:8])[0] / 2**64
-        if draw >= self.rate:
+        digest = _digest(self.seed, drawn, nth)
+        if draw(self.seed, drawn, nth) >= self.rate:
             return None
         fault = self.faults[digest[8] % len(self.faults)]
         with self._lock:
             self.counts["failed"] += 1
             self.counts[fault] += 1
         return fault
+
+
+def draw(seed: int, drawn: str, nth: int) -> float:
+    """The number in [0, 1) that decides whether the `nth` earlier-asked request `drawn`
+    ("METHOD path", the bucket's name aside) fails: it does below the rate. For a test that
+    needs a seed failing one given request and not its retry."""
+    return struct.unpack(">Q", _digest(seed, drawn, nth)[:8])[0] / 2**64
+
+
+def _digest(seed: int, drawn: str, nth: int) -> bytes:
+    return hashlib.sha256(f"{seed}|{drawn}|{nth}".encode()).digest()
 
 
 def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
