@@ -399,7 +399,8 @@ def test_interleave_measures_the_baseline_again_run_for_run_and_decides_pair_by_
     baseline = triage.json("show", out["against"]["baseline_run"]["id"])
     candidate = triage.json("show", "slow")
     assert baseline["capture"]["rerun_of"] == triage.json("show", "base")["id"]
-    assert baseline["capture"]["bench"]["repeat"] == pairs == candidate["capture"]["bench"]["repeat"]
+    assert baseline["capture"]["bench"]["repeat"] == pairs \
+        == candidate["capture"]["bench"]["repeat"]
     assert candidate["capture"]["bench"]["interleaved_with"] == baseline["id"]
     printed = {run["id"]: [r["value"] for r in triage.json(
         "query", "select value from bench_samples where metric = 'step_ms' and not warmup and "
