@@ -402,6 +402,7 @@ def test_interleave_measures_the_baseline_again_run_for_run_and_decides_pair_by_
     assert baseline["capture"]["bench"]["repeat"] == pairs \
         == candidate["capture"]["bench"]["repeat"]
     assert candidate["capture"]["bench"]["interleaved_with"] == baseline["id"]
+    assert f"interleaved      run for run with {baseline['id']}" in triage("show", "slow").output
     printed = {run["id"]: [r["value"] for r in triage.json(
         "query", "select value from bench_samples where metric = 'step_ms' and not warmup and "
         f"run_id = '{run['id']}' order by repeat")] for run in (baseline, candidate)}
