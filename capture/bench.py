@@ -182,27 +182,19 @@ def plan(request: BenchRequest) -> str:
     return found
 
 
-def run_series(request: BenchRequest, on_run: Callable[[int, list[BenchSample]], None],
-               decided: Callable[[BenchMeasured], bool] | None = None,
-               on_output: Callable[[ProgressEvent], None] | None = None) -> BenchMeasured:
-    """K warm-ups, then measured runs until `request.repeat` of them, or (--repeat auto) until
-    `decided` says the comparison is decided, or the budget is spent. A run that fails ends the
-    series with CaptureFailed and nothing is kept: a sample of a failed run measures nothing."""
-    return run_sides((request,), lambda _side, number, samples: on_run(number, samples),
-                     None if decided is None else lambda measured: decided(measured[0]),
-                     on_output)[0]
-
-
 def run_sides(requests: Sequence[BenchRequest],
               on_run: Callable[[int, int, list[BenchSample]], None],
               decided: Callable[[tuple[BenchMeasured, ...]], bool] | None = None,
               on_output: Callable[[ProgressEvent], None] | None = None
               ) -> tuple[BenchMeasured, ...]:
-    """`run_series` of several sides at once (`bench --interleave`: the baseline and the
-    candidate), run by run alternately in `side_order`, so that the machine's drift reaches
-    every side alike; the series' size, warm-ups, budget and stopping rule are the first
-    request's, `decided` looks after each number's runs of every side, and `on_run` gets each
-    run's side (its index in `requests`)."""
+    """K warm-ups, then measured runs until `repeat` of them, or (--repeat auto) until
+    `decided` says the comparison is decided, or the budget is spent: of one side, or of
+    several at once (`bench --interleave`: the baseline and the candidate), run by run
+    alternately in `side_order`, so that the machine's drift reaches every side alike. The
+    series' size, warm-ups, budget and stopping rule are the first request's; `decided` looks
+    after each number's runs of every side; `on_run` gets each run's side (its index in
+    `requests`). A run that fails ends the series with CaptureFailed and nothing is kept: a
+    sample of a failed run measures nothing."""
     measured = tuple(BenchMeasured(request) for request in requests)
     pids: list[int] = []  # the runs' processes, whose nsys agents are ended once, at the end
     try:

@@ -362,7 +362,8 @@ def test_each_repeat_is_timed_around_its_process_and_agents_are_ended_once_after
     request = BenchRequest(CaptureRequest([script], shell=True, cwd=tmp_path), repeat=3)
     seen: list = []
     try:
-        measured = measure.run_series(request, lambda _n, samples: seen.append(samples[0]))
+        measured, = measure.run_sides((request,),
+                                      lambda _side, _n, samples: seen.append(samples[0]))
     except CaptureFailed:
         assert last == "exit 3" and len(seen) == 2
     else:
