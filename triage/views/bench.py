@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from triage.compare.noise import Noise
     from triage.views.text import Layout
 
+NAME_ROOM = 40  # a kernel name's columns in the accounts sentence at 100; wider terminals more
 SIDES = ("baseline", "candidate")  # bench --interleave's sides, in compare/interleave.py's order
 STOPPED = {"repeat": "the runs asked for", "decided": "decided against {against}",
            "max_runs": "--max-runs reached, not decided", "budget": "--budget spent, not decided"}
@@ -118,7 +119,8 @@ DISAGREE_WORDS = {
 
 def accounts_lines(found: Accounts, layout: Layout) -> list[str]:
     """After the benchmark: how much of each metric's change its profiles account for, kernel
-    names cut where `layout` cuts (a terminal; whole in a pipe, where `| grep` must find them)."""
+    names cut where `layout` cuts (a terminal: to NAME_ROOM columns at 100, the columns more or
+    fewer going to the name; whole in a pipe, where `| grep` must find them)."""
     a, b = found.profile_a, found.profile_b
     busy, rest = BASIS_WORDS[a.basis]
     lines = ["", f"what the profile accounts for (nsys {textview.short_id(a.run_id)} vs "
@@ -136,7 +138,8 @@ def _accounting_lines(item: Accounting, busy: str, rest: str, layout: Layout) ->
             f"{item.explained_points:+.1f} of those {change} points")
     if item.within_noise:
         head += " (within the benchmark's noise)"
-    parts = "; ".join(f"{layout.fit(p.name, 40)} "
+    room = max(NAME_ROOM + layout.width - textview.PIPED_WIDTH, 20)  # as diff's kernel names
+    parts = "; ".join(f"{layout.fit(p.name, room)} "
                       f"{textview.fmt_pct(p.change_pct)} explains {p.points:+.1f}"
                       for p in item.parts if abs(p.points) >= 0.05)
     lines = [head] + ([f"    {parts}"] if parts else [])
