@@ -16,7 +16,7 @@ The same with the two sides interleaved (`bench --interleave`: the baseline run 
 run for run with the new one, and tested pair by pair), which is what a loaded machine needs:
 
     python benchmarks/bench_false_positives.py interleave [TRIALS [COMPARISONS [POOL [SIDE]]]]
-                                               (default 20 200 40 12; a few minutes here)
+                               (default 20 200 40 12; about 17 minutes here, loaded)
 
 TRIALS runs of `bench --repeat auto --against base --interleave` (at most 30 pairs) of the
 program 15% slower in one range, and as many of the identical program: how many decided, in how
