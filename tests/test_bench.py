@@ -448,3 +448,15 @@ def test_interleave_undecided_says_what_its_pairs_could_see(triage, tmp_path, st
     two = bench(triage, "--repeat", 3, "--against", "base*", "--interleave", "--", "true",
                 expect=2)
     assert "names 2 runs" in two.output
+
+
+def test_a_failed_run_of_either_interleaved_side_archives_neither(triage, tmp_path, store_dir,
+                                                                  monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    broken = tmp_path / "broken"
+    bench(triage, "--repeat", 1, "--label", "base", "--shell", "--", f"[ ! -e {broken} ]")
+    broken.write_text("")  # the baseline's command fails from now on
+    failed = bench(triage, "--repeat", 3, "--against", "base", "--interleave", "--", "true",
+                   expect=1)
+    assert "run 1 of the bench exited 1; nothing was archived" in failed.output
+    assert [r["id"] for r in triage.json("ls")] == [triage.json("show", "base")["id"]]
