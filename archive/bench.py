@@ -10,7 +10,7 @@ samples' table alone, so push/pull, export, verify and gc treat it as any other 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from triage.archive import lease
@@ -57,32 +57,53 @@ def bench(request: BenchRequest, on_run: Callable[[int, list[BenchSample]], None
           decided: Callable[[BenchMeasured], bool] | None = None) -> BenchRun:
     """Run the workload as asked and archive it as one `bench` run; nothing is written when a
     run fails (CaptureFailed says which and why)."""
+    return bench_sides((request,), lambda _side, number, samples: on_run(number, samples),
+                       on_warning,
+                       None if decided is None else lambda measured: decided(measured[0]))[0]
+
+
+def bench_sides(requests: Sequence[BenchRequest],
+                on_run: Callable[[int, int, list[BenchSample]], None],
+                on_warning: Callable[[str], None],
+                decided: Callable[[tuple[BenchMeasured, ...]], bool] | None = None
+                ) -> tuple[BenchRun, ...]:
+    """`bench` of several sides run alternately (`bench --interleave`, capture/bench.py's
+    `run_sides`), each archived as its own run once every side's series ended, the first side
+    first; each later side records the first side's run as `interleaved_with`, which is how
+    `diff` knows their runs were measured in pairs. A failed run of any side archives nothing."""
     from triage.capture.git_state import git_snapshot
     from triage.capture.machine import collect_machine_facts
 
-    cap = request.capture
-    executable = measure.plan(request)  # a usage error before the store is created
-    if cap.label:
-        check_label(cap.label)
-    store = Store.open(cap.store, create=True)
+    executables = [measure.plan(request) for request in requests]  # usage errors first
+    for request in requests:
+        if request.capture.label:
+            check_label(request.capture.label)
+    store = Store.open(requests[0].capture.store, create=True)
     store.check_writable()
-    request.capture.from_run = resolve_from(store, cap.from_run)
-    if request.investigation is None and cap.from_run:
-        request.investigation = investigation_of(store, cap.from_run)
-    facts = collect_machine_facts(cap.argv, cap.environ)
-    missing = tuple(measure.not_recorded(facts))
+    facts = []
+    for request in requests:
+        cap = request.capture
+        cap.from_run = resolve_from(store, cap.from_run)
+        if request.investigation is None and cap.from_run:
+            request.investigation = investigation_of(store, cap.from_run)
+        facts.append(collect_machine_facts(cap.argv, cap.environ))
+    missing = tuple(measure.not_recorded(facts[0]))  # one machine: said once
     for line in missing:
         on_warning(line)
-    measured = measure.run_series(request, on_run, decided)
-    result = _archive(store, measured, facts, git_snapshot(cap.cwd), executable, missing)
-    return BenchRun(result, measured, missing)
-
-
+    measured = measure.run_sides(requests, on_run, decided)
+    runs: list[BenchRun] = []
+    for side, fact, executable in zip(measured, facts, executables, strict=True):
+        first = runs[0].result.id if runs else None
+        result = _archive(store, side, fact, git_snapshot(side.request.capture.cwd),
+                          executable, missing, first)
+        runs.append(BenchRun(result, side, missing))
+    return tuple(runs)
 
 
 @lease.holding("bench")
 def _archive(store: Store, measured: BenchMeasured, facts: dict, git: GitSnapshot,
-             executable: str, missing: tuple[str, ...]) -> ArchiveResult:
+             executable: str, missing: tuple[str, ...],
+             interleaved_with: str | None = None) -> ArchiveResult:
     """The series as one run: its samples' table and manifest, the patch blob under the same
     lease (referenced by nothing until the manifest lands)."""
     request, cap = measured.request, measured.request.capture
@@ -92,7 +113,8 @@ def _archive(store: Store, measured: BenchMeasured, facts: dict, git: GitSnapsho
              "from_run": cap.from_run, "investigation": request.investigation,
              "bench": {"repeat": measured.runs, "warmup": request.warmup,
                        "auto": request.auto, "stopped": measured.stopped,
-                       "metrics": [spec.to_json() for spec in request.metrics]}}
+                       "metrics": [spec.to_json() for spec in request.metrics],
+                       **({"interleaved_with": interleaved_with} if interleaved_with else {})}}
     record = session.capture_record(cap, executable, "", outcome, extra)
     command = " ".join(record["argv"])
     provenance = {"tool": "bench", "tool_version": __version__, "created": outcome.started,
@@ -106,14 +128,19 @@ def _archive(store: Store, measured: BenchMeasured, facts: dict, git: GitSnapsho
     return record_attempt(store, run, provenance)
 
 
-def rerun_bench(original: RunRecord, capture: CaptureRequest,
-                on_warning: Callable[[str], None]) -> ArchiveResult:
-    """`triage rerun` of a bench run: its recorded series (metrics, runs, warm-ups) again, as
-    `capture` describes it (where, with which environment, rerun_of the original)."""
+def recorded_series(original: RunRecord, capture: CaptureRequest) -> BenchRequest:
+    """A bench run's recorded series (its metrics, runs and warm-ups) as a request to run it
+    again as `capture` describes (where, with which environment, rerun_of the original)."""
     recorded = mapping_of(mapping_of(original.manifest.get("capture")).get("bench"))
     metrics = tuple(MetricSpec(str(m["name"]), str(m["source"]), str(m["pattern"]),
                                str(m.get("unit") or ""), str(m.get("better") or "lower"))
                     for m in recorded.get("metrics") or [] if isinstance(m, dict))
-    request = BenchRequest(capture, metrics, repeat=int(recorded.get("repeat") or 5),
-                           warmup=int(recorded.get("warmup") or 0))
-    return bench(request, lambda _number, _samples: None, on_warning).result
+    return BenchRequest(capture, metrics, repeat=int(recorded.get("repeat") or 5),
+                        warmup=int(recorded.get("warmup") or 0))
+
+
+def rerun_bench(original: RunRecord, capture: CaptureRequest,
+                on_warning: Callable[[str], None]) -> ArchiveResult:
+    """`triage rerun` of a bench run: its recorded series again."""
+    return bench(recorded_series(original, capture), lambda _number, _samples: None,
+                 on_warning).result

@@ -21,7 +21,12 @@ merged into one. Nothing is locked:
 - a run that cannot be indexed whole is listed as far as it can be, and named: one whose
   manifest is damaged gets no row, one whose kernel_summary table is missing or damaged a row
   without its kernel ranking (not written to a segment, so a repaired run is indexed whole).
-  `scan` returns those problems beside the rows; no run's damage fails the listing of others.
+  `scan` returns those problems beside the rows; no run's damage fails the listing of others;
+- every segment carries the version of its rows (VERSION; a merge's is the oldest of what it
+  merged). A column added to the catalog reads as null in rows written before it (their
+  manifests hold the value): a reader that selects runs by such a column (`diff inv:NAME`)
+  refuses a catalog holding older rows (`require_current`) rather than miss runs, and `triage
+  migrate` indexes runs/ afresh; re-indexing on read would open every manifest.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from triage.archive.catalogview import (IDS, Segments, View, catalog_schema, ids
                                        interleaved, order_of, read_conformed, reconcile,
                                        take_rows)
 from triage.archive.tables import PARQUET_OPTIONS, read_table
-from triage.base.errors import CorruptObject, RunNotFound
+from triage.base.errors import CorruptObject, RunNotFound, StoreError
 from triage.base.hashing import hash_file
 from triage.schemas.tables import arrow_schema
 from triage.base.timeutil import utc_now
@@ -56,6 +61,8 @@ READ_ATTEMPTS = 5
 MERGED = b"triage.merged"  # metadata of a merged segment: one row per run, oldest archive first
 UNINDEXED = b"triage.unindexed"  # a merged segment's: the runs it lacks a row of, comma-separated
 MERGED_ROWS = 2048  # a merged segment's row group: the most `ls` of the newest page reads
+VERSION = b"triage.catalog_version"  # every segment's: the version of the rows it holds
+CATALOG_VERSION = 2  # 2: rows hold rerun_of and investigation; 1 (unmarked): null in some rows
 
 
 @dataclass(frozen=True)
@@ -122,7 +129,8 @@ def segment_sha(key: str) -> str:
 
 
 def _write_segment(store: Store, table: pa.Table, merged: bool = False,
-                   unindexed: frozenset[str] = frozenset()) -> str:
+                   unindexed: frozenset[str] = frozenset(),
+                   version: int = CATALOG_VERSION) -> str:
     """Write one immutable segment named by the hash of its rows. A merge's is marked MERGED,
     carries its IDS index and is cut in row groups of MERGED_ROWS, so that a reader pages
     through it from its end and finds a run in it without reading its ids; it names the runs
@@ -131,11 +139,13 @@ def _write_segment(store: Store, table: pa.Table, merged: bool = False,
     with atomic.temp_file_in(store.files.temp_folder("index"), ".parquet") as (stream, temp):
         with pq.ParquetWriter(stream, table.schema, **PARQUET_OPTIONS) as writer:
             writer.write_table(table, row_group_size=MERGED_ROWS if merged else None)
+            marks = {VERSION: str(version).encode()}
             if merged:
                 index = ids_index(table)
                 named = ",".join(sorted(unindexed)).encode()
-                writer.add_key_value_metadata({MERGED: b"1", **({IDS: index} if index else {}),
-                                               **({UNINDEXED: named} if named else {})})
+                marks.update({MERGED: b"1", **({IDS: index} if index else {}),
+                              **({UNINDEXED: named} if named else {})})
+            writer.add_key_value_metadata(marks)
         stream.close()
         sha, _size = hash_file(temp)
         target = f"index/{SEGMENT_PREFIX}{sha}.parquet"
@@ -210,6 +220,7 @@ def merge(store: Store) -> None:
     manifest is written before its row), so no row of a run archived meanwhile is dropped with
     the segment that held it."""
     found, keys = _read_segments(store, catalog_schema(None))
+    version = min((segment_version(store, key) for key in keys), default=CATALOG_VERSION)
     view = reconcile(found, store.runs.file_names())
     table, unindexed = view.table(), frozenset[str]()
     if view.missing:
@@ -217,7 +228,7 @@ def merge(store: Store) -> None:
         rows = pa.Table.from_pylist(indexed.rows, schema=found.schema)
         table = interleaved(table, take_rows(rows, order_of(rows)))
         unindexed = indexed.unindexed
-    target = _write_segment(store, table, merged=True, unindexed=unindexed)
+    target = _write_segment(store, table, merged=True, unindexed=unindexed, version=version)
     for key in keys:
         if key != target:
             store.files.delete(key)
@@ -335,6 +346,36 @@ def scan_unordered(store: Store, columns: list[str] | None = None) -> Catalog:
     `open_view`): for a reader that orders or groups the rows itself."""
     view = open_view(store, columns)
     return Catalog(view.table(ordered=False), view.problems)
+
+
+def segment_version(store: Store, key: str) -> int:
+    """The version of a segment's rows: its VERSION mark. One written before segments were
+    marked is current if its rows were made from manifests with every column there (not a
+    merge, which may have carried older rows over with nulls), else 1. A segment gone or
+    unreadable counts as current (a merge took it, or its runs are indexed afresh)."""
+    try:
+        source = pq.ParquetFile(store.objects.local_copy(key, segment_sha(key)))
+    except (FileNotFoundError, CorruptObject, pa.ArrowException, OSError):
+        return CATALOG_VERSION
+    marks = source.metadata.metadata or {}
+    if VERSION in marks:
+        return int(marks[VERSION]) if marks[VERSION].isdigit() else 1
+    whole = {"investigation", "rerun_of"} <= set(source.schema_arrow.names)
+    return CATALOG_VERSION if whole and MERGED not in marks else 1
+
+
+def stale(store: Store) -> bool:
+    """Whether some segment holds rows older than CATALOG_VERSION (`triage migrate` re-indexes
+    them). Reads each segment's footer, no rows."""
+    return any(segment_version(store, key) < CATALOG_VERSION for key in segments(store))
+
+
+def require_current(store: Store, what: str) -> None:
+    """Refuse `what` (a lookup by a column older rows lack) on a catalog holding such rows."""
+    if stale(store):
+        raise StoreError(f"{what}: the catalog holds rows indexed by an older triage, without "
+                         "the investigation and rerun_of of their runs; run `triage migrate` "
+                         "once to re-index it")
 
 
 def segment_digest(store: Store, key: str) -> str:

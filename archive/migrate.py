@@ -1,5 +1,5 @@
 """`triage migrate`: a store of format 1, 2 or 3 to format 4, in one step that a kill cannot
-spoil.
+spoil; on a store of format 4, its catalog re-indexed when older rows lack a column.
 
 Format 1 named a run by the sha256 of its manifest's bytes, so the same report archived with
 other library versions was another run. Formats 2 and 3 named it by its identity less its tables
@@ -23,6 +23,9 @@ The steps, each one safe to repeat (a rerun after a kill finishes the job):
    place); then the objects that only tables were and the old ids' tables removed, and the
    catalog (derived) rebuilt;
 6. the marker says "version 4": done.
+
+A store at format 4 whose catalog holds rows of an older catalog version (catalog.py: indexed
+before a column such as `investigation` existed) gets step 5's catalog rebuild alone.
 """
 
 from __future__ import annotations
@@ -47,14 +50,19 @@ class Migration:
     from_version: int
     runs: int
     aliases: int
-    nothing: bool = False  # the store was at format STORE_VERSION already
+    nothing: bool = False  # the store was at format STORE_VERSION already, its catalog current
+    reindexed: bool = False  # the catalog held rows of an older catalog version: indexed afresh
 
 
 def migrate(store: Store) -> Migration:
     """Bring `store` (opened with `upgrade=True`) to format STORE_VERSION; a no-op when it is."""
     found = store.format_version()
     if found == STORE_VERSION and not store.migrating():
-        return Migration(found, 0, 0, nothing=True)
+        if not catalog.stale(store):
+            return Migration(found, 0, 0, nothing=True)
+        with lease.held(store, "migrate"):
+            _rebuild_catalog(store)
+        return Migration(found, 0, 0, reindexed=True)
     found = store.marker().get("migrating_from", found)  # a killed migration's first format
     with lease.held(store, "migrate"):
         _write(store, STORE_MARKER, migrating_marker_bytes(found))

@@ -77,6 +77,7 @@ def investigation_runs(store: Store, name: str, tool: str) -> list[str]:
     catalog scan of three columns, filtered in Arrow (100,000 rows), no manifest opened."""
     import pyarrow.compute as pc
 
+    catalog.require_current(store, f"{INVESTIGATION}{name}")
     table = catalog.scan_unordered(store, ["id", "tool", "investigation"]).table
     found = table.filter(pc.and_(pc.equal(table["investigation"], name),
                                  pc.equal(table["tool"], tool)))

@@ -182,43 +182,66 @@ def plan(request: BenchRequest) -> str:
     return found
 
 
-def run_series(request: BenchRequest, on_run: Callable[[int, list[BenchSample]], None],
-               decided: Callable[[BenchMeasured], bool] | None = None,
-               on_output: Callable[[ProgressEvent], None] | None = None) -> BenchMeasured:
-    """K warm-ups, then measured runs until `request.repeat` of them, or (--repeat auto) until
-    `decided` says the comparison is decided, or the budget is spent. A run that fails ends the
-    series with CaptureFailed and nothing is kept: a sample of a failed run measures nothing."""
-    measured = BenchMeasured(request)
+def run_sides(requests: Sequence[BenchRequest],
+              on_run: Callable[[int, int, list[BenchSample]], None],
+              decided: Callable[[tuple[BenchMeasured, ...]], bool] | None = None,
+              on_output: Callable[[ProgressEvent], None] | None = None
+              ) -> tuple[BenchMeasured, ...]:
+    """K warm-ups, then measured runs until `repeat` of them, or (--repeat auto) until
+    `decided` says the comparison is decided, or the budget is spent: of one side, or of
+    several at once (`bench --interleave`: the baseline and the candidate), run by run
+    alternately in `side_order`, so that the machine's drift reaches every side alike. The
+    series' size, warm-ups, budget and stopping rule are the first request's; `decided` looks
+    after each number's runs of every side; `on_run` gets each run's side (its index in
+    `requests`). A run that fails ends the series with CaptureFailed and nothing is kept: a
+    sample of a failed run measures nothing."""
+    measured = tuple(BenchMeasured(request) for request in requests)
     pids: list[int] = []  # the runs' processes, whose nsys agents are ended once, at the end
     try:
-        return _series(request, on_run, decided, on_output, measured, pids)
+        return _series(requests[0], on_run, decided, on_output, measured, pids)
     finally:
         process_tree.end_agents(pids)
 
 
-def _series(request: BenchRequest, on_run: Callable[[int, list[BenchSample]], None],
-            decided: Callable[[BenchMeasured], bool] | None,
-            on_output: Callable[[ProgressEvent], None] | None, measured: BenchMeasured,
-            pids: list[int]) -> BenchMeasured:
-    """run_series' loop: nothing in it but the runs and the stopping rule."""
-    specs = [(spec, spec.compiled()) for spec in request.metrics]
+def side_order(position: int, sides: int) -> list[int]:
+    """The sides' order at the `position`-th number of a series (warm-ups included, from 0):
+    A B, then B A, then A B ... (ABBA: a drift that grows steadily reaches each side as often
+    first as second, and neither always runs right after the other)."""
+    order = list(range(sides))
+    return order if position % 2 == 0 else order[::-1]
+
+
+def _series(first: BenchRequest, on_run: Callable[[int, int, list[BenchSample]], None],
+            decided: Callable[[tuple[BenchMeasured, ...]], bool] | None,
+            on_output: Callable[[ProgressEvent], None] | None,
+            measured: tuple[BenchMeasured, ...], pids: list[int]) -> tuple[BenchMeasured, ...]:
+    """run_sides' loop: nothing in it but the runs and the stopping rule."""
+    specs = [[(spec, spec.compiled()) for spec in m.request.metrics] for m in measured]
     clock = time.monotonic()
-    for number in [*range(-request.warmup, 0), *range(1, request.repeat + 1)]:
-        samples = _one_run(request, number, specs, measured, on_output, pids)
-        measured.samples += samples
-        on_run(number, samples)
+    numbers = [*range(-first.warmup, 0), *range(1, first.repeat + 1)]
+    for position, number in enumerate(numbers):
+        for side in side_order(position, len(measured)):
+            samples = _one_run(measured[side].request, number, specs[side], measured[side],
+                               on_output, pids)
+            measured[side].samples += samples
+            on_run(side, number, samples)
         if number < 0:
             continue
-        if request.auto and decided is not None and decided(measured):
-            measured.stopped = "decided"
+        if first.auto and decided is not None and decided(measured):
+            _stopped(measured, "decided")
             break
-        if request.budget is not None and number < request.repeat \
-                and time.monotonic() - clock >= request.budget:
-            measured.stopped = "budget"
+        if first.budget is not None and number < first.repeat \
+                and time.monotonic() - clock >= first.budget:
+            _stopped(measured, "budget")
             break
     else:
-        measured.stopped = "max_runs" if request.auto else "repeat"
+        _stopped(measured, "max_runs" if first.auto else "repeat")
     return measured
+
+
+def _stopped(measured: Sequence[BenchMeasured], how: str) -> None:
+    for side in measured:
+        side.stopped = how
 
 
 def _one_run(request: BenchRequest, number: int,

@@ -112,6 +112,7 @@ class Noise:
     significance: str
     needed: int | None = None
     confidence: float = CONFIDENCE
+    method: str = METHOD  # compare/paired.py's Noise: PAIRED_METHOD
 
     @property
     def min_detectable_pct(self) -> float | None:
@@ -126,7 +127,7 @@ class Noise:
         return self.significance == SIGNIFICANT and self.ci_pct is not None and self.ci_pct[0] > 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"samples": self.samples, "method": METHOD, "confidence": self.confidence,
+        return {"samples": self.samples, "method": self.method, "confidence": self.confidence,
                 "a": self.a.to_json() if self.a else None,
                 "b": self.b.to_json() if self.b else None,
                 "change_pct": self.change_pct, "median_change_pct": self.median_change_pct,

@@ -29,6 +29,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from triage.archive.annotations import Arrival
 from triage.archive.model import RunRecord
@@ -289,25 +290,30 @@ def run_repeats(store: Store, request: RerunRequest, ready: Plan, cwd: Path,
 
     original = ready.original
     group = (request.label or f"rerun-{original.id[:12]}") if request.repeat > 1 else None
-    base = CaptureRequest([], store=request.store, label=request.label,
-                          shell=bool(original.capture and original.capture.shell),
-                          group=group, rerun_of=original.id,
-                          redact_patterns=tuple(original.redact_patterns), cwd=cwd,
-                          environ=_moved_to(ready.environment.variables, cwd))
+    base = replay_request(ready, cwd, store=request.store, label=request.label, group=group)
     made = []
     for i in range(1, request.repeat + 1):
         fresh = Path(tempfile.mkdtemp(prefix="triage-rerun-out-"))
         try:
             label = series_label(request.label, i, request.repeat)
             if original.tool == "bench":  # the recorded series again (its metrics, its size)
-                made.append(rerun_bench(original, replace(base, argv=list(ready.argv),
-                                                          label=label), on_warning).id)
+                made.append(rerun_bench(original, replace(base, label=label), on_warning).id)
                 continue
             one = replace(base, argv=replay.rewrite_outputs(ready.argv, fresh), label=label)
             made.append(capture(one, on_output, on_warning).id)
         finally:
             shutil.rmtree(fresh, ignore_errors=True)
     return tuple(made)
+
+
+def replay_request(ready: Plan, cwd: Path, **given: Any) -> CaptureRequest:
+    """The planned run's recorded command as a new capture in `cwd`: its shell, redactions and
+    replayed environment ($PWD moved to `cwd`), rerun_of the original; `given` adds the rest
+    (store, label, group)."""
+    original = ready.original
+    return CaptureRequest(list(ready.argv), shell=bool(original.capture and original.capture.shell),
+                          rerun_of=original.id, redact_patterns=tuple(original.redact_patterns),
+                          cwd=cwd, environ=_moved_to(ready.environment.variables, cwd), **given)
 
 
 def _moved_to(variables: dict[str, str], cwd: Path) -> dict[str, str]:
@@ -334,7 +340,7 @@ def rerun(request: RerunRequest, on_plan: Callable[[Plan, TreeDelta], None],
     """Plan, say the plan (`on_plan`: the predicted drift and the tree), build, run, diff."""
     store = Store.open(request.store)
     ready = plan(store, request)
-    with _tree(store, ready.original, request.mode, on_warning) as cwd:
+    with replay_tree(store, ready.original, request.mode, on_warning) as cwd:
         delta = tree_delta(ready.original, request.mode, cwd)
         on_plan(ready, delta)
         if request.build:
@@ -344,8 +350,10 @@ def rerun(request: RerunRequest, on_plan: Callable[[Plan, TreeDelta], None],
 
 
 @contextlib.contextmanager
-def _tree(store: Store, original: RunRecord, mode: str,
-          on_warning: Callable[[str], None]) -> Iterator[Path]:
+def replay_tree(store: Store, original: RunRecord, mode: str,
+                on_warning: Callable[[str], None]) -> Iterator[Path]:
+    """Where the run's command runs again: a worktree of its commit (AT_COMMIT), or its
+    recorded working directory (HERE), refused when that is not here."""
     if mode == AT_COMMIT:
         with at_commit(store, original, on_warning) as cwd:
             yield cwd

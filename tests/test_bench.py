@@ -288,11 +288,13 @@ def test_a_profile_with_kernels_accounts_by_gpu_busy_time(triage, archived, tmp_
     text = triage("diff", "a", "b").output
     assert "!! DISAGREE: the benchmark is flat while the profile changed beyond its noise" in text
     assert "GPU busy time explains +6.2 of those +0.0 points" in text
-    # piped, a kernel name is whole (`| grep` finds it); on a terminal's width, cut to its room
+    # piped, a kernel name is whole (`| grep` finds it)
     name = "add_parallel(const float *, const float *, float *, int)"
     assert len(name) > 40 and f"    {name} +802.0% explains +6.2" in text
-    cut = triage("diff", "a", "b", "--width", 120).output
-    assert name not in cut and f"    {name[:39]}… +802.0% explains +6.2" in cut
+    # on a terminal's width, the columns beyond 100 go to the name, as in diff's kernel list
+    assert f"    {name} +802.0% explains +6.2" in triage("diff", "a", "b", "--width", 120).output
+    cut = triage("diff", "a", "b", "--width", 90).output
+    assert name not in cut and f"    {name[:29]}… +802.0% explains +6.2" in cut
 
 
 def test_a_side_named_by_investigation_is_its_bench_runs_beside_its_nsys_profile(
@@ -362,7 +364,8 @@ def test_each_repeat_is_timed_around_its_process_and_agents_are_ended_once_after
     request = BenchRequest(CaptureRequest([script], shell=True, cwd=tmp_path), repeat=3)
     seen: list = []
     try:
-        measured = measure.run_series(request, lambda _n, samples: seen.append(samples[0]))
+        measured, = measure.run_sides((request,),
+                                      lambda _side, _n, samples: seen.append(samples[0]))
     except CaptureFailed:
         assert last == "exit 3" and len(seen) == 2
     else:
@@ -370,3 +373,90 @@ def test_each_repeat_is_timed_around_its_process_and_agents_are_ended_once_after
         for sample, outcome in zip(seen, measured.outcomes, strict=True):
             assert 0.05 <= sample.value <= outcome.seconds + 0.0005
     assert len(scans) == 1 and len(set(scans[0])) == 3
+
+
+def test_interleave_measures_the_baseline_again_run_for_run_and_decides_pair_by_pair(
+        triage, tmp_path, store_dir, monkeypatch):
+    """`--interleave`: the --against run's recorded command runs again alternately with the
+    new one (A B, B A, A B ...: the order file the two commands append to), both are archived
+    (the baseline side a rerun of the original, the candidate naming it), and the decision is
+    the paired test of the values the two printed, recomputed here from the stored samples."""
+    from triage.compare.paired import compare_paired
+
+    monkeypatch.chdir(tmp_path)
+    order = tmp_path / "order"
+    base = [100, 101, 102, 100.5, 101.5, 99.5, 100.2, 101.2]
+    bench(triage, "--repeat", 8, "--label", "base", "--shell", "--metric", STEP, "--",
+          f"echo A >> {order}; " + printing(tmp_path, "base", base))
+    order.write_text("")
+    out = json.loads(bench(
+        triage, "--repeat", "auto", "--against", "base", "--interleave", "--warmup", 1,
+        "--max-runs", 20, "--label", "slow", "--metric", STEP, "--shell", "--json", "--",
+        f"echo B >> {order}; " + printing(tmp_path, "slow", [v * 1.15 for v in base])).stdout)
+    assert_valid("bench.schema.json", out)
+    pairs = out["runs"]
+    assert out["stopped"] == "decided" and pairs < 20
+    # the warm-up pair, then one pair per run: A B, B A, A B, ...
+    assert order.read_text().split() == [
+        side for i in range(pairs + 1) for side in (("A", "B") if i % 2 == 0 else ("B", "A"))]
+    baseline = triage.json("show", out["against"]["baseline_run"]["id"])
+    candidate = triage.json("show", "slow")
+    assert baseline["capture"]["rerun_of"] == triage.json("show", "base")["id"]
+    assert baseline["capture"]["bench"]["repeat"] == pairs \
+        == candidate["capture"]["bench"]["repeat"]
+    assert candidate["capture"]["bench"]["interleaved_with"] == baseline["id"]
+    assert f"interleaved      run for run with {baseline['id']}" in triage("show", "slow").output
+    printed = {run["id"]: [r["value"] for r in triage.json(
+        "query", "select value from bench_samples where metric = 'step_ms' and not warmup and "
+        f"run_id = '{run['id']}' order by repeat")] for run in (baseline, candidate)}
+    against = out["against"]
+    assert against["interleaved"] and against["noise"]["samples"] == "pairs"
+    recomputed = compare_paired(printed[baseline["id"]], printed[candidate["id"]],
+                                against["confidence"])
+    assert against["noise"] == recomputed.to_json()
+    assert recomputed.change_pct == pytest.approx(15)
+    diff = json.loads(triage("diff", baseline["id"], "slow", "--max-slowdown", 5, "--json",
+                             expect=4).stdout)
+    assert_valid("diff.schema.json", diff)
+    step = next(m for m in diff["bench"]["metrics"] if m["name"] == "step_ms")
+    assert step["noise"] == compare_paired(printed[baseline["id"]],
+                                           printed[candidate["id"]]).to_json()
+    assert "tested pair by pair" in triage("diff", baseline["id"], "slow").output
+    # the same two sides, not measured together (the original against the candidate): as ever
+    assert triage.json("diff", "base", "slow")["bench"]["metrics"][1]["noise"]["samples"] == \
+        "runs"
+
+
+def test_interleave_undecided_says_what_its_pairs_could_see(triage, tmp_path, store_dir,
+                                                            monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    base = [100, 101, 102, 100.5, 101.5, 99.5, 100.2, 101.2]
+    bench(triage, "--repeat", 4, "--label", "base", "--shell", "--metric", STEP, "--",
+          printing(tmp_path, "base", base))
+    same = bench(triage, "--repeat", "auto", "--against", "base", "--interleave",
+                 "--max-runs", 14, "--metric", STEP, "--shell", "--",
+                 printing(tmp_path, "same", base[3:] + base[:3]))
+    assert "stopped: --max-runs reached, not decided" in same.output
+    assert "step_ms against base (interleaved, pair by pair): " in same.output
+    assert re.search(r"within noise\n  with 14 interleaved pairs, changes under [0-9.]+% "
+                     "cannot be told from noise", same.output)
+    # the deciding metric must be one the baseline measured; one run is measured again
+    refused = bench(triage, "--repeat", 3, "--against", "base", "--interleave", "--metric",
+                    "other_ms:ms=re:other: (?P<v>[0-9.]+)", "--", "true", expect=2)
+    assert "its bench run did not measure other_ms" in refused.output
+    bench(triage, "--repeat", 1, "--label", "base2", "--", "true")
+    two = bench(triage, "--repeat", 3, "--against", "base*", "--interleave", "--", "true",
+                expect=2)
+    assert "names 2 runs" in two.output
+
+
+def test_a_failed_run_of_either_interleaved_side_archives_neither(triage, tmp_path, store_dir,
+                                                                  monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    broken = tmp_path / "broken"
+    bench(triage, "--repeat", 1, "--label", "base", "--shell", "--", f"[ ! -e {broken} ]")
+    broken.write_text("")  # the baseline's command fails from now on
+    failed = bench(triage, "--repeat", 3, "--against", "base", "--interleave", "--", "true",
+                   expect=1)
+    assert "run 1 of the bench exited 1; nothing was archived" in failed.output
+    assert [r["id"] for r in triage.json("ls")] == [triage.json("show", "base")["id"]]

@@ -230,3 +230,51 @@ def test_a_newer_format_is_refused_in_one_line(triage, tmp_path):
         refused = triage("--store", root, *command, expect=1).stderr
         assert refused.count("\n") == 1, refused
         assert "format version 5, newer than this triage (4); upgrade triage" in refused
+
+
+def _as_written_before(root, columns: list[str]) -> None:
+    """Each catalog segment rewritten as triage wrote it before segments carried their version
+    (and, with `columns`, before the catalog had those): the columns dropped, no version mark
+    (a merged segment keeps its merge marks), renamed by the hash of its new bytes."""
+    for path in sorted((root / "index").glob("catalog-*.parquet")):
+        source = pq.ParquetFile(path)
+        marks = {k: v for k, v in (source.metadata.metadata or {}).items()
+                 if k.startswith(b"triage.") and k != catalog.VERSION}
+        table = source.read().drop_columns(columns).replace_schema_metadata(marks or None)
+        temp = path.with_name("rewritten.tmp")
+        pq.write_table(table, temp)
+        path.unlink()
+        sha = hashlib.sha256(temp.read_bytes()).hexdigest()
+        os.replace(temp, path.with_name(f"catalog-{sha}.parquet"))
+
+
+def test_a_catalog_indexed_before_investigation_is_refused_until_migrate_reindexes_it(
+        triage, tmp_path, monkeypatch):
+    """`diff inv:NAME` selects runs by the catalog's investigation column: rows an older
+    triage indexed read it as null, so a catalog holding them is refused in one line naming
+    `triage migrate`, which re-indexes it from the runs; a merge of old rows stays refused."""
+    root = tmp_path / "store"
+    monkeypatch.setenv("TRIAGE_STORE", str(root))
+    monkeypatch.chdir(tmp_path)
+    for side in ("a", "b"):
+        for i in range(5):
+            triage("bench", "--repeat", 1, "--investigation", f"fuse-{side}", "--", "echo", i)
+    found = triage.json("diff", "inv:fuse-a", "inv:fuse-b")
+    assert [len(found["sides"][s]) for s in "ab"] == [5, 5]
+    _as_written_before(root, [])  # unmarked, every column: rows made from manifests
+    store = Store.open(str(root))
+    assert len(catalog.segments(store)) == 10 and not catalog.stale(store)
+    _as_written_before(root, ["investigation", "rerun_of"])
+    assert catalog.stale(store)
+    catalog.merge(store)  # the old rows merged keep their version
+    assert len(catalog.segments(store)) == 1 and catalog.stale(store)
+    refused = triage("diff", "inv:fuse-a", "inv:fuse-b", expect=None)
+    assert refused.exit_code == 1 and "Traceback" not in refused.output
+    assert refused.output.strip().splitlines() == [
+        "triage: error: inv:fuse-a: the catalog holds rows indexed by an older triage, without "
+        "the investigation and rerun_of of their runs; run `triage migrate` once to re-index it"]
+    assert "re-indexed its catalog" in triage("migrate").output
+    assert not catalog.stale(Store.open(str(root)))
+    assert triage.json("diff", "inv:fuse-a", "inv:fuse-b")["sides"] == found["sides"]
+    assert "nothing to do" in triage("migrate").output
+    triage("verify")

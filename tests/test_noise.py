@@ -101,3 +101,32 @@ def test_launch_tables_read_a_batch_at_a_time_give_the_same_noise(triage, tmp_pa
     api = [row["noise"] for row in whole["nsys"]["api"]]
     assert max(noise["a"]["n"] for noise in api) > 4 * MAX_SAMPLES
     assert all(noise["b"]["n"] for noise in api)
+
+
+def test_paired_signed_rank_counts_critical_ranks_and_interval():
+    """compare/paired.py: the rank-sum counts are those of every sign pattern enumerated; the
+    critical ranks are the published two-sided table's (T <= 0 at n 8, 3 at n 10 for 1%; 8 at
+    n 10 for 5%); the change is the median of the Walsh averages and the interval their k-th
+    from each end; the pairing cancels a drift that swamps the samples taken as two sides."""
+    from triage.compare.paired import (_rank_sum_counts, compare_paired, critical_rank,
+                                       fewest_pairs)
+
+    for n in range(1, 9):
+        counts = [0] * (n * (n + 1) // 2 + 1)
+        for signs in itertools.product((0, 1), repeat=n):
+            counts[sum(rank for rank, up in zip(range(1, n + 1), signs, strict=True) if up)] += 1
+        assert list(_rank_sum_counts(n)) == counts
+    assert fewest_pairs() == 8 and critical_rank(7) == 0
+    assert (critical_rank(8), critical_rank(10), critical_rank(10, 0.95)) == (1, 4, 9)
+    drift = [100, 140, 95, 180, 110, 90, 150, 120, 100, 170]  # the machine's load, pair by pair
+    a = [d * (1 + 0.001 * (i % 3)) for i, d in enumerate(drift)]
+    b = [d * 1.05 * (1 + 0.001 * ((i + 1) % 3)) for i, d in enumerate(drift)]
+    paired = compare_paired(a, b)
+    changes = sorted((y - x) / x * 100 for x, y in zip(a, b, strict=True))
+    walsh = sorted((changes[i] + changes[j]) / 2 for i in range(10) for j in range(i, 10))
+    assert paired.change_pct == pytest.approx(walsh[27])  # the middle of 55
+    assert paired.ci_pct == pytest.approx((walsh[3], walsh[-4]))
+    assert paired.significance == SIGNIFICANT and paired.samples == "pairs"
+    assert compare(sample_of(a), sample_of(b), "runs").significance == WITHIN_NOISE
+    few = compare_paired(a[:5], b[:5])
+    assert (few.significance, few.needed, few.ci_pct) == (UNKNOWN, 8, None)

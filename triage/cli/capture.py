@@ -100,7 +100,7 @@ def rerun(store, run, label, repeat, mode, build, strict, threshold, yes, out):
 
     request = RerunRequest(run, store=store.path, label=label, repeat=repeat, mode=mode,
                            build=build, strict=strict, threshold_pct=threshold, yes=yes,
-                           confirm=_ask_foreign if sys.stdin.isatty() else None)
+                           confirm=ask_foreign if sys.stdin.isatty() else None)
     stream = out.stream()
     shown = CaptureOutput(stream, stream.isatty() and not out.json, "rerun")
     try:
@@ -113,7 +113,7 @@ def rerun(store, run, label, repeat, mode, build, strict, threshold, yes, out):
     out.write(textview.to_json(rerun_json(result)) if out.json else render_rerun(result, run))
 
 
-def _ask_foreign(foreign) -> bool:
+def ask_foreign(foreign) -> bool:
     """The question `rerun` asks on a terminal before it runs another store's command."""
     from triage.views.rerun import foreign_question
 

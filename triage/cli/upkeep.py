@@ -76,14 +76,20 @@ def migrate(store):
     bytes and how they were captured, not how triage read them (every run gets its new id, and
     its old id keeps resolving in show, diff, labels); from 1 and 2, tables move to
     tables/<table>/run_id=<id>/ for engines to read in place. Other commands refuse an older
-    store until it is migrated. Safe to run again, and to rerun after a kill: it finishes what
-    it began. Run it when no one is writing."""
+    store until it is migrated. On a store of format 4 whose catalog was indexed by an older
+    triage (rows without the investigation or rerun_of of their runs, which `diff inv:NAME`
+    needs), it re-indexes the catalog from the runs. Safe to run again, and to rerun after a
+    kill: it finishes what it began. Run it when no one is writing."""
     from triage.archive.migrate import migrate as migrate_store
     from triage.archive.store import STORE_VERSION
 
     done = migrate_store(store.open(upgrade=True))
     if done.nothing:
         click.echo(f"store is at format {STORE_VERSION} already; nothing to do")
+        return
+    if done.reindexed:
+        click.echo(f"store is at format {STORE_VERSION} already; re-indexed its catalog (rows "
+                   "written by an older triage now hold their runs' investigation and rerun_of)")
         return
     click.echo(f"migrated store from format {done.from_version} to {STORE_VERSION}: {done.runs} "
                f"run(s) got new ids, {done.aliases} old id(s) kept as aliases")

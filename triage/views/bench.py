@@ -6,15 +6,18 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
+from triage.compare.paired import PAIRS
 from triage.views import text as textview
 
 if TYPE_CHECKING:
-    from triage.capture.bench import BenchSample
+    from triage.capture.bench import BenchMeasured, BenchSample
     from triage.compare.accounts import Accounting, Accounts
     from triage.compare.bench import BenchDiff, BenchOutcome
     from triage.compare.noise import Noise
     from triage.views.text import Layout
 
+NAME_ROOM = 40  # a kernel name's columns in the accounts sentence at 100; wider terminals more
+SIDES = ("baseline", "candidate")  # bench --interleave's sides, in compare/interleave.py's order
 STOPPED = {"repeat": "the runs asked for", "decided": "decided against {against}",
            "max_runs": "--max-runs reached, not decided", "budget": "--budget spent, not decided"}
 
@@ -28,20 +31,26 @@ def fmt_value(value: float | None, unit: str) -> str:
     return f"{value:.4g}{' ' + textview.printable(unit) if unit else ''}"
 
 
-def run_line(number: int, samples: list[BenchSample], warmup: int) -> str:
-    """One run of the series as it ends (a progress line on stderr)."""
+def run_line(number: int, samples: list[BenchSample], warmup: int, side: str = "") -> str:
+    """One run of the series as it ends (a progress line on stderr); `side`: which side of an
+    interleaved series ran it."""
     which = f"warm-up {number + warmup + 1}/{warmup}" if number < 0 else f"run {number}"
     values = "  ".join(f"{s.metric} {fmt_value(s.value, s.unit)}" for s in samples)
-    return f"bench: {which}: {values}"
+    return f"bench: {side + ' ' if side else ''}{which}: {values}"
 
 
 def detectable_line(noise: Noise, runs: int) -> str:
-    """'with 7 runs a side, changes under 3.1% cannot be told from noise'."""
+    """'with 7 vs 7 runs, changes under 3.1% cannot be told from noise' (interleaved: 'with 7
+    pairs')."""
+    paired = noise.samples == PAIRS
     if noise.min_detectable_pct is None:
-        return (f"with {runs} run(s) the noise is unknown: {noise.needed} a side are the fewest "
-                "for an interval")
-    return (f"with {noise.a.n if noise.a else 0} vs {runs} runs, changes under "
-            f"{noise.min_detectable_pct:.1f}% cannot be told from noise")
+        fewest = "pairs" if paired else "a side"
+        return (f"with {runs} run(s) the noise is unknown: {noise.needed} {fewest} are the "
+                "fewest for an interval")
+    counts = f"{runs} interleaved pairs" if paired else \
+        f"{noise.a.n if noise.a else 0} vs {runs} runs"
+    return (f"with {counts}, changes under {noise.min_detectable_pct:.1f}% cannot be told "
+            "from noise")
 
 
 def render_bench(outcome: BenchOutcome) -> str:
@@ -51,29 +60,43 @@ def render_bench(outcome: BenchOutcome) -> str:
 
     run, against = outcome.run, outcome.against
     measured = run.measured
-    lines = [archive_line(run.result)]
-    names = dict.fromkeys(s.metric for s in measured.samples)
-    for name in names:
-        values = measured.values(name)
-        unit = next(s.unit for s in measured.samples if s.metric == name)
-        median = fmt_value(statistics.median(values), unit)
-        lines.append(f"  {textview.printable(name)}: median {median}"
-                     f" ({len(values)} runs, {fmt_value(min(values), unit)}.."
-                     f"{fmt_value(max(values), unit)})")
+    lines = [archive_line(run.result), *_median_lines(measured)]
+    if outcome.baseline is not None:
+        base = outcome.baseline.result.record
+        rerun_of = base.capture.rerun_of if base.capture else None
+        lines.append(f"  baseline, measured alternately with it: {textview.short_id(base.id)} "
+                     f"(rerun of {textview.short_id(rerun_of or '')})")
+        lines += [f"  {line}" for line in _median_lines(outcome.baseline.measured)]
     stopped = STOPPED[measured.stopped].format(against=against.ref if against else "")
     lines.append(f"  stopped: {stopped}")
-    if against is not None:
-        noise = against.noise(measured)
-        lines.append(f"  {against.metric} against {textview.printable(against.ref)}: "
+    noise = outcome.noise()
+    if against is not None and noise is not None:
+        lines.append(f"  {against.metric} against {textview.printable(against.ref)}"
+                     f"{' (interleaved, pair by pair)' if against.interleaved else ''}: "
                      f"{textview.fmt_noise(noise, detectable=False)}")
         if noise.significance != "significant":
             lines.append(f"  {detectable_line(noise, measured.runs)}")
     return "\n".join(lines)
 
 
+def _median_lines(measured: BenchMeasured) -> list[str]:
+    """Each metric's median and range over the series' measured runs."""
+    lines = []
+    for name in dict.fromkeys(s.metric for s in measured.samples):
+        values = measured.values(name)
+        unit = next(s.unit for s in measured.samples if s.metric == name)
+        lines.append(f"  {textview.printable(name)}: median "
+                     f"{fmt_value(statistics.median(values), unit)} ({len(values)} runs, "
+                     f"{fmt_value(min(values), unit)}..{fmt_value(max(values), unit)})")
+    return lines
+
+
 def bench_lines(bench: BenchDiff) -> list[str]:
     """The benchmark part of a diff: each metric both sides measured, B against A."""
     lines = ["", "benchmark (median over each side's measured runs; the acceptance):"]
+    if any(m.noise.samples == PAIRS for m in bench.metrics):
+        lines.append("  measured interleaved (bench --interleave): each change tested pair by "
+                     "pair, run i of A with run i of B")
     for metric in bench.metrics:
         noise = metric.noise
         medians = (fmt_value(noise.a.median if noise.a else None, metric.unit),
@@ -96,7 +119,8 @@ DISAGREE_WORDS = {
 
 def accounts_lines(found: Accounts, layout: Layout) -> list[str]:
     """After the benchmark: how much of each metric's change its profiles account for, kernel
-    names cut where `layout` cuts (a terminal; whole in a pipe, where `| grep` must find them)."""
+    names cut where `layout` cuts (a terminal: to NAME_ROOM columns at 100, the columns more or
+    fewer going to the name; whole in a pipe, where `| grep` must find them)."""
     a, b = found.profile_a, found.profile_b
     busy, rest = BASIS_WORDS[a.basis]
     lines = ["", f"what the profile accounts for (nsys {textview.short_id(a.run_id)} vs "
@@ -114,7 +138,8 @@ def _accounting_lines(item: Accounting, busy: str, rest: str, layout: Layout) ->
             f"{item.explained_points:+.1f} of those {change} points")
     if item.within_noise:
         head += " (within the benchmark's noise)"
-    parts = "; ".join(f"{layout.fit(p.name, 40)} "
+    room = max(NAME_ROOM + layout.width - textview.PIPED_WIDTH, 20)  # as diff's kernel names
+    parts = "; ".join(f"{layout.fit(p.name, room)} "
                       f"{textview.fmt_pct(p.change_pct)} explains {p.points:+.1f}"
                       for p in item.parts if abs(p.points) >= 0.05)
     lines = [head] + ([f"    {parts}"] if parts else [])

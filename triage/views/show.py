@@ -103,6 +103,9 @@ def _bench_lines(record: RunRecord) -> list[str]:
             _line("runs", f"{bench.get('repeat')} (+{bench.get('warmup')} warm-up), stopped: "
                           f"{bench.get('stopped')}"),
             _line("investigation", capture.get("investigation")),
+            *([_line("interleaved", f"run for run with {bench['interleaved_with']} (its "
+                     "baseline: `diff` tests the two pair by pair)")]
+              if bench.get("interleaved_with") else []),
             *(_line("metric", m) for m in metrics)]
 
 

@@ -659,8 +659,10 @@ def fmt_noise(noise, detectable: bool = True) -> str:
     words = SIGNIFICANCE_WORDS.get(noise.significance, noise.significance)
     if noise.significance == "unknown":
         counts = f"{noise.a.n if noise.a else 0} vs {noise.b.n if noise.b else 0}"
+        needed = f"{noise.needed} pairs" if noise.samples == "pairs" else \
+            f"{noise.needed} per side"
         return f"{fmt_pct(noise.change_pct)} {words} ({counts} {noise.samples}; " \
-            f"{noise.needed} per side needed)"
+            f"{needed} needed)"
     return f"{fmt_pct(noise.change_pct)} {fmt_interval(noise.ci_pct)} {words}" \
         + (detectable_words(noise) if detectable else "")
 
