@@ -22,9 +22,9 @@ from weakref import WeakKeyDictionary
 
 from triage.compare.aggregate import median_side, median_value
 from triage.compare.drift import NOT_COMPARABLE, drift_item, kernel_set_drift, no_data_drift
-from triage.compare.explain import duration_ns, explain_planned, plan
+from triage.compare.explain import NOT_READ, duration_ns, explain_planned, plan
 from triage.compare.explain_tables import METRICS
-from triage.compare.launch_stats import Group
+from triage.compare.launch_stats import Group, RawValues
 from triage.compare.matching import (TWO_NAMES, KernelGroup, Launch, Match,
                                      group_kernels, match_kernels, match_key)
 from triage.compare.result import (SECTION_ONLY_A, SECTION_ONLY_B, Conclusion, DiffOptions,
@@ -103,9 +103,9 @@ class Side:
                 entry[2].setdefault(row["metric_name"], row["metric_label"])
         return list(layout.values())
 
-    def metric(self, launches: Sequence[Launch], name: str) -> tuple[Value, str | None]:
-        """The metric's mean over these launches (one kernel's, as given), and its unit."""
-        return self.stats.raw(self.index[tuple(launches)]).get(name, (None, None))
+    def means(self, launches: Sequence[Launch]) -> RawValues:
+        """Each metric's mean over these launches (one kernel's, as given), and its unit."""
+        return self.stats.raw(self.index[tuple(launches)])
 
     def conclusion(self, launches: Sequence[Launch]) -> str | None:
         """`triage explain`'s conclusion for a kernel's launches: explain's label where they
@@ -142,11 +142,18 @@ class Reading:
     def launches(self) -> list[Launch]:
         return list(self.parts[0][1])
 
+    @cached_property
+    def _means(self) -> list[RawValues]:
+        """Each run's metrics over its launches (looked up once per kernel, not per metric)."""
+        return [side.means(launches) for side, launches in self.parts]
+
     def metric(self, name: str) -> tuple[Value, str | None]:
-        found = [side.metric(list(launches), name) for side, launches in self.parts]
+        found = [means.get(name, NOT_READ) for means in self._means]
         known = [(value, unit) for value, unit in found if value is not None]
         if not known:
-            return None, None
+            return NOT_READ
+        if len(known) == 1:  # one run: its mean, what the median of one value is
+            return known[0]
         return median_value([value for value, _unit in known]), known[0][1]
 
 
