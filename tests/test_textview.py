@@ -28,8 +28,8 @@ def test_csv_lists_and_structs_are_json():
 
 
 def test_to_json_writes_the_standard_librarys_bytes(triage, archived):
-    """`to_json`'s own indenting writer (the C encoder per container of scalars, per list of
-    rows) against `json.dumps(indent=2)`: on an ncu diff document, and on the values the
+    """`to_json`'s own indenting writer (the C encoder per container of scalars) against
+    `json.dumps(indent=2)`: on an ncu diff document, and on the values the
     writer treats apart: NaN and infinities, decimals, non-string keys, non-JSON objects,
     empty and nested containers, text with quotes, braces and line breaks, lists of rows."""
     import json

@@ -239,31 +239,8 @@ def _indented(data, level: int) -> str:
         items = [_json_key(key) + ": " + _indented(value, level + 1)
                  for key, value in data.items()]
         return "{" + inner + ("," + inner).join(items) + outer + "}"
-    rows = _rows_indented(data, level)
-    if rows is not None:
-        return rows
     items = [_indented(value, level + 1) for value in data]
     return "[" + inner + ("," + inner).join(items) + outer + "]"
-
-
-def _rows_indented(data: list | tuple, level: int) -> str | None:
-    """A list of rows (non-empty dicts of scalars: a diff's metric rows, thousands of them) as
-    `_indented` writes it, the whole list in one call of the C encoder, whose separator carries
-    the rows' member indentation; the breaks between rows are then set apart by one replace.
-    A literal line break is only ever a separator (the encoder escapes those in strings), and
-    a separator followed by "{" only ever ends a row and starts the next. None where the list
-    is not such rows or holds a NaN (the caller's path writes it)."""
-    if len(data) < 2 or not all(type(row) is dict and row and not any(
-            isinstance(value, SLOW_VALUES) for value in row.values()) for row in data):
-        return None
-    member = "\n" + "  " * (level + 2)
-    try:
-        text = _json_line(level + 2)(data)
-    except ValueError:
-        return None
-    inner, outer = "\n" + "  " * (level + 1), "\n" + "  " * level
-    body = text[2:-2].replace("}," + member + "{", inner + "}," + inner + "{" + member)
-    return "[" + inner + "{" + member + body + inner + "}" + outer + "]"
 
 
 @functools.cache
