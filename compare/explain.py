@@ -31,7 +31,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from triage.compare.explain_launches import (MESSAGES, LaunchData, launch_config, launch_number,
-                                             read_launches, rule_messages, split_by_behaviour)
+                                             numeric, read_launches, rule_messages,
+                                             split_by_behaviour)
 from triage.compare.explain_result import (CONCLUDED, NO_DATA, NOT_COLLECTED, Cite,
                                            ExplainResult, Finding, KernelExplained, LaunchGroup,
                                            Missing, NcuRule, Step)
@@ -70,7 +71,7 @@ class Values:
 
     def cite(self, name: str) -> Cite | None:
         value, unit = self.raw.get(name, NOT_READ)
-        if isinstance(value, (int, float)) and not math.isnan(value):
+        if numeric(value):
             return Cite(name, value, unit or "")
         return None
 
@@ -139,10 +140,13 @@ def _levels(pairs) -> str:
 
 
 def top_contributor(values: Values, metric: str) -> Cite | None:
-    """The breakdown metric with the highest value behind a SpeedOfLight throughput."""
+    """The breakdown metric with the highest value behind a SpeedOfLight throughput (the first
+    of equals; only it is cited: a breakdown lists dozens)."""
     listed = values.text(f"breakdown:{metric}")
-    cites = [values.cite(n) for n in (listed or "").split(",")]
-    return max(filter(None, cites), key=lambda c: c.value, default=None)
+    numbers = [(value, name) for name in (listed or "").split(",")
+               if numeric(value := values.raw.get(name, NOT_READ)[0])]
+    top = max(numbers, key=lambda number: number[0], default=None)
+    return values.cite(top[1]) if top else None
 
 
 def unit_of(name: str) -> tuple[str, str | None]:
