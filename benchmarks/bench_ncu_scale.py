@@ -8,15 +8,16 @@ without ncu). Sizes are given as the report size they stand for: issue 45 measur
 full-set report at 1.95 M metric values, so 9,750 values stand for 1 MB. Side B is side A with
 every metric value 10% higher.
 
-Shapes: many launches of few kernels at 20, 100 and 200 MB; and many kernels (the launches
-renamed into 500 distinct kernel names) at 200 MB. For each, in fresh processes, each
-command once untimed (imports, first reads) and then the best of --repeat timed:
+Shapes, each at every size (20, 100 and 200 MB unless --sizes says otherwise): many launches of
+a few kernels, and many kernels (the launches renamed into 500 distinct kernel names). For
+each, in fresh processes, each command once untimed (imports, first reads) and then the best
+of --repeat timed:
 - `triage diff A B --json`, `triage explain B --json`, `triage report A B -o r.html`;
 - the floor: one DuckDB query over the same stored tables computing the same aggregates (per
   kernel name and metric: mean, median, count; both runs joined for diff and report, run B
   alone for explain).
 Targets: each command <= 5x its floor and <= 400 MB peak RSS; memory flat from 20 to 200 MB
-(the slope printed in MB of RSS per MB of report).
+(the slope printed per shape, in MB of RSS per MB of report).
 
     python benchmarks/bench_ncu_scale.py [--report PATH] [--sizes 20,100,200] [--repeat 3]
                                          [--workdir DIR]
@@ -166,17 +167,23 @@ def main() -> None:
         work = options.workdir or Path(temp)
         store = work / "store"
         print(f"runs made from {options.report.name} at {VALUES_PER_MB:,} values per MB")
-        by_size = {size: shape(store, options.report, size, 0, work, options.repeat)
-                   for size in sizes}
-        shape(store, options.report, max(sizes), KERNEL_NAMES, work, options.repeat)
+        by_shape = {rename: {size: shape(store, options.report, size, rename, work,
+                                         options.repeat) for size in sizes}
+                    for rename in (0, KERNEL_NAMES)}
     low, high = min(sizes), max(sizes)
     if high > low:
-        print(f"\nmemory from {low} to {high} MB (target: flat):")
-        for name in by_size[low]:
-            slope = (by_size[high][name]["rss_mb"] - by_size[low][name]["rss_mb"]) / (high - low)
-            print(f"  {name:<8} {by_size[low][name]['rss_mb']:4.0f} -> "
-                  f"{by_size[high][name]['rss_mb']:4.0f} MB: {slope:+.2f} MB of RSS per MB of "
-                  "report")
+        for rename, by_size in by_shape.items():
+            print(f"\nmemory from {low} to {high} MB, "
+                  f"{'many kernels' if rename else 'many launches'} (target: flat):")
+            for name in by_size[low]:
+                rss = by_size[low][name]["rss_mb"], by_size[high][name]["rss_mb"]
+                print(f"  {name:<8} {rss[0]:4.0f} -> {rss[1]:4.0f} MB: "
+                      f"{(rss[1] - rss[0]) / (high - low):+.2f} MB of RSS per MB of report")
+    missed = [f"{name} ({size} MB, {'many kernels' if rename else 'many launches'})"
+              for rename, by_size in by_shape.items() for size, results in by_size.items()
+              for name, result in results.items()
+              if result["ratio"] > TIME_TARGET or result["rss_mb"] > RSS_TARGET]
+    print(f"\ntargets: {'all met' if not missed else 'NOT met: ' + ', '.join(missed)}")
 
 
 if __name__ == "__main__":

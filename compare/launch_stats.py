@@ -203,9 +203,13 @@ class NcuTables:
 
     def _wanted(self, groups: Iterable[Sequence[Launch]]) -> str:
         """Register (launch, group, position) rows as a view; its name."""
-        rows = [(report, kernel, index, pos) for index, group in enumerate(groups)
-                for pos, (report, kernel) in enumerate(group)]
-        columns = list(zip(*rows, strict=True)) or [(), (), (), ()]
+        groups = list(groups)
+        sizes = np.array([len(group) for group in groups], np.int64)
+        launches = [launch for group in groups for launch in group]
+        report, kernel = zip(*launches, strict=True) if launches else ((), ())
+        starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
+        columns = (report, kernel, np.repeat(np.arange(len(groups)), sizes),
+                   np.arange(len(launches)) - starts)
         name = f"wanted_{next(self._names)}"
         self.con.register(name, pa.table([pa.array(c, f.type) for c, f in zip(
             columns, _LAUNCH, strict=True)], schema=_LAUNCH))

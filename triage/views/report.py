@@ -342,7 +342,7 @@ def _cut(text: str) -> str:
     return text if len(text) <= 40 else text[:39] + "…"
 
 
-def _change(metric: MetricDiff) -> str:
+def _metric_change(metric: MetricDiff) -> str:
     if metric.status in ("only_a", "only_b"):
         return "only in " + metric.status[-1].upper()
     return metric.status.replace("_", " ") if metric.status in ("no_data", "unchanged") \
@@ -369,7 +369,7 @@ def metric_rows(section: SectionDiff, raw_names: bool) -> Markup:
         texts += [metric.status, metric.name, metric_title(metric, raw_names, True),
                   metric.unit or "", metric.a, _cut(fmt_number(metric.a, metric.unit)),
                   metric.b, _cut(fmt_number(metric.b, metric.unit_b or metric.unit)), delta,
-                  _change(metric)]
+                  _metric_change(metric)]
     cells = str(escape("\0".join(map(_shown, texts)))).split("\0")
     rows = []
     for metric, at in zip(section.metrics, range(0, len(cells), 10), strict=True):
