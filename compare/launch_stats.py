@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from triage.base.duck import fetch_arrow, query_database, sql_string
 from triage.capture.ncu import measured_metric
@@ -125,17 +124,25 @@ class GroupStats:
 
 
 class _RawColumns:
-    """The columns `GroupStats.raw` reads, made ready once for every group: names and units as
-    one Python string per distinct value (a few hundred names, shared by every group, their
-    hashes computed once), means as NumPy; a group is then slices of these, not an Arrow slice
-    converted cell by cell."""
+    """The columns `GroupStats.raw` reads, made ready once for every group: means and which rows
+    are text as NumPy; names and units as Python strings per group, those of the group before
+    taken again where they are the same (every kernel of a run has the same few hundred
+    metrics: one string each, their hashes computed once, not one per group and metric)."""
 
     def __init__(self, table: pa.Table) -> None:
-        self.names = _strings(table.column("name"))
-        self.units = _strings(table.column("unit"))
+        self.table = table
         self.means = table.column("mean").to_numpy()  # NULL (no number) as NaN: see `texts`
         self.unmeasured = np.flatnonzero(table.column("n").to_numpy() == 0)  # text metrics
-        self.texts = table.column("text").take(self.unmeasured).to_pylist()
+        self.texts = table.column("text").to_numpy(zero_copy_only=False)[
+            self.unmeasured].tolist()
+        self.before: dict[str, tuple[pa.ChunkedArray, list]] = {}
+
+    def _strings(self, column: str, start: int, end: int) -> list:
+        cells = self.table.column(column).slice(start, end - start)
+        before = self.before.get(column)
+        if before is None or not before[0].equals(cells):
+            before = self.before[column] = (cells, cells.to_pylist())
+        return before[1]
 
     def group(self, start: int, end: int) -> RawValues:
         values = self.means[start:end].tolist()
@@ -143,16 +150,9 @@ class _RawColumns:
         for at, text in zip(self.unmeasured[first:last].tolist(), self.texts[first:last],
                             strict=True):
             values[at - start] = text
-        return dict(zip(self.names[start:end].tolist(),
-                        zip(values, self.units[start:end].tolist(), strict=True), strict=True))
-
-
-def _strings(column: pa.ChunkedArray) -> np.ndarray:
-    """A string column as a NumPy array of Python strings (None for NULL), each distinct value
-    one object."""
-    encoded = pc.dictionary_encode(column).combine_chunks()
-    distinct = np.array(encoded.dictionary.to_pylist() + [None], dtype=object)
-    return distinct[encoded.indices.fill_null(len(encoded.dictionary)).to_numpy()]
+        return dict(zip(self._strings("name", start, end),
+                        zip(values, self._strings("unit", start, end), strict=True),
+                        strict=True))
 
 
 def _stat(mean: float | None, text: str | None, unit: str | None, n: int,
