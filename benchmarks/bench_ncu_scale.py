@@ -16,8 +16,9 @@ of --repeat timed:
 - the floor: one DuckDB query over the same stored tables computing the same aggregates (per
   kernel name and metric: mean, median, count; both runs joined for diff and report, run B
   alone for explain).
-Targets: each command <= 5x its floor and <= 400 MB peak RSS; memory flat from 20 to 200 MB
-(the slope printed per shape, in MB of RSS per MB of report).
+Targets: each command <= 5x its floor at the largest size (the issue's ~200 MB; the ratios at
+smaller sizes are printed, not judged) and <= 400 MB peak RSS at every size; memory flat from 20 to
+200 MB (the slope printed per shape, in MB of RSS per MB of report).
 
     python benchmarks/bench_ncu_scale.py [--report PATH] [--sizes 20,100,200] [--repeat 3]
                                          [--workdir DIR]
@@ -127,8 +128,9 @@ def pair(store: Path, report: Path, megabytes: int, rename: int) -> tuple[str, s
 
 
 def shape(store: Path, report: Path, megabytes: int, rename: int, work: Path,
-          repeat: int) -> dict[str, dict]:
-    """Each command and its floor on one derived pair; printed as it goes."""
+          repeat: int, judged: bool) -> dict[str, dict]:
+    """Each command and its floor on one derived pair; printed as it goes. `judged`: the time
+    target is the issue's at ~200 MB (the largest size); below it the ratio is shown only."""
     from triage.archive.store import Store
     from triage.compare.rundata import RunData
 
@@ -144,13 +146,13 @@ def shape(store: Path, report: Path, megabytes: int, rename: int, work: Path,
         mine = measured(COMMAND, [json.dumps(args)], repeat)
         floor = measured(FLOOR, [floor_sql[name]], repeat)
         ratio = mine["seconds"] / floor["seconds"]
+        verdict = f"target <= {TIME_TARGET:.0f}x: " \
+            f"{'met' if ratio <= TIME_TARGET else 'MISSED'}" if judged else "not judged"
         print(f"  {name:<8} {mine['seconds']:6.2f} s, floor {floor['seconds']:5.2f} s: "
-              f"{ratio:4.1f}x (target <= {TIME_TARGET:.0f}x: "
-              f"{'met' if ratio <= TIME_TARGET else 'MISSED'}); peak RSS "
-              f"{mine['rss_mb']:4.0f} MB, floor {floor['rss_mb']:4.0f} MB (target <= "
-              f"{RSS_TARGET:.0f} MB: {'met' if mine['rss_mb'] <= RSS_TARGET else 'MISSED'})",
-              flush=True)
-        results[name] = {"ratio": ratio, **mine}
+              f"{ratio:4.1f}x ({verdict}); peak RSS {mine['rss_mb']:4.0f} MB, floor "
+              f"{floor['rss_mb']:4.0f} MB (target <= {RSS_TARGET:.0f} MB: "
+              f"{'met' if mine['rss_mb'] <= RSS_TARGET else 'MISSED'})", flush=True)
+        results[name] = {"ratio": ratio, "judged": judged, **mine}
     return results
 
 
@@ -168,7 +170,7 @@ def main() -> None:
         store = work / "store"
         print(f"runs made from {options.report.name} at {VALUES_PER_MB:,} values per MB")
         by_shape = {rename: {size: shape(store, options.report, size, rename, work,
-                                         options.repeat) for size in sizes}
+                                         options.repeat, size == max(sizes)) for size in sizes}
                     for rename in (0, KERNEL_NAMES)}
     low, high = min(sizes), max(sizes)
     if high > low:
@@ -182,7 +184,8 @@ def main() -> None:
     missed = [f"{name} ({size} MB, {'many kernels' if rename else 'many launches'})"
               for rename, by_size in by_shape.items() for size, results in by_size.items()
               for name, result in results.items()
-              if result["ratio"] > TIME_TARGET or result["rss_mb"] > RSS_TARGET]
+              if (result["judged"] and result["ratio"] > TIME_TARGET)
+              or result["rss_mb"] > RSS_TARGET]
     print(f"\ntargets: {'all met' if not missed else 'NOT met: ' + ', '.join(missed)}")
 
 
