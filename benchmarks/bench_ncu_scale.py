@@ -17,8 +17,8 @@ of --repeat timed:
   kernel name and metric: mean, median, count; both runs joined for diff and report, run B
   alone for explain).
 Targets: each command <= 5x its floor at the largest size (the issue's ~200 MB; the ratios at
-smaller sizes are printed, not judged) and <= 400 MB peak RSS at every size; memory flat from 20 to
-200 MB (the slope printed per shape, in MB of RSS per MB of report).
+smaller sizes are printed, not judged) and <= 400 MB peak RSS at every size; memory flat from
+20 to 200 MB (the slope printed per shape, in MB of RSS per MB of report).
 
     python benchmarks/bench_ncu_scale.py [--report PATH] [--sizes 20,100,200] [--repeat 3]
                                          [--workdir DIR]
