@@ -24,13 +24,15 @@ in `explain_tables`; this module is the steps that read them.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from triage.compare.explain_launches import (MESSAGES, LaunchData, launch_config,
-                                             read_launches, rule_messages, split_by_behaviour)
+from triage.compare.explain_launches import (MESSAGES, LaunchData, launch_config, launch_number,
+                                             numeric, read_launches, rule_messages,
+                                             split_by_behaviour)
 from triage.compare.explain_result import (CONCLUDED, NO_DATA, NOT_COLLECTED, Cite,
                                            ExplainResult, Finding, KernelExplained, LaunchGroup,
                                            Missing, NcuRule, Step)
@@ -65,21 +67,20 @@ class Values:
 
     def __init__(self, raw: dict[str, tuple], sections: set[str]):
         self.raw, self.sections = raw, sections
+        self._found: dict[str, Cite | None] = {}
 
     def cite(self, name: str) -> Cite | None:
         value, unit = self.raw.get(name, NOT_READ)
-        if isinstance(value, (int, float)) and not math.isnan(value):
+        if numeric(value):
             return Cite(name, value, unit or "")
         return None
 
     def get(self, key: str) -> Cite | None:
-        """The first of the key's namings with a number (a loop: explain asks ~150 times per
-        kernel)."""
-        for name in METRICS[key].names:
-            found = self.cite(name)
-            if found:
-                return found
-        return None
+        """The first of the key's namings with a number, kept: the steps ask for the same keys
+        again (sm_pct and mem_pct five times), at hundreds of kernels."""
+        if key not in self._found:
+            self._found[key] = next(filter(None, map(self.cite, METRICS[key].names)), None)
+        return self._found[key]
 
     def text(self, name: str) -> str | None:
         value = self.raw.get(name, (None, None))[0]
@@ -87,14 +88,21 @@ class Values:
 
     def stalls(self) -> tuple[list[tuple[str, Cite]], str | None]:
         """(reason, cite) pairs from the first naming that has any, and what they measure."""
-        names = sorted(n for n in self.raw if n.startswith(STALL_PREFIX))
-        for pattern, measure in _STALL_PATTERNS:
-            found = [(m.group(1), self.cite(name)) for name in names
-                     if (m := pattern.match(name))]
-            cited = [(reason, c) for reason, c in found if c]
+        for named, measure in _stall_names(tuple(self.raw)):
+            cited = [(reason, c) for reason, name in named if (c := self.cite(name))]
             if cited:
                 return cited, measure
         return [], None
+
+
+@functools.lru_cache(maxsize=8)
+def _stall_names(names: tuple[str, ...]) -> list[tuple[list[tuple[str, str]], str]]:
+    """Per naming of stall reasons (STALL_METRICS' order), its (reason, metric name) pairs
+    among these names, sorted by name, with what they measure: worked out once per set of
+    names (every kernel of a run has the same), not per kernel over its ~300 metrics."""
+    stalls = sorted(n for n in names if n.startswith(STALL_PREFIX))
+    return [([(m.group(1), name) for name in stalls if (m := pattern.match(name))], measure)
+            for pattern, measure in _STALL_PATTERNS]
 
 
 def duration_ns(raw: dict[str, tuple]) -> float | None:
@@ -132,10 +140,13 @@ def _levels(pairs) -> str:
 
 
 def top_contributor(values: Values, metric: str) -> Cite | None:
-    """The breakdown metric with the highest value behind a SpeedOfLight throughput."""
+    """The breakdown metric with the highest value behind a SpeedOfLight throughput (the first
+    of equals; only it is cited: a breakdown lists dozens)."""
     listed = values.text(f"breakdown:{metric}")
-    cites = [values.cite(n) for n in (listed or "").split(",")]
-    return max(filter(None, cites), key=lambda c: c.value, default=None)
+    numbers = [(value, name) for name in (listed or "").split(",")
+               if numeric(value := values.raw.get(name, NOT_READ)[0])]
+    top = max(numbers, key=lambda number: number[0], default=None)
+    return values.cite(top[1]) if top else None
 
 
 def unit_of(name: str) -> tuple[str, str | None]:
@@ -143,12 +154,13 @@ def unit_of(name: str) -> tuple[str, str | None]:
     return next(row[1:] for row in UNITS if name.startswith(row[0]))
 
 
-def sol_verdict(values: Values, rules: Sequence[NcuRule] = ()) -> SolVerdict | None:
-    """ncu's SOLBottleneck outcome for one launch: the result the report stores for it, else
-    the rule's thresholds applied to its throughputs (`explain_sol`); None when neither."""
-    sm, mem, waves = values.get("sm_pct"), values.get("mem_pct"), values.get("waves")
-    computed = rule_verdict(sm.value, mem.value, waves.value if waves else None) \
-        if sm and mem else None
+def sol_verdict(raw: RawValues, rules: Sequence[NcuRule] = ()) -> SolVerdict | None:
+    """ncu's SOLBottleneck outcome for one launch (or a group's means): the result the report
+    stores for it, else the rule's thresholds applied to its throughputs (`explain_sol`);
+    None when neither. Read as bare numbers: every launch of a run is classified."""
+    sm, mem = launch_number(raw, "sm_pct"), launch_number(raw, "mem_pct")
+    computed = rule_verdict(sm, mem, launch_number(raw, "waves")) \
+        if sm is not None and mem is not None else None
     return decide(stored_verdict((r.rule_id, r.title, r.message) for r in rules), computed)
 
 
@@ -424,7 +436,7 @@ def step_conclusion(steps: list[Step]) -> Step:
 def explain_values(values: Values, verdict: SolVerdict | None = None) -> list[Step]:
     """The five steps, in order, for one group of launches' values; `verdict` is their
     SOLBottleneck outcome, worked out from the values where not given."""
-    steps = [step_throughput(values, verdict or sol_verdict(values)), step_memory(values),
+    steps = [step_throughput(values, verdict or sol_verdict(values.raw)), step_memory(values),
              step_occupancy(values), step_scheduler(values)]
     return steps + [step_conclusion(steps)]
 
@@ -460,8 +472,8 @@ Kernel = tuple[str, str | None, Sequence[Launch]]  # name, short name, launches
 def split_kernel(launches: Sequence[Launch], data: LaunchData) -> Split:
     """One kernel's launches, each classified on its own (launch configuration, ncu's
     SOLBottleneck outcome), in groups that behave alike, each with its outcome."""
-    verdicts = {launch: sol_verdict(Values(data.values.get(launch, {}), set()),
-                                    data.rules.get(launch, ())) for launch in launches}
+    verdicts = {launch: sol_verdict(data.values.get(launch, {}), data.rules.get(launch, ()))
+                for launch in launches}
 
     def behaviour(launch: Launch) -> tuple:
         verdict = verdicts[launch]

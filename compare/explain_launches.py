@@ -62,17 +62,24 @@ def rule_messages(rows: list[dict]) -> dict[Launch, list[NcuRule]]:
     return rules
 
 
-def _number(raw: RawValues, key: str) -> float | None:
+def numeric(value: object) -> bool:
+    """Whether a metric's value is a number to read (not text, not None, not NaN)."""
+    return isinstance(value, (int, float)) and not math.isnan(value)
+
+
+def launch_number(raw: RawValues, key: str) -> float | None:
+    """The first of the key's namings (METRICS) with a number in these values, as a bare
+    number (what `Values.get` cites)."""
     for name in METRICS[key].names:
         value = raw.get(name, (None, None))[0]
-        if isinstance(value, (int, float)) and not math.isnan(value):
+        if numeric(value):
             return value
     return None
 
 
 def launch_config(raw: RawValues) -> LaunchConfig:
     """One launch's grid and block size (None where LaunchStats was not collected)."""
-    return LaunchConfig(_number(raw, "grid_size"), _number(raw, "block_size"))
+    return LaunchConfig(launch_number(raw, "grid_size"), launch_number(raw, "block_size"))
 
 
 def split_by_behaviour(launches: Sequence[Launch],

@@ -72,7 +72,8 @@ def _spans(groups: np.ndarray) -> dict[int, tuple[int, int]]:
 
 class GroupStats:
     """The statistics of each group asked for, as DuckDB returned them (one Arrow row per group
-    and metric, ordered by group); `of` turns one group's rows into Python at a time."""
+    and metric, ordered by group); `raw` and `of` turn one group's rows into Python at a
+    time."""
 
     def __init__(self, table: pa.Table,
                  sections: Callable[[], dict[int, set[str]]] = dict) -> None:
@@ -81,6 +82,7 @@ class GroupStats:
         self._read_sections = sections
         self._sections: dict[int, set[str]] | None = None
         self._last: tuple[int, RawValues] | None = None
+        self._columns_for_raw: _RawColumns | None = None
 
     def sections(self, index: int) -> set[str]:
         """The ids of the sections collected for any launch of group `index` (read on the
@@ -112,16 +114,45 @@ class GroupStats:
         metrics each); the last group asked for is kept."""
         if self._last is not None and self._last[0] == index:
             return self._last[1]
-        rows = self._rows(index)
-        values = rows.column("mean").to_pylist()
-        unmeasured = np.flatnonzero(rows.column("n").to_numpy() == 0).tolist()  # text metrics
-        texts = rows.column("text").to_pylist() if unmeasured else []
-        for at in unmeasured:
-            values[at] = texts[at]
-        raw = dict(zip(rows.column("name").to_pylist(),
-                       zip(values, rows.column("unit").to_pylist(), strict=True), strict=True))
+        offset, length = self._spans.get(index, (0, 0))
+        if length and self._columns_for_raw is None:
+            self._columns_for_raw = _RawColumns(self._table)
+        raw = self._columns_for_raw.group(offset, offset + length) \
+            if self._columns_for_raw and length else {}
         self._last = (index, raw)
         return raw
+
+
+class _RawColumns:
+    """The columns `GroupStats.raw` reads, made ready once for every group: means and which rows
+    are text as NumPy; names and units as Python strings per group, those of the group before
+    taken again where they are the same (every kernel of a run has the same few hundred
+    metrics: one string each, their hashes computed once, not one per group and metric)."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+        self.means = table.column("mean").to_numpy()  # NULL (no number) as NaN: see `texts`
+        self.unmeasured = np.flatnonzero(table.column("n").to_numpy() == 0)  # text metrics
+        self.texts = table.column("text").to_numpy(zero_copy_only=False)[
+            self.unmeasured].tolist()
+        self.before: dict[str, tuple[pa.ChunkedArray, list]] = {}
+
+    def _strings(self, column: str, start: int, end: int) -> list:
+        cells = self.table.column(column).slice(start, end - start)
+        before = self.before.get(column)
+        if before is None or not before[0].equals(cells):
+            before = self.before[column] = (cells, cells.to_pylist())
+        return before[1]
+
+    def group(self, start: int, end: int) -> RawValues:
+        values = self.means[start:end].tolist()
+        first, last = np.searchsorted(self.unmeasured, [start, end]).tolist()
+        for at, text in zip(self.unmeasured[first:last].tolist(), self.texts[first:last],
+                            strict=True):
+            values[at - start] = text
+        return dict(zip(self._strings("name", start, end),
+                        zip(values, self._strings("unit", start, end), strict=True),
+                        strict=True))
 
 
 def _stat(mean: float | None, text: str | None, unit: str | None, n: int,
@@ -172,9 +203,13 @@ class NcuTables:
 
     def _wanted(self, groups: Iterable[Sequence[Launch]]) -> str:
         """Register (launch, group, position) rows as a view; its name."""
-        rows = [(report, kernel, index, pos) for index, group in enumerate(groups)
-                for pos, (report, kernel) in enumerate(group)]
-        columns = list(zip(*rows, strict=True)) or [(), (), (), ()]
+        groups = list(groups)
+        sizes = np.array([len(group) for group in groups], np.int64)
+        launches = [launch for group in groups for launch in group]
+        report, kernel = zip(*launches, strict=True) if launches else ((), ())
+        starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
+        columns = (report, kernel, np.repeat(np.arange(len(groups)), sizes),
+                   np.arange(len(launches)) - starts)
         name = f"wanted_{next(self._names)}"
         self.con.register(name, pa.table([pa.array(c, f.type) for c, f in zip(
             columns, _LAUNCH, strict=True)], schema=_LAUNCH))
@@ -280,7 +315,10 @@ class NcuTables:
         if source is None:
             return []
         wanted = self._wanted([list(launches)])
-        return self._query(
+        found = self._query(
             f"SELECT {', '.join(columns)} FROM {source} AS t SEMI JOIN {wanted} AS w "
             f"USING (report_index, kernel_index) {'WHERE ' + where if where else ''} "
-            "ORDER BY row", [wanted]).to_pylist()
+            "ORDER BY row", [wanted])
+        # Table.to_pylist builds each row in a Python comprehension: 3x slower than zipping
+        return [dict(zip(columns, row, strict=True)) for row in zip(
+            *(found.column(c).to_pylist() for c in columns), strict=True)]

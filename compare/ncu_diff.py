@@ -22,9 +22,10 @@ from weakref import WeakKeyDictionary
 
 from triage.compare.aggregate import median_side, median_value
 from triage.compare.drift import NOT_COMPARABLE, drift_item, kernel_set_drift, no_data_drift
-from triage.compare.explain import duration_ns, explain_planned, plan
+from triage.compare.explain import NOT_READ, duration_ns, explain_planned, plan
+from triage.compare.explain_result import KernelExplained
 from triage.compare.explain_tables import METRICS
-from triage.compare.launch_stats import Group
+from triage.compare.launch_stats import Group, RawValues
 from triage.compare.matching import (TWO_NAMES, KernelGroup, Launch, Match,
                                      group_kernels, match_kernels, match_key)
 from triage.compare.result import (SECTION_ONLY_A, SECTION_ONLY_B, Conclusion, DiffOptions,
@@ -83,6 +84,7 @@ class Side:
         self.kernels = list(dict.fromkeys(kernels))
         self.plan = plan(self.tables, [("", None, group) for group in self.kernels]) \
             if conclude else None
+        self._conclusions: dict[Group, str | None] = {}
         groups = self.kernels + (self.plan.groups if self.plan else [])
         self.index = {group: index for index, group in enumerate(dict.fromkeys(groups))}
         self.stats = self.tables.stats(list(self.index))
@@ -103,28 +105,32 @@ class Side:
                 entry[2].setdefault(row["metric_name"], row["metric_label"])
         return list(layout.values())
 
-    def metric(self, launches: Sequence[Launch], name: str) -> tuple[Value, str | None]:
-        """The metric's mean over these launches (one kernel's, as given), and its unit."""
-        return self.stats.raw(self.index[tuple(launches)]).get(name, (None, None))
+    def means(self, launches: Sequence[Launch]) -> RawValues:
+        """Each metric's mean over these launches (one kernel's, as given), and its unit."""
+        return self.stats.raw(self.index[tuple(launches)])
 
     def conclusion(self, launches: Sequence[Launch]) -> str | None:
         """`triage explain`'s conclusion for a kernel's launches: explain's label where they
-        behave alike, else each group's label in launch order, joined by " / "."""
-        return self._conclusions[tuple(launches)]
+        behave alike, else each group's label in launch order, joined by " / ". Kernels are
+        explained as they are asked for, in order: the statistics of the last group explained
+        are then still at hand for the kernel's sections."""
+        wanted = tuple(launches)
+        while wanted not in self._conclusions:
+            self._conclude_next()
+        return self._conclusions[wanted]
 
     @cached_property
-    def _conclusions(self) -> dict[Group, str | None]:
+    def _explained(self) -> Iterator[KernelExplained]:
         assert self.plan is not None, "a Side made with conclude=False"
-        explained = explain_planned(self.tables, self.plan, self.stats, self.index)
-        out: dict[Group, str | None] = {}
-        for group in self.kernels:
-            first = next(explained)
-            labels = [first.conclusion] + [next(explained).conclusion
-                                           for _ in range(first.group.of - 1 if first.group
-                                                          else 0)]
-            out[group] = labels[0] if len(set(labels)) == 1 else \
-                " / ".join(dict.fromkeys(label or "none" for label in labels))
-        return out
+        return explain_planned(self.tables, self.plan, self.stats, self.index)
+
+    def _conclude_next(self) -> None:
+        group = self.kernels[len(self._conclusions)]
+        first = next(self._explained)
+        labels = [first.conclusion] + [next(self._explained).conclusion
+                                       for _ in range(first.group.of - 1 if first.group else 0)]
+        self._conclusions[group] = labels[0] if len(set(labels)) == 1 else \
+            " / ".join(dict.fromkeys(label or "none" for label in labels))
 
 
 @dataclass(frozen=True)
@@ -142,11 +148,18 @@ class Reading:
     def launches(self) -> list[Launch]:
         return list(self.parts[0][1])
 
+    @cached_property
+    def _means(self) -> list[RawValues]:
+        """Each run's metrics over its launches (looked up once per kernel, not per metric)."""
+        return [side.means(launches) for side, launches in self.parts]
+
     def metric(self, name: str) -> tuple[Value, str | None]:
-        found = [side.metric(list(launches), name) for side, launches in self.parts]
+        found = [means.get(name, NOT_READ) for means in self._means]
         known = [(value, unit) for value, unit in found if value is not None]
         if not known:
-            return None, None
+            return NOT_READ
+        if len(known) == 1:  # one run: its mean, what the median of one value is
+            return known[0]
         return median_value([value for value, _unit in known]), known[0][1]
 
 
@@ -364,12 +377,13 @@ def _kernel_entry(head: KernelDiff, match: Match, side_a: Side, side_b: Side,
         return head
     pairs = match.pairs()
     count = len(pairs)
+    # explained first: its statistics are then the ones the sections read
+    conclusion = Conclusion(side_a.conclusion([p[0] for p in pairs]),
+                            side_b.conclusion([p[1] for p in pairs]))
     reading_a = _reading(side_a, [p[0] for p in pairs], head.name, rest[0], count)
     reading_b = _reading(side_b, [p[1] for p in pairs], name_b, rest[1], count)
     return replace(head, sections=_section_entries(reading_a, reading_b, opts, head.no_data),
-                   rules=_rule_entries(match, side_a, side_b),
-                   conclusion=Conclusion(side_a.conclusion([p[0] for p in pairs]),
-                                         side_b.conclusion([p[1] for p in pairs])))
+                   rules=_rule_entries(match, side_a, side_b), conclusion=conclusion)
 
 
 def _section_drift(kernels: list[KernelDiff]) -> list[DriftItem]:

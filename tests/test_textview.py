@@ -29,9 +29,9 @@ def test_csv_lists_and_structs_are_json():
 
 def test_to_json_writes_the_standard_librarys_bytes(triage, archived):
     """`to_json`'s own indenting writer (the C encoder per container of scalars) against
-    `json.dumps(indent=2)`: on an ncu diff document, and on the values the writer treats
-    apart: NaN and infinities, decimals, non-string keys, non-JSON objects, empty and nested
-    containers, text with quotes and line breaks."""
+    `json.dumps(indent=2)`: on an ncu diff document, and on the values the
+    writer treats apart: NaN and infinities, decimals, non-string keys, non-JSON objects,
+    empty and nested containers, text with quotes, braces and line breaks, lists of rows."""
     import json
     from decimal import Decimal
     from pathlib import Path
@@ -49,5 +49,8 @@ def test_to_json_writes_the_standard_librarys_bytes(triage, archived):
     odd = {"nan": float("nan"), "inf": [float("-inf"), 1.5], "dec": [Decimal("3"),
            Decimal("2.5"), Decimal("NaN")], 1: {2.5: None, True: "x\"\n\u00e9"}, "path":
            Path("/a b"), "empty": [[], {}, ()], "deep": [[[1, {"a": ()}]]], "big": 10 ** 30}
-    for data in (odd, [odd, 1], {"rows": [odd] * 3, "t": (odd,)}, "x", 1.0, [], {}):
+    rows = [{"a": "},\n      {", "b": 1.5}, {"c": None, 2: True, "d": "}"}, {"e": "{"}]
+    for data in (odd, [odd, 1], {"rows": [odd] * 3, "t": (odd,)}, "x", 1.0, [], {},
+                 {"rows": rows}, [rows, rows[:1]], rows + [{"nan": float("nan")}],
+                 rows + [{}], rows + [{"dec": Decimal("1.5")}], tuple(rows)):
         assert to_json(data) == standard(data)

@@ -24,7 +24,7 @@ from triage.compare.drift import worst_verdict
 from triage.archive.model import CaptureInfo, RunRecord
 from triage.compare.result import (KERNEL_LAUNCHES, KERNEL_RENAMED, NO_SIDE, SECTION_ONLY_A,
                                    SECTION_ONLY_B, DiffOptions, DiffResult, DriftItem,
-                                   KernelDiff)
+                                   KernelDiff, MetricDiff, SectionDiff)
 from triage.base.errors import UsageError
 from triage.views.text import (NCU_CAVEAT, clip_middle, default_phrase, distinct_names,
                                drift_entries, drift_sides, drift_why, field_with_default, fmt_ns,
@@ -331,6 +331,58 @@ def visible(value):
     return value
 
 
+def _shown(value) -> str:
+    """A value as `{{ value }}` writes it before escaping: text through the finalize
+    (`visible`), anything else as `str` (None as "None")."""
+    return printable(value, lines=True) if isinstance(value, str) else str(value)
+
+
+def _cut(text: str) -> str:
+    """`text|truncate(40, true, "…", 0)`."""
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _metric_change(metric: MetricDiff) -> str:
+    if metric.status in ("only_a", "only_b"):
+        return "only in " + metric.status[-1].upper()
+    return metric.status.replace("_", " ") if metric.status in ("no_data", "unchanged") \
+        else fmt_pct(metric.delta_pct)
+
+
+_METRIC_ROW = (
+    '  <tr class="st-{}"><td{} title="{}">{}</td><td class="muted">{}</td>\n'
+    '    <td class="{}" title="{}">{}</td>\n    <td class="{}" title="{}">{}</td>\n'
+    '    <td class="num">{}</td>\n    <td class="num">{}{}{}</td></tr>\n')
+_MUTED = ('<span class="muted">', "</span>")
+
+
+def metric_rows(section: SectionDiff, raw_names: bool) -> Markup:
+    """The rows of a section's metric table in the HTML page, byte for byte what a template
+    loop wrote, written here: a report of hundreds of kernels has ~16,000 of them, and jinja
+    finalizing and escaping their ~10 values one expression at a time was most of the page's
+    time. Here a table's values are escaped in one call (joined by NUL, which `printable`
+    never lets through)."""
+    texts = []
+    for metric in section.metrics:
+        delta = "" if metric.delta is None else \
+            ("+" if metric.delta > 0 else "") + fmt_number(metric.delta, metric.unit)
+        texts += [metric.status, metric.name, metric_title(metric, raw_names, True),
+                  metric.unit or "", metric.a, _cut(fmt_number(metric.a, metric.unit)),
+                  metric.b, _cut(fmt_number(metric.b, metric.unit_b or metric.unit)), delta,
+                  _metric_change(metric)]
+    cells = str(escape("\0".join(map(_shown, texts)))).split("\0")
+    rows = []
+    for metric, at in zip(section.metrics, range(0, len(cells), 10), strict=True):
+        status, name, title, unit, a, shown_a, b, shown_b, delta, change = cells[at:at + 10]
+        muted = _MUTED if metric.status in ("no_data", "unchanged") else ("", "")
+        rows.append(_METRIC_ROW.format(
+            status, ' class="mono"' if title == name else "", name, title, unit,
+            "text" if isinstance(metric.a, str) else "num", a, shown_a,
+            "text" if isinstance(metric.b, str) else "num", b, shown_b, delta,
+            muted[0], change, muted[1]))
+    return Markup("".join(rows))
+
+
 def template_environment(markdown: bool) -> jinja2.Environment:
     """The review pages' Jinja environment and filters (the history page renders with it too, so
     both pages escape and format values alike)."""
@@ -345,7 +397,7 @@ def template_environment(markdown: bool) -> jinja2.Environment:
                        code=md_code, h=html_text, trend=trend,
                        number=fmt_number, bytes=fmt_bytes, change_ns=fmt_change_ns,
                        clip_middle=clip_middle, metric_title=metric_title,
-                       one_side=one_side_text)
+                       one_side=one_side_text, metric_rows=metric_rows)
     return env
 
 
