@@ -107,8 +107,26 @@ KERNEL_SUMMARY_COLUMNS = ("name", "short_name", "instances", "total_ns", "avg_ns
                           "min_ns", "max_ns", "stddev_ns", "share")
 
 
+def follow_summaries(tables: TableSet, names: list[str]) -> None:
+    """Before a run's rows are written: the named summaries that can be computed from their
+    source's batches as they stream past follow them (`GpuGaps`), on the thread that writes
+    them, so that this work overlaps the reading (SQLite stepping its statement, nsys's export)
+    instead of reading the finished Parquet back after it."""
+    if "gpu_gaps" in names:
+        gaps = GpuGaps()
+        tables.follow("kernels", gaps.add)
+        tables.streamed["gpu_gaps"] = gaps.table
+
+
 def compute_summaries(tables: TableSet, names: list[str]) -> None:
-    """Compute the named summary tables from the TableSet's own temp files and add them to it."""
+    """Compute the named summary tables and add them to the TableSet: those followed while
+    their source was written (`follow_summaries`) from what they gathered, the rest from the
+    TableSet's own temp files."""
+    gathered = {name: tables.streamed[name]() for name in names if name in tables.streamed}
+    for name, table in gathered.items():
+        if table is not None:
+            tables.writer(name).write_arrow(table)
+    names = [name for name in names if gathered.get(name) is None]
     if names == ["kernel_summary"]:
         kernels = pq.ParquetFile(tables.path("kernels"))
         if kernels.metadata.num_rows <= PYTHON_SUMMARY_ROWS:
@@ -189,6 +207,124 @@ def _ranking(row: tuple[Any, ...]) -> tuple[int, float, int, str]:
     else:
         first = (1, -total)
     return (*first, name is None, name or "")
+
+
+INT64_MIN = -(1 << 63)
+
+
+class GpuGaps:
+    """GPU_GAPS computed from the kernels as they are written, batch by batch, in NumPy: per
+    device the furthest end so far (`max(end_ns)` over the kernels before) and the first named
+    kernel to reach it (DuckDB's `arg_max` skips NULL names and keeps the first of equal ends);
+    a gap wherever a kernel starts after that end. Integers only, so the rows are the SQL's.
+
+    The SQL orders each device's kernels by start, then kernel_index (which numbers one
+    report's kernels in the order they are written); the batches stream in that order only for
+    one report whose kernels come by start, as every nsys reader writes them. Kernels of a
+    second report, or a start before the last one, and `table` gives None: the SQL then reads
+    the finished table."""
+
+    def __init__(self) -> None:
+        self.report: int | None = None
+        self.last_start = INT64_MIN
+        self.in_order = True
+        self.furthest: dict[int, int] = {}  # device -> the furthest end so far
+        # device -> the end and name of the first named kernel to reach the furthest named end
+        self.leaders: dict[int, tuple[int, str]] = {}
+        self.parts: list[pa.Table] = []
+
+    def add(self, kernels: pa.Table) -> None:
+        import pyarrow.compute as pc
+
+        if not self.in_order or not kernels.num_rows:
+            return
+        reports = pc.unique(kernels["report_index"]).to_pylist()
+        if self.report is None:
+            self.report = reports[0]
+        if reports != [self.report]:
+            self.in_order = False
+            return
+        timed = pc.and_(pc.is_valid(kernels["start_ns"]), pc.is_valid(kernels["end_ns"]))
+        if not pc.all(timed).as_py():
+            kernels = kernels.filter(timed)
+        if not kernels.num_rows:
+            return
+        start = kernels["start_ns"].to_numpy()
+        if start[0] < self.last_start or (start[1:] < start[:-1]).any():
+            self.in_order = False
+            return
+        self.last_start = int(start[-1])
+        end = kernels["end_ns"].to_numpy()
+        devices = pc.fill_null(kernels["device_id"], 0).to_numpy()
+        names = kernels["name"].combine_chunks()
+        named = names.is_valid().to_numpy(zero_copy_only=False)
+        for device in sorted(set(devices.tolist())):
+            rows = (devices == device).nonzero()[0]
+            self._device(device, rows, start[rows], end[rows], named[rows], names)
+
+    def _device(self, device: int, rows, start, end, named, names: pa.Array) -> None:
+        """One device's kernels of a batch, in order."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        furthest = self.furthest.get(device)
+        reached = np.maximum.accumulate(end)
+        before = np.empty_like(end)  # the furthest end of the kernels before each
+        before[0], before[1:] = INT64_MIN if furthest is None else furthest, reached[:-1]
+        if furthest is not None:
+            before = np.maximum(before, furthest)
+        gaps = start > before
+        if furthest is None:
+            gaps[0] = False
+        self.furthest[device] = int(reached[-1]) if furthest is None \
+            else max(furthest, int(reached[-1]))
+        # The first named kernel to reach each furthest named end so far: a later one takes
+        # over only past it.
+        carried = self.leaders.get(device)
+        named_end = np.where(named, end, INT64_MIN)
+        prior = np.maximum.accumulate(np.concatenate(([carried[0] if carried else INT64_MIN],
+                                                      named_end)))
+        takes_over = named & (named_end > prior[:-1])
+        if carried is None and named.any():  # the first named kernel leads, whatever its end
+            takes_over[int(named.argmax())] = True
+        leader = np.maximum.accumulate(np.where(takes_over, np.arange(len(end)), -1))
+        if takes_over.any():
+            last = int(leader[-1])
+            self.leaders[device] = (int(named_end[last]), names[int(rows[last])].as_py())
+        where = gaps.nonzero()[0]
+        if not len(where):
+            return
+        previous = np.full(len(where), -1)
+        later = where > 0
+        previous[later] = leader[where[later] - 1]
+        chosen = pa.array(rows[np.maximum(previous, 0)], mask=previous < 0)
+        before_kernel = names.take(chosen)
+        if carried is not None:
+            before_kernel = pc.fill_null(before_kernel, carried[1])
+        self.parts.append(pa.table({
+            "device_id": pa.array(np.full(len(where), device), pa.int32()),
+            "start_ns": pa.array(before[where], pa.int64()),
+            "end_ns": pa.array(start[where], pa.int64()),
+            "gap_ns": pa.array(start[where] - before[where], pa.int64()),
+            "before_kernel": before_kernel,
+            "after_kernel": names.take(pa.array(rows[where])),
+        }))
+
+    def table(self) -> pa.Table | None:
+        """The gaps in the SQL's order (device, then start), or None when the kernels did not
+        stream in the order the SQL reads them."""
+        import pyarrow as pa
+
+        from triage.schemas.tables import arrow_schema
+
+        if not self.in_order:
+            return None
+        schema = arrow_schema("gpu_gaps")
+        if not self.parts:
+            return schema.empty_table()
+        gaps = pa.concat_tables(self.parts)  # a stable sort: each device's gaps stay in order
+        return gaps.sort_by([("device_id", "ascending"), ("start_ns", "ascending")]).cast(schema)
 
 
 def _median(values: list[float]) -> float | None:

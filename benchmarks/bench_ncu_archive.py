@@ -34,7 +34,8 @@ from pathlib import Path
 
 from benchlib import compile_sources
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "ncu"
+CORPUS = Path(os.environ.get("TRIAGE_CORPUS")
+              or Path(__file__).resolve().parents[2] / "shared" / "corpus") / "ncu"
 
 
 def largest_report() -> Path:

@@ -1,0 +1,93 @@
+"""gpu_gaps gathered from the kernels as they stream into their table (`summaries.GpuGaps`), not
+by DuckDB reading the finished table back: the same rows as GPU_GAPS, batch boundaries, ties,
+unnamed kernels and several devices included; the SQL wherever the kernels do not come in the
+order it reads them."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from helpers import corpus_file
+from triage.archive.store import Store
+from triage.archive.summaries import GPU_GAPS, GpuGaps
+from triage.base.duck import connect, fetch_arrow, sql_string
+from triage.capture.formats import prepare_report
+from triage.schemas.tables import arrow_schema
+
+EXPORT = "Lashi0812__CudaProgramming__streamSimple.sqlite"
+
+
+def real_kernels() -> pa.Table:
+    """The kernels table a real export's reader writes (16 kernels on one device)."""
+    prepared = prepare_report(corpus_file(EXPORT))
+    try:
+        return pa.concat_tables([b for name, b in prepared.batches(0) if name == "kernels"])
+    finally:
+        prepared.close()
+
+
+def duckdb_gaps(kernels: pa.Table, tmp_path) -> pa.Table:
+    path = tmp_path / "kernels.parquet"
+    pq.write_table(kernels, path)
+    return fetch_arrow(connect(threads=1), GPU_GAPS.format(
+        kernels=f"read_parquet({sql_string(path)})")).cast(arrow_schema("gpu_gaps"))
+
+
+def streamed(kernels: pa.Table, rows: int) -> pa.Table | None:
+    gaps = GpuGaps()
+    for offset in range(0, kernels.num_rows, rows):
+        gaps.add(kernels.slice(offset, rows))
+    return gaps.table()
+
+
+def derived_kernels() -> pa.Table:
+    """The real kernels four times over, each copy later in time, made awkward: the second copy
+    on device 1, the third with no device (device 0 in the SQL), names missing (arg_max skips
+    them), a kernel ending where the furthest end already is under another name (a tie: the
+    first keeps it), one that ends before it starts, one without an end, one spanning the
+    next kernels; in start order, numbered as a reader numbers them."""
+    real = real_kernels().to_pylist()
+    span = max(r["end_ns"] for r in real) - min(r["start_ns"] for r in real) + 1000
+    rows = []
+    for copy in range(4):
+        for r in real:
+            rows.append(dict(r, start_ns=r["start_ns"] + copy * span,
+                             end_ns=r["end_ns"] + copy * span,
+                             device_id={1: 1, 2: None}.get(copy, r["device_id"])))
+    rows[3]["name"] = rows[20]["name"] = rows[21]["name"] = None
+    rows[6] = dict(rows[6], name="a tie", end_ns=max(r["end_ns"] for r in rows[:6]))
+    rows[9] = dict(rows[9], end_ns=rows[9]["start_ns"] - 5)
+    rows[12] = dict(rows[12], end_ns=None)
+    rows[40] = dict(rows[40], end_ns=rows[44]["start_ns"] + 1)
+    rows.sort(key=lambda r: r["start_ns"])
+    for index, r in enumerate(rows):
+        r["kernel_index"] = index
+    return pa.Table.from_pylist(rows, schema=arrow_schema("kernels"))
+
+
+def test_the_gaps_of_awkward_kernels_streamed_in_small_batches_are_duckdbs(tmp_path):
+    kernels = derived_kernels()
+    expected = duckdb_gaps(kernels, tmp_path)
+    assert len(set(expected["device_id"].to_pylist())) == 2 and expected.num_rows > 10
+    for rows in (1, 5, 64, kernels.num_rows):
+        assert streamed(kernels, rows).equals(expected), rows
+
+
+def test_kernels_out_of_the_sqls_order_are_left_to_it():
+    kernels = derived_kernels()
+    assert streamed(kernels.take(list(range(kernels.num_rows))[::-1]), 8) is None
+    second = kernels.set_column(0, "report_index", pa.array([0] * 30 + [1] * 34, pa.int32()))
+    assert streamed(second, 8) is None
+
+
+def test_an_archived_export_stores_the_streamed_gaps(triage, store_dir, tmp_path):
+    run = triage.json("show", triage.json("archive", corpus_file(EXPORT))[0]["id"])
+    store = Store.open(store_dir)
+
+    def table(name: str) -> pa.Table:
+        return pq.ParquetFile(store.root / store.tables.key(
+            run["id"], name, run["tables"][name]["sha256"])).read()
+
+    gaps = table("gpu_gaps")
+    assert gaps.num_rows == 3 and gaps.equals(duckdb_gaps(table("kernels"), tmp_path))
