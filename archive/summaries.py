@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 
-from triage.base.duck import fetch_arrow, sql_string, summary_connection
+from triage.base.duck import (fetch_arrow, joined_summary_connection, open_summary_connection,
+                              sql_string, summary_connection)
 from triage.schemas.tables import rows_table
 
 if TYPE_CHECKING:
@@ -116,12 +117,23 @@ def follow_summaries(tables: TableSet, names: list[str]) -> None:
         gaps = GpuGaps()
         tables.follow("kernels", gaps.add)
         tables.streamed["gpu_gaps"] = gaps.table
+    if names != ["kernel_summary"]:  # an ncu run's is computed in Python (`kernel_summary`)
+        open_summary_connection()  # DuckDB is imported while the rows are read
 
 
 def compute_summaries(tables: TableSet, names: list[str]) -> None:
     """Compute the named summary tables and add them to the TableSet: those followed while
     their source was written (`follow_summaries`) from what they gathered, the rest from the
-    TableSet's own temp files."""
+    TableSet's own temp files. The thread opening DuckDB has ended when this returns (the next
+    run's reader may fork)."""
+    try:
+        _compute(tables, names)
+    finally:
+        joined_summary_connection()
+
+
+def _compute(tables: TableSet, names: list[str]) -> None:
+    """`compute_summaries`' work: those gathered, then the SQL (or, for an ncu run, Python)."""
     gathered = {name: tables.streamed[name]() for name in names if name in tables.streamed}
     for name, table in gathered.items():
         if table is not None:
@@ -140,7 +152,6 @@ def compute_summaries(tables: TableSet, names: list[str]) -> None:
             continue
         views = {src: f"read_parquet({sql_string(tables.path(src))})" for src in sources}
         tables.writer(name).write_arrow(fetch_arrow(summary_connection(), sql.format(**views)))
-
 
 
 @dataclass

@@ -14,10 +14,13 @@ statements, parameters and batch size, so the same rows in the same order (the s
 taken from one untimed archive in this process). `triage archive` runs as a user runs it, a
 fresh process into a new store (interpreter start-up included on both sides). The legs are
 interleaved round by round; each prints its min and median, and the ratio archive / ADBC of
-the mins and of the medians against the target: <= 2.0x (issue 41).
+the mins and of the medians against the target: <= 2.0x (issue 41). `--baseline PYTHON` times
+the archive a second time in each round with another interpreter, one whose triage is another
+commit (a venv with that checkout installed), for a before/after under the same load.
 
 usage: python benchmarks/bench_sqlite_archive.py [--workdir DIR] [--rounds 5]
                                                  [--ranges N] [--kernels N] [--only ranges|kernels]
+                                                 [--baseline PYTHON]
 """
 
 from __future__ import annotations
@@ -123,10 +126,10 @@ def adbc_read(path: Path, statements: list) -> tuple[float, int]:
     return seconds, int(out.split()[-1])
 
 
-def archive(path: Path, store: Path) -> float:
+def archive(path: Path, store: Path, python: str = sys.executable) -> float:
     """`triage archive PATH` into a new store (removed after: a run there would be found)."""
     shutil.rmtree(store, ignore_errors=True)
-    seconds, _out = timed([sys.executable, "-m", "triage", "--store", str(store), "archive",
+    seconds, _out = timed([python, "-m", "triage", "--store", str(store), "archive",
                            str(path)])
     shutil.rmtree(store)
     return seconds
@@ -136,7 +139,7 @@ def times(seconds: list[float]) -> str:
     return f"{min(seconds):6.2f} s min {median(seconds):6.2f} s median"
 
 
-def run(work: Path, inputs: dict[str, Path], rounds: int) -> None:
+def run(work: Path, inputs: dict[str, Path], rounds: int, baseline: str | None) -> None:
     statements = {name: statements_of(path) for name, path in inputs.items()}
     legs: dict[tuple[str, str], list[float]] = {}
     rows: dict[str, int] = {}
@@ -146,16 +149,26 @@ def run(work: Path, inputs: dict[str, Path], rounds: int) -> None:
             seconds, rows[name] = adbc_read(path, statements[name])
             legs.setdefault((name, "adbc"), []).append(seconds)
             legs.setdefault((name, "archive"), []).append(archive(path, work / "store"))
+            if baseline:
+                legs.setdefault((name, "baseline"), []).append(
+                    archive(path, work / "store", baseline))
         load.append(os.getloadavg()[0])
     print(f"{rounds} rounds, interleaved, load average {min(load):.1f}-{max(load):.1f}")
     for name, path in inputs.items():
-        floor, archived = legs[(name, "adbc")], legs[(name, "archive")]
+        floor = legs[(name, "adbc")]
         print(f"{name}: {path.name}, {path.stat().st_size / 1e6:.1f} MB, {rows[name]:,} rows "
               f"read by {len(statements[name])} statements")
         print(f"  {'ADBC read of the same rows':32s} {times(floor)}")
-        print(f"  {'triage archive':32s} {times(archived)}   "
-              f"{min(archived) / min(floor):.2f}x min / {median(archived) / median(floor):.2f}x "
-              f"median  (target <= {TARGET:.1f}x)")
+        for leg, label in (("archive", "triage archive"),
+                           ("baseline", f"the same with {baseline}")):
+            if (name, leg) in legs:
+                print(versus(label, legs[(name, leg)], floor))
+
+
+def versus(label: str, archived: list[float], floor: list[float]) -> str:
+    """An archive leg: its min and median, as ratios to the ADBC read's."""
+    return (f"  {label:32s} {times(archived)}   {min(archived) / min(floor):.2f}x min / "
+            f"{median(archived) / median(floor):.2f}x median  (target <= {TARGET:.1f}x)")
 
 
 def main() -> None:
@@ -165,6 +178,8 @@ def main() -> None:
     parser.add_argument("--ranges", type=int, default=1_000_000)
     parser.add_argument("--kernels", type=int, default=1_000_000)
     parser.add_argument("--only", choices=("ranges", "kernels"))
+    parser.add_argument("--baseline", metavar="PYTHON",
+                        help="also time the archive with this interpreter's triage")
     args = parser.parse_args()
     compile_sources()
     with tempfile.TemporaryDirectory(prefix="triage-bench-") as temp:
@@ -175,7 +190,7 @@ def main() -> None:
             inputs["ranges"] = ranges_export(work, args.ranges)
         if args.only in (None, "kernels"):
             inputs["kernels"] = kernels_export(work, args.kernels)
-        run(work, inputs, args.rounds)
+        run(work, inputs, args.rounds, args.baseline)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ order it reads them."""
 
 from __future__ import annotations
 
+import threading
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -82,7 +84,9 @@ def test_kernels_out_of_the_sqls_order_are_left_to_it():
 
 
 def test_an_archived_export_stores_the_streamed_gaps(triage, store_dir, tmp_path):
+    """...and no thread of it is left running (DuckDB opened ahead: a fork would inherit it)."""
     run = triage.json("show", triage.json("archive", corpus_file(EXPORT))[0]["id"])
+    assert not [t for t in threading.enumerate() if t.name == "open-summary-connection"]
     store = Store.open(store_dir)
 
     def table(name: str) -> pa.Table:
