@@ -6,7 +6,10 @@ bytes and the run id, do not depend on thread scheduling.
 
 An ncu run's only summary, kernel_summary of a few kernels, is computed in Python instead
 (`kernel_summary`), to DuckDB's last bit: importing and connecting DuckDB costs more than the
-rest of archiving a small report.
+rest of archiving a small report. What can be gathered from a table's batches as they are
+written is (`follow_summaries`: that kernel_summary, and gpu_gaps in NumPy), on the thread that
+writes them while the reader waits on SQLite or nsys, instead of read back from the finished
+Parquet; DuckDB is imported on a thread meanwhile for the rest.
 """
 
 from __future__ import annotations
@@ -15,11 +18,9 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import pyarrow.parquet as pq
-
 from triage.base.duck import (fetch_arrow, joined_summary_connection, open_summary_connection,
                               sql_string, summary_connection)
-from triage.schemas.tables import rows_table
+from triage.schemas.tables import arrow_schema, rows_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -113,12 +114,16 @@ def follow_summaries(tables: TableSet, names: list[str]) -> None:
     source's batches as they stream past follow them (`GpuGaps`), on the thread that writes
     them, so that this work overlaps the reading (SQLite stepping its statement, nsys's export)
     instead of reading the finished Parquet back after it."""
+    if names == ["kernel_summary"]:  # an ncu run's: few kernels, summed in Python
+        kernels = KernelRows()
+        tables.follow("kernels", kernels.add)
+        tables.streamed["kernel_summary"] = kernels.summary
+        return
     if "gpu_gaps" in names:
         gaps = GpuGaps()
         tables.follow("kernels", gaps.add)
         tables.streamed["gpu_gaps"] = gaps.table
-    if names != ["kernel_summary"]:  # an ncu run's is computed in Python (`kernel_summary`)
-        open_summary_connection()  # DuckDB is imported while the rows are read
+    open_summary_connection()  # DuckDB is imported while the rows are read
 
 
 def compute_summaries(tables: TableSet, names: list[str]) -> None:
@@ -138,20 +143,38 @@ def _compute(tables: TableSet, names: list[str]) -> None:
     for name, table in gathered.items():
         if table is not None:
             tables.writer(name).write_arrow(table)
-    names = [name for name in names if gathered.get(name) is None]
-    if names == ["kernel_summary"]:
-        kernels = pq.ParquetFile(tables.path("kernels"))
-        if kernels.metadata.num_rows <= PYTHON_SUMMARY_ROWS:
-            rows = kernels.read(columns=["name", "short_name", "duration_ns"])
-            tables.writer("kernel_summary").write_arrow(kernel_summary(rows))
-            return
-    for name in names:
+    for name in [name for name in names if gathered.get(name) is None]:
         sql, sources = SUMMARIES[name]
         if not any(tables.writer(src).close() for src in sources):
             tables.writer(name)  # every summary of no rows is no rows: no file to read back
             continue
         views = {src: f"read_parquet({sql_string(tables.path(src))})" for src in sources}
         tables.writer(name).write_arrow(fetch_arrow(summary_connection(), sql.format(**views)))
+
+
+class KernelRows:
+    """An ncu run's kernels as they are written (name, short name, duration), for its
+    kernel_summary in Python (`kernel_summary`), not the finished table read back; None past
+    PYTHON_SUMMARY_ROWS kernels (DuckDB's SQL then)."""
+
+    COLUMNS = ["name", "short_name", "duration_ns"]
+
+    def __init__(self) -> None:
+        self.parts: list[pa.Table] = []
+        self.rows = 0
+
+    def add(self, kernels: pa.Table) -> None:
+        self.rows += kernels.num_rows
+        if self.rows <= PYTHON_SUMMARY_ROWS:
+            self.parts.append(kernels.select(self.COLUMNS))
+
+    def summary(self) -> pa.Table | None:
+        import pyarrow as pa
+
+        if self.rows > PYTHON_SUMMARY_ROWS:
+            return None
+        empty = arrow_schema("kernels").empty_table().select(self.COLUMNS)
+        return kernel_summary(pa.concat_tables([empty, *self.parts]))
 
 
 @dataclass
@@ -326,8 +349,6 @@ class GpuGaps:
         """The gaps in the SQL's order (device, then start), or None when the kernels did not
         stream in the order the SQL reads them."""
         import pyarrow as pa
-
-        from triage.schemas.tables import arrow_schema
 
         if not self.in_order:
             return None

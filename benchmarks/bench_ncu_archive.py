@@ -12,12 +12,14 @@ ncu_report's first decode); see `fresh` for why.
 Prints the metrics/s of each (min and median) and the ratio (target: archive >= 0.8x the bare
 rate). Then the fixed cost per run at the CLI: `python -m triage archive` of the smallest
 report against a bare `ncu_report` script reading the same file, each a whole fresh process
-(imports included), interleaved (target: <= 0.06 s more). Then the
-peak RSS of one process that reads every corpus report, bare and through
+(imports included), interleaved (target: <= 0.06 s more). Then a batch (issue 41):
+`triage archive` of every corpus `.ncu-rep` in one call against one bare process reading every
+metric of the same files, interleaved round by round (target: <= 1.5x, min and median). Then
+the peak RSS of one process that reads every corpus report, bare and through
 `triage archive`, after 1 and 8 passes (`ncu_report` keeps the memory of every result it
 decodes; triage hands results to worker processes once a process has read 256).
 
-    python benchmarks/bench_ncu_archive.py [REPORT] [--repeat 7]
+    python benchmarks/bench_ncu_archive.py [REPORT] [--repeat 7] [--batch-only]
 """
 
 from __future__ import annotations
@@ -164,6 +166,43 @@ def cli_fixed_cost(repeat: int) -> None:
               f"fixed cost {a - b:+6.3f} s  (target <= +0.060 s)")
 
 
+BATCH_TARGET = 1.5
+BATCH_SCRIPT = """import sys
+sys.path.insert(0, {here!r})
+import bench_ncu_archive
+for path in sys.argv[1:]:
+    bench_ncu_archive.bare_extraction(bench_ncu_archive.Path(path))
+"""
+
+
+def batch(repeat: int) -> None:
+    """`triage archive DIR/*.ncu-rep` of the corpus in one call against one process reading
+    every metric of the same files, both whole fresh processes, interleaved; the store exists
+    and is empty (made and removed untimed)."""
+    from triage.archive.store import Store
+
+    reports = sorted(str(p) for p in CORPUS.glob("*.ncu-rep"))
+    bare_command = [sys.executable, "-c", BATCH_SCRIPT.format(here=str(Path(__file__).parent)),
+                    *reports]
+    bare, archive = [], []
+    load = [os.getloadavg()[0]]
+    for _ in range(repeat + 1):  # the first round warms the page cache: not counted
+        bare.append(process_seconds(bare_command))
+        with tempfile.TemporaryDirectory() as folder:
+            store = Path(folder) / "store"
+            Store.open(store, create=True)
+            archive.append(process_seconds([sys.executable, "-m", "triage", "--store",
+                                            str(store), "archive", *reports]))
+        load.append(os.getloadavg()[0])
+    bare, archive = bare[1:], archive[1:]
+    print(f"batch: the {len(reports)} corpus .ncu-rep files in one call, {repeat} rounds, "
+          f"load average {min(load[1:]):.1f}-{max(load[1:]):.1f}")
+    for what, pick in (("min", min), ("median", statistics.median)):
+        b, a = pick(bare), pick(archive)
+        print(f"{what:6} bare ncu_report script {b:6.3f} s  triage archive {a:6.3f} s  "
+              f"{a / b:5.2f}x  (target <= {BATCH_TARGET:.1f}x)")
+
+
 MEMORY_PASSES = (1, 8)
 
 
@@ -212,15 +251,22 @@ def main() -> None:
     parser.add_argument("report", nargs="?", type=Path, default=None)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--one", nargs=2, metavar=("SIDE", "REPORT"), help=argparse.SUPPRESS)
+    parser.add_argument("--batch-only", action="store_true",
+                        help="time the batch and the single-file fixed cost alone")
     args = parser.parse_args()
     if args.one:
         print(one_measurement(args.one[0], Path(args.one[1])))
         return
     compile_sources()
+    if args.batch_only:
+        batch(args.repeat)
+        cli_fixed_cost(args.repeat)
+        return
     reports = [args.report] if args.report else [largest_report(), most_metrics_report()]
     for path in reports:
         measure(path, args.repeat)
     cli_fixed_cost(args.repeat)
+    batch(args.repeat)
     memory()
 
 

@@ -1,7 +1,8 @@
-"""gpu_gaps gathered from the kernels as they stream into their table (`summaries.GpuGaps`), not
-by DuckDB reading the finished table back: the same rows as GPU_GAPS, batch boundaries, ties,
-unnamed kernels and several devices included; the SQL wherever the kernels do not come in the
-order it reads them."""
+"""Summaries gathered from the kernels as they stream into their table, not read back from the
+finished Parquet: gpu_gaps in NumPy (`summaries.GpuGaps`), the same rows as GPU_GAPS, batch
+boundaries, ties, unnamed kernels and several devices included, and the SQL wherever the
+kernels do not come in the order it reads them; an ncu run's kernel_summary from the rows
+written (`KernelRows`), and from the SQL past PYTHON_SUMMARY_ROWS kernels."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pyarrow.parquet as pq
 
 from helpers import corpus_file
 from triage.archive.store import Store
-from triage.archive.summaries import GPU_GAPS, GpuGaps
+from triage.archive import summaries
+from triage.archive.summaries import GPU_GAPS, KERNEL_SUMMARY, GpuGaps
 from triage.base.duck import connect, fetch_arrow, sql_string
 from triage.capture.formats import prepare_report
 from triage.schemas.tables import arrow_schema
@@ -87,11 +89,41 @@ def test_an_archived_export_stores_the_streamed_gaps(triage, store_dir, tmp_path
     """...and no thread of it is left running (DuckDB opened ahead: a fork would inherit it)."""
     run = triage.json("show", triage.json("archive", corpus_file(EXPORT))[0]["id"])
     assert not [t for t in threading.enumerate() if t.name == "open-summary-connection"]
+    gaps = stored(store_dir, run, "gpu_gaps")
+    assert gaps.num_rows == 3 and gaps.equals(duckdb_gaps(stored(store_dir, run, "kernels"),
+                                                          tmp_path))
+
+
+def stored(store_dir, run: dict, name: str) -> pa.Table:
     store = Store.open(store_dir)
+    return pq.ParquetFile(store.root / store.tables.key(
+        run["id"], name, run["tables"][name]["sha256"])).read()
 
-    def table(name: str) -> pa.Table:
-        return pq.ParquetFile(store.root / store.tables.key(
-            run["id"], name, run["tables"][name]["sha256"])).read()
 
-    gaps = table("gpu_gaps")
-    assert gaps.num_rows == 3 and gaps.equals(duckdb_gaps(table("kernels"), tmp_path))
+def test_an_ncu_runs_kernel_summary_past_the_python_limit_is_duckdbs(triage, store_dir,
+                                                                      monkeypatch, tmp_path):
+    """A report of 36 launches with the limit at 10: the rows gathered are dropped, and the SQL
+    reads the finished kernels (the path of an ncu run of more than 65,536 launches)."""
+    def not_in_python(_kernels):
+        raise AssertionError("summed in Python past the limit")
+
+    monkeypatch.setattr(summaries, "PYTHON_SUMMARY_ROWS", 10)
+    monkeypatch.setattr(summaries, "kernel_summary", not_in_python)
+    report = corpus_file("Lashi0812__CudaProgramming__readSegmentUnroll.ncu-rep")
+    run = triage.json("show", triage.json("archive", report)[0]["id"])
+    kernels = stored(store_dir, run, "kernels")
+    path = tmp_path / "kernels.parquet"
+    pq.write_table(kernels, path)
+    expected = fetch_arrow(connect(threads=1), KERNEL_SUMMARY.format(
+        kernels=f"read_parquet({sql_string(path)})")).cast(arrow_schema("kernel_summary"))
+    assert kernels.num_rows == 36 and stored(store_dir, run, "kernel_summary").equals(expected)
+
+
+def test_kernel_rows_give_the_python_summary_up_to_the_limit(monkeypatch):
+    kernels = derived_kernels()
+    rows = summaries.KernelRows()
+    for offset in range(0, 40, 8):
+        rows.add(kernels.slice(offset, 8))
+    assert rows.summary().equals(summaries.kernel_summary(kernels.slice(0, 40)))
+    monkeypatch.setattr(summaries, "PYTHON_SUMMARY_ROWS", 39)
+    assert rows.summary() is None
