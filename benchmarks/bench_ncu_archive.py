@@ -132,7 +132,8 @@ def measure(path: Path, repeat: int) -> None:
 BARE_SCRIPT = """import sys
 sys.path.insert(0, {here!r})
 import bench_ncu_archive
-bench_ncu_archive.bare_extraction(bench_ncu_archive.Path(sys.argv[1]))
+for path in sys.argv[1:]:
+    bench_ncu_archive.bare_extraction(bench_ncu_archive.Path(path))
 """
 
 
@@ -142,50 +143,15 @@ def process_seconds(command: list[str]) -> float:
     return time.perf_counter() - start
 
 
-def cli_fixed_cost(repeat: int) -> None:
-    """Whole processes on the smallest report: `triage archive` (into an existing, empty
-    store each time) against a script that only imports ncu_report and reads every metric."""
+def interleaved(reports: list[str], repeat: int) -> tuple[list[float], list[float], list[float]]:
+    """Seconds of whole fresh processes, round by round: a script that imports ncu_report and
+    reads every metric of the reports, and `triage archive` of them in one call (into an
+    existing, empty store each time: made and removed untimed); the load after each round."""
     from triage.archive.store import Store
 
-    path = min(CORPUS.iterdir(), key=lambda p: p.stat().st_size)
     bare_command = [sys.executable, "-c", BARE_SCRIPT.format(here=str(Path(__file__).parent)),
-                    str(path)]
-    bare, archive = [], []
-    for _ in range(repeat + 1):  # the first round warms the page cache: not counted
-        bare.append(process_seconds(bare_command))
-        with tempfile.TemporaryDirectory() as folder:
-            store = Path(folder) / "store"
-            Store.open(store, create=True)
-            archive.append(process_seconds([sys.executable, "-m", "triage", "--store",
-                                            str(store), "archive", str(path)]))
-    bare, archive = bare[1:], archive[1:]
-    print(f"CLI, smallest report {path.name} (load average {os.getloadavg()[0]:.2f})")
-    for what, pick in (("min", min), ("median", statistics.median)):
-        b, a = pick(bare), pick(archive)
-        print(f"{what:6} bare ncu_report script {b:6.3f} s  triage archive {a:6.3f} s  "
-              f"fixed cost {a - b:+6.3f} s  (target <= +0.060 s)")
-
-
-BATCH_TARGET = 1.5
-BATCH_SCRIPT = """import sys
-sys.path.insert(0, {here!r})
-import bench_ncu_archive
-for path in sys.argv[1:]:
-    bench_ncu_archive.bare_extraction(bench_ncu_archive.Path(path))
-"""
-
-
-def batch(repeat: int) -> None:
-    """`triage archive DIR/*.ncu-rep` of the corpus in one call against one process reading
-    every metric of the same files, both whole fresh processes, interleaved; the store exists
-    and is empty (made and removed untimed)."""
-    from triage.archive.store import Store
-
-    reports = sorted(str(p) for p in CORPUS.glob("*.ncu-rep"))
-    bare_command = [sys.executable, "-c", BATCH_SCRIPT.format(here=str(Path(__file__).parent)),
                     *reports]
-    bare, archive = [], []
-    load = [os.getloadavg()[0]]
+    bare, archive, load = [], [], []
     for _ in range(repeat + 1):  # the first round warms the page cache: not counted
         bare.append(process_seconds(bare_command))
         with tempfile.TemporaryDirectory() as folder:
@@ -194,9 +160,30 @@ def batch(repeat: int) -> None:
             archive.append(process_seconds([sys.executable, "-m", "triage", "--store",
                                             str(store), "archive", *reports]))
         load.append(os.getloadavg()[0])
-    bare, archive = bare[1:], archive[1:]
+    return bare[1:], archive[1:], load[1:]
+
+
+def cli_fixed_cost(repeat: int) -> None:
+    """The smallest report alone: what `triage archive` costs over the bare script."""
+    path = min(CORPUS.iterdir(), key=lambda p: p.stat().st_size)
+    bare, archive, load = interleaved([str(path)], repeat)
+    print(f"CLI, smallest report {path.name} (load average {min(load):.1f}-{max(load):.1f})")
+    for what, pick in (("min", min), ("median", statistics.median)):
+        b, a = pick(bare), pick(archive)
+        print(f"{what:6} bare ncu_report script {b:6.3f} s  triage archive {a:6.3f} s  "
+              f"fixed cost {a - b:+6.3f} s  (target <= +0.060 s)")
+
+
+BATCH_TARGET = 1.5
+
+
+def batch(repeat: int) -> None:
+    """`triage archive DIR/*.ncu-rep` of the corpus in one call against one bare process
+    reading every metric of the same files."""
+    reports = sorted(str(p) for p in CORPUS.glob("*.ncu-rep"))
+    bare, archive, load = interleaved(reports, repeat)
     print(f"batch: the {len(reports)} corpus .ncu-rep files in one call, {repeat} rounds, "
-          f"load average {min(load[1:]):.1f}-{max(load[1:]):.1f}")
+          f"load average {min(load):.1f}-{max(load):.1f}")
     for what, pick in (("min", min), ("median", statistics.median)):
         b, a = pick(bare), pick(archive)
         print(f"{what:6} bare ncu_report script {b:6.3f} s  triage archive {a:6.3f} s  "
