@@ -9,7 +9,8 @@ An ncu run's only summary, kernel_summary of a few kernels, is computed in Pytho
 rest of archiving a small report. What can be gathered from a table's batches as they are
 written is (`follow_summaries`: that kernel_summary, and gpu_gaps in NumPy), on the thread that
 writes them while the reader waits on SQLite or nsys, instead of read back from the finished
-Parquet; DuckDB is imported on a thread meanwhile for the rest.
+Parquet. (DuckDB imported on a thread meanwhile, for the rest, made a 1M-range `.sqlite` archive
+slower: the import holds the GIL that the thread stepping SQLite needs between batches.)
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from triage.base.duck import (fetch_arrow, joined_summary_connection, open_summary_connection,
-                              sql_string, summary_connection)
+from triage.base.duck import fetch_arrow, sql_string, summary_connection
 from triage.schemas.tables import arrow_schema, rows_table
 
 if TYPE_CHECKING:
@@ -123,22 +123,12 @@ def follow_summaries(tables: TableSet, names: list[str]) -> None:
         gaps = GpuGaps()
         tables.follow("kernels", gaps.add)
         tables.streamed["gpu_gaps"] = gaps.table
-    open_summary_connection()  # DuckDB is imported while the rows are read
 
 
 def compute_summaries(tables: TableSet, names: list[str]) -> None:
     """Compute the named summary tables and add them to the TableSet: those followed while
     their source was written (`follow_summaries`) from what they gathered, the rest from the
-    TableSet's own temp files. The thread opening DuckDB has ended when this returns (the next
-    run's reader may fork)."""
-    try:
-        _compute(tables, names)
-    finally:
-        joined_summary_connection()
-
-
-def _compute(tables: TableSet, names: list[str]) -> None:
-    """`compute_summaries`' work: those gathered, then the SQL (or, for an ncu run, Python)."""
+    TableSet's own temp files."""
     gathered = {name: tables.streamed[name]() for name in names if name in tables.streamed}
     for name, table in gathered.items():
         if table is not None:

@@ -8,7 +8,6 @@ that. triage only needs the Parquet reader, which is built in, so autoloading is
 from __future__ import annotations
 
 import sys
-import threading
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -32,37 +31,11 @@ def connect(threads: int | None = None,
     return duckdb.connect(":memory:", config=config)
 
 
+@lru_cache(maxsize=1)
 def summary_connection() -> duckdb.DuckDBPyConnection:
     """One single-threaded connection per process for archive-time summaries (connecting costs
-    more than a small summary query; one thread keeps float sums, hence bytes, reproducible),
-    once the thread opening it ahead (`open_summary_connection`) has."""
-    joined_summary_connection()
-    return _summary_connection()
-
-
-@lru_cache(maxsize=1)
-def _summary_connection() -> duckdb.DuckDBPyConnection:
+    more than a small summary query; one thread keeps float sums, hence bytes, reproducible)."""
     return connect(threads=1)
-
-
-_OPENING: list[threading.Thread] = []  # the thread opening the summaries' connection, if any
-
-
-def open_summary_connection() -> None:
-    """Import DuckDB and open the summaries' connection on a thread (0.15-0.25 s) while the
-    caller reads a run's rows: that reading waits on SQLite or nsys most of the time, and the
-    summaries come after it. The caller joins it (`joined_summary_connection`) before anything
-    that may fork."""
-    if not _OPENING and not _summary_connection.cache_info().currsize:
-        _OPENING.append(threading.Thread(target=_summary_connection, daemon=True,
-                                         name="open-summary-connection"))
-        _OPENING[0].start()
-
-
-def joined_summary_connection() -> None:
-    """Wait for the thread `open_summary_connection` started, if one runs."""
-    while _OPENING:
-        _OPENING.pop().join()
 
 
 @lru_cache(maxsize=1)
