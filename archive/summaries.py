@@ -123,6 +123,10 @@ def follow_summaries(tables: TableSet, names: list[str]) -> None:
         gaps = GpuGaps()
         tables.follow("kernels", gaps.add)
         tables.streamed["gpu_gaps"] = gaps.table
+    if "nvtx_summary" in names:
+        ranges = NvtxSummary()
+        tables.follow("nvtx_ranges", ranges.add)
+        tables.streamed["nvtx_summary"] = ranges.table
 
 
 def compute_summaries(tables: TableSet, names: list[str]) -> None:
@@ -140,6 +144,86 @@ def compute_summaries(tables: TableSet, names: list[str]) -> None:
             continue
         views = {src: f"read_parquet({sql_string(tables.path(src))})" for src in sources}
         tables.writer(name).write_arrow(fetch_arrow(summary_connection(), sql.format(**views)))
+
+
+NVTX_SUMMARY_COLUMNS = ("domain", "text", "kind", "instances", "total_ns", "avg_ns", "median_ns",
+                        "min_ns", "max_ns", "share")
+
+
+class NvtxSummary:
+    """NVTX_SUMMARY gathered from the ranges as they are written: per (domain, text, kind) the
+    durations, 8 bytes a range, then DuckDB's aggregates of integers to its bits: exact sums,
+    the mean and the share as quotients of doubles, the median as `_median` interpolates,
+    ranked as its ORDER BY (NULLs last; tests/test_streamed_summaries.py holds it to DuckDB).
+    Past GROUPS distinct ranges (a text per range) or ROWS ranges, None: the SQL then reads
+    the finished table, without a Python object per group or the durations held meanwhile."""
+
+    GROUPS = 65536
+    ROWS = 2_000_000  # 16 MB of durations: a capture's peak RSS stays flat beyond (the SQL's)
+
+    def __init__(self) -> None:
+        self.durations: dict[tuple[str, str | None, str], list] = {}
+        self.rows = 0
+        self.overflowed = False
+
+    def add(self, ranges: pa.Table) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        self.rows += ranges.num_rows
+        if self.overflowed or self.rows > self.ROWS:
+            self.overflowed, self.durations = True, {}
+            return
+        timed = ranges.filter(pc.is_valid(ranges["duration_ns"]))
+        keyed = pa.table({"domain": pc.fill_null(timed["domain"], ""), "text": timed["text"],
+                          "kind": timed["kind"], "d": timed["duration_ns"]})
+        grouped = keyed.group_by(["domain", "text", "kind"], use_threads=False) \
+            .aggregate([("d", "list")])
+        lists = grouped["d_list"].combine_chunks()
+        for domain, text, kind, durations in zip(
+                *(grouped[c].to_pylist() for c in ("domain", "text", "kind")), lists,
+                strict=True):
+            self.durations.setdefault((domain, text, kind), []).append(durations.values)
+        if len(self.durations) > self.GROUPS:
+            self.overflowed, self.durations = True, {}
+
+    def table(self) -> pa.Table | None:
+        import numpy as np
+
+        if self.overflowed:
+            return None
+        groups = []
+        for (domain, text, kind), parts in self.durations.items():
+            values = np.sort(np.concatenate([p.to_numpy() for p in parts]))
+            total = _exact_sum(values)
+            groups.append((domain or None, text, kind, len(values), total,
+                           float(total) / len(values),
+                           _median_of_sorted(values), int(values[0]), int(values[-1])))
+        totals: dict[str, int] = {}
+        for group in groups:
+            totals[group[2]] = totals.get(group[2], 0) + group[4]
+        rows = [(*g, float(g[4]) / float(totals[g[2]]) if totals[g[2]] else None)
+                for g in groups]
+        rows.sort(key=lambda r: (-r[4], r[0] is None, r[0] or "", r[1] is None, r[1] or "",
+                                 r[2]))
+        return rows_table("nvtx_summary", NVTX_SUMMARY_COLUMNS, rows)
+
+
+def _exact_sum(values) -> int:
+    """The sum of int64 values as DuckDB's HUGEINT has it: NumPy's, unless it could overflow."""
+    import numpy as np
+
+    if max(abs(int(values[0])), abs(int(values[-1]))) * len(values) < 1 << 63:
+        return int(values.sum(dtype=np.int64))
+    return sum(int(v) for v in values)
+
+
+def _median_of_sorted(values) -> float:
+    """DuckDB's median of sorted integers: the middle one, or lo * 0.5 + hi * 0.5 in doubles."""
+    half = len(values) // 2
+    if len(values) % 2:
+        return float(values[half])
+    return float(values[half - 1]) * 0.5 + float(values[half]) * 0.5
 
 
 class KernelRows:
@@ -245,8 +329,10 @@ class GpuGaps:
     The SQL orders each device's kernels by start, then kernel_index (which numbers one
     report's kernels in the order they are written); the batches stream in that order only for
     one report whose kernels come by start, as every nsys reader writes them. Kernels of a
-    second report, or a start before the last one, and `table` gives None: the SQL then reads
-    the finished table."""
+    second report, or a start before the last one, or more than GAPS gaps, and `table` gives
+    None: the SQL then reads the finished table."""
+
+    GAPS = 1_000_000  # gaps held (two names each) before the SQL is left to find them
 
     def __init__(self) -> None:
         self.report: int | None = None
@@ -261,6 +347,9 @@ class GpuGaps:
         import pyarrow.compute as pc
 
         if not self.in_order or not kernels.num_rows:
+            return
+        if sum(part.num_rows for part in self.parts) > self.GAPS:
+            self.in_order, self.parts = False, []  # held during the read: the SQL's instead
             return
         reports = pc.unique(kernels["report_index"]).to_pylist()
         if self.report is None:

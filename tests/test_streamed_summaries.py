@@ -123,3 +123,57 @@ def test_kernel_rows_give_the_python_summary_up_to_the_limit(monkeypatch):
     assert rows.summary().equals(summaries.kernel_summary(kernels.slice(0, 40)))
     monkeypatch.setattr(summaries, "PYTHON_SUMMARY_ROWS", 39)
     assert rows.summary() is None
+
+
+def derived_ranges() -> pa.Table:
+    """NVTX ranges derived from the real kernels: their names as texts, their durations made
+    large (the mean's rounding shows) and spread over domains (none, named, the empty name
+    that counts as none) and both kinds; texts missing, durations missing, a group of even
+    and one of odd size, two groups of the same total (ranked by domain, then text), and a
+    median between two durations far apart."""
+    real = real_kernels().to_pylist()
+    rows = []
+    for copy in range(5):
+        for index, r in enumerate(real):
+            rows.append({"report_index": 0, "text": r["name"] if index % 5 else None,
+                         "domain": [None, "triage", "", "other", None][copy],
+                         "kind": "push_pop" if copy % 2 else "start_end",
+                         "start_ns": r["start_ns"], "end_ns": r["end_ns"],
+                         "duration_ns": (r["end_ns"] - r["start_ns"]) * (1 << 42)
+                         + copy * 7919 + index
+                         if index != 7 else None,
+                         "thread_id": 1, "depth": 0 if copy % 2 else None})
+    tie = dict(rows[1], domain="a tie", text="same")
+    rows += [tie, dict(tie, domain="a tie 2"), dict(tie, duration_ns=tie["duration_ns"] + 1)]
+    # a median between two far apart (lo * 0.5 + hi * 0.5, not lo + (hi - lo) * 0.5)
+    rows += [dict(tie, text="spread", duration_ns=942879118058144418),
+             dict(tie, text="spread", duration_ns=2927771633508938553)]
+    return pa.Table.from_pylist(rows, schema=arrow_schema("nvtx_ranges"))
+
+
+def duckdb_nvtx_summary(ranges: pa.Table, tmp_path) -> pa.Table:
+    path = tmp_path / "ranges.parquet"
+    pq.write_table(ranges, path)
+    return fetch_arrow(connect(threads=1), summaries.NVTX_SUMMARY.format(
+        nvtx_ranges=f"read_parquet({sql_string(path)})")).cast(arrow_schema("nvtx_summary"))
+
+
+def test_the_nvtx_summary_of_awkward_ranges_streamed_is_duckdbs(tmp_path):
+    ranges = derived_ranges()
+    expected = duckdb_nvtx_summary(ranges, tmp_path)
+    assert expected.num_rows > 15 and None in expected["domain"].to_pylist()
+    for rows in (1, 7, ranges.num_rows):
+        gathered = summaries.NvtxSummary()
+        for offset in range(0, ranges.num_rows, rows):
+            gathered.add(ranges.slice(offset, rows))
+        assert gathered.table().equals(expected), rows
+
+
+def test_too_many_ranges_or_groups_are_left_to_the_sql(monkeypatch):
+    ranges = derived_ranges()
+    for limit in ("GROUPS", "ROWS"):
+        with monkeypatch.context() as patched:
+            patched.setattr(summaries.NvtxSummary, limit, 10)
+            gathered = summaries.NvtxSummary()
+            gathered.add(ranges)
+            assert gathered.table() is None, limit
