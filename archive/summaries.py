@@ -7,10 +7,11 @@ bytes and the run id, do not depend on thread scheduling.
 An ncu run's only summary, kernel_summary of a few kernels, is computed in Python instead
 (`kernel_summary`), to DuckDB's last bit: importing and connecting DuckDB costs more than the
 rest of archiving a small report. What can be gathered from a table's batches as they are
-written is (`follow_summaries`: that kernel_summary, and gpu_gaps in NumPy), on the thread that
-writes them while the reader waits on SQLite or nsys, instead of read back from the finished
-Parquet. (DuckDB imported on a thread meanwhile, for the rest, made a 1M-range `.sqlite` archive
-slower: the import holds the GIL that the thread stepping SQLite needs between batches.)
+written is (`follow_summaries`: that kernel_summary, gpu_gaps and nvtx_summary in NumPy), on the
+thread that writes them while the reader waits on SQLite or nsys, instead of read back from the
+finished Parquet: an NVTX capture without CUDA calls imports no DuckDB. (DuckDB imported on a
+thread meanwhile, for the rest, made a 1M-range `.sqlite` archive slower: the import holds the
+GIL that the thread stepping SQLite needs between batches.)
 """
 
 from __future__ import annotations
