@@ -36,7 +36,7 @@ from triage.archive.model import ArchiveBatch, ArchiveResult, Refusal, RunRecord
 from triage.archive.objects import Staged
 from triage.archive.run_manifests import manifest_file, run_parts
 from triage.archive.store import STORE_MARKER, Store, store_files
-from triage.archive.summaries import SUMMARIES, compute_summaries
+from triage.archive.summaries import SUMMARIES, compute_summaries, follow_summaries
 from triage.archive.tables import TableSet
 from triage.capture import redact
 from triage.capture.formats import PreparedReport, TableBatch, detect_format, prepare_report
@@ -674,10 +674,12 @@ def _stage_run(store: Store, request: RunRequest, prepared: list[PreparedReport]
             tool = prepared[0].tool
             for name in tables_for_tool(tool):
                 tables.writer(name)
+            summaries = [n for n in tables_for_tool(tool) if n in SUMMARIES]
+            follow_summaries(tables, summaries)
             for stream in streams:
                 write_batches(tables, stream)
             provenances = [p.provenance() for p in prepared]
-            compute_summaries(tables, [n for n in tables_for_tool(tool) if n in SUMMARIES])
+            compute_summaries(tables, summaries)
             write_batches(tables, request.extra_tables.items())
             tables.close()
             blobs.extend(copy.result() for copy in copies)

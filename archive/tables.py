@@ -7,6 +7,7 @@ whole. Finished files move into the store as content-addressed objects.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -44,6 +45,9 @@ class TableWriter:
         self.schema = arrow_schema(name)
         self.count = 0
         self.closed = False
+        # What sees each batch as it is written (a summary computed from the rows streaming
+        # past rather than from the finished file read back: `TableSet.follow`).
+        self.followers: list[Callable[[pa.Table], None]] = []
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
         # A worker thread for full row groups, started by the first one.
@@ -66,7 +70,10 @@ class TableWriter:
         check_columns(self.name, table.column_names)
         table = table.select(self.schema.names)
         # Cast only when needed: the first cast imports pyarrow.compute (60 ms per command).
-        self._queue(table if table.schema.equals(self.schema) else table.cast(self.schema))
+        table = table if table.schema.equals(self.schema) else table.cast(self.schema)
+        for follower in self.followers:
+            follower(table)
+        self._queue(table)
 
     def _queue(self, table: pa.Table) -> None:
         self._pending.append(table)
@@ -154,6 +161,9 @@ class TableSet:
         self.writers: dict[str, TableWriter] = {}
         self._temps: list[Path] = []
         self._sealed: dict[str, Staged] = {}
+        # Summary tables gathered while their source was written (`summaries.follow_summaries`):
+        # name -> the table, or None where the SQL over the finished source must compute it.
+        self.streamed: dict[str, Callable[[], pa.Table | None]] = {}
 
     def __enter__(self) -> TableSet:
         return self
@@ -167,6 +177,11 @@ class TableSet:
             self._temps.append(temp)
             self.writers[name] = TableWriter(name, temp)
         return self.writers[name]
+
+    def follow(self, name: str, follower: Callable[[pa.Table], None]) -> None:
+        """Hand every batch of table `name` to `follower` as well, in the order written, as
+        the table's schema has it (before any row of it is written)."""
+        self.writer(name).followers.append(follower)
 
     def path(self, name: str) -> Path:
         """The finished temp file of a table (closed, no more rows), e.g. for SQL summaries."""

