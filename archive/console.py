@@ -116,10 +116,10 @@ def read_console(store: Store) -> Console:
     """The console's runs, series and pairs from the catalog and the labels."""
     view = catalog.open_view(store, list(COLUMNS))
     table = view.table()
-    labels = labels_by_run(store)
+    labels = {run_id: tuple(names) for run_id, names in labels_by_run(store).items()}
     columns = [table.column(name).to_pylist() for name in COLUMNS]
-    runs = tuple(ConsoleRun._make((*values, tuple(labels.get(values[0], ()))))
-                 for values in zip(*columns, strict=True))
+    tags = [labels.get(run_id, ()) for run_id in columns[0]]
+    runs = tuple(map(ConsoleRun._make, zip(*columns, tags, strict=True)))
     series = label_series(runs)
     return Console(runs, series, comparisons(series), view.problems)
 
@@ -137,7 +137,7 @@ def family(label: str) -> str | None:
 def label_series(runs: Sequence[ConsoleRun]) -> tuple[Series, ...]:
     """Each label family of at least two runs of one tool, in the order of its first capture."""
     found: dict[str, list[ConsoleRun]] = {}
-    for run in runs:
+    for run in filter(lambda run: run.labels, runs):
         for name in {family(label) for label in run.labels} - {None}:
             assert name is not None
             found.setdefault(name, []).append(run)

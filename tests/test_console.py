@@ -117,6 +117,50 @@ def test_publishing_again_writes_only_what_changed(triage, console_store, tmp_pa
         len({run_id[:2] for run_id in [new, *(i for v in ids.values() for i in v)]})
 
 
+def test_each_change_rewrites_exactly_the_pages_it_changes(triage, console_store, tmp_path):
+    """A new run, a note, a new label and a moved label: each publish renders the pages whose
+    inputs changed and links every other from the last one (same inode), says how many it
+    rendered, and the site it leaves is byte for byte the one a first publish makes."""
+    import shutil
+
+    from helpers import corpus_file
+
+    store, ids = console_store
+    work, site = tmp_path / "store", tmp_path / "site"
+    shutil.copytree(store, work, symlinks=True)
+    published(triage, work, site)
+    report = corpus_file("LakshyaSingh354__CudaCode__gemm_naive.ncu-rep")
+
+    def rewritten(*command: object) -> set[str]:
+        before = {name: p.stat().st_ino for name, p in site_files(site).items()}
+        triage("--store", work, *command)
+        written, _kept = published(triage, work, site)
+        after = {name: p.stat().st_ino for name, p in site_files(site).items()}
+        changed = {name for name, inode in after.items() if before.get(name) != inode}
+        assert written == len(changed), (written, changed)
+        return changed
+
+    newest = {"index.html", "runs/0.html", "data/runs-0.js"}  # the list's pages that show it
+    assert rewritten("ls") == set()
+    changed = rewritten("archive", report)
+    new = Path(next(iter(changed - newest - {"data/index.js"}))).stem
+    assert changed == {run_path(new), "data/index.js", *newest}  # the count: a new run
+    changed = rewritten("archive", "--note", "<b>why</b>", report)
+    assert changed == {run_path(new), *newest}
+    assert rewritten("label", "solo/1", new) == {run_path(new), *newest}
+    planted, before = ids["planted"][0], ids["before"]
+    changed = rewritten("label", "planted/2", before[2])  # moved from the planted run
+    # the runs whose labels or comparisons changed, and no other run's page
+    assert {p for p in changed if p.startswith("run/")} == \
+        {run_path(planted), run_path(before[1]), run_path(before[2])}
+    assert {"history/planted.html", "history/before.html", "compare/index.html"} <= changed
+    assert not {"history/after.html", "history/nightly.html"} & changed
+    fresh = tmp_path / "fresh"
+    published(triage, work, fresh)
+    assert {name: p.read_bytes() for name, p in site_files(site).items()} == \
+        {name: p.read_bytes() for name, p in site_files(fresh).items()}
+
+
 def test_a_killed_publish_leaves_the_last_site(triage, console_store, tmp_path, monkeypatch):
     """A publish that dies half-way (here: an error in the middle of the pages) leaves the
     last site as it was; the next publish clears what it left."""

@@ -14,11 +14,14 @@ the templates' finalize) or, in the filter's JavaScript, through `textContent`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from markupsafe import Markup
 
@@ -34,9 +37,9 @@ TOP_BLOCK = 2048     # runs whose kernel ranking is read at once
 SITE_FORMAT = "1"    # part of every key: a new page layout rewrites every page
 
 
-@dataclass(frozen=True)
-class Page:
-    """One file of the site: its path, its key and how to make it."""
+class Page(NamedTuple):
+    """One file of the site: its path, its key and how to make it (a named tuple: one is made
+    per run at each publish)."""
 
     path: str
     key: str
@@ -132,6 +135,24 @@ class Site:
                 self.investigations.setdefault(run.investigation, []).append(run)
         self.tops: dict[str, list[dict]] = {}
 
+    @functools.cached_property
+    def links(self) -> dict[str, str]:
+        """What a run's page links to beyond its own row (its comparisons, series and kin), of
+        the runs that have any: most of 100,000 runs have none, and their page's key is their
+        row's stamp alone."""
+        linked = {*self.pairs_of, *self.series_of, *self.reruns}
+        linked.update(r.id for runs in (*self.groups.values(), *self.investigations.values())
+                      if len(runs) > 1 for r in runs)
+        found = {}
+        for run_id in linked:
+            run = self.runs.get(run_id)
+            if run is not None:
+                found[run_id] = " ".join(
+                    [p.slug for p in self.pairs_of.get(run_id, ())]
+                    + [s.name for s in self.series_of.get(run_id, ())]
+                    + [r.id for r in self.related(run).runs()])
+        return {run_id: text for run_id, text in found.items() if text}
+
     # -- the page set ------------------------------------------------------------------------
 
     def pages(self) -> Iterator[Page]:
@@ -140,24 +161,29 @@ class Site:
 
         yield Page("console.js", _key(_asset("console.js.j2")), lambda: _asset("console.js.j2"))
         runs = self.console.runs
-        yield Page("index.html", _key("index", *(r.stamp() for r in runs[-PAGE_ROWS:]),
-                                      len(runs), self._series_names()),
+        stamps = [run.stamp() for run in runs]  # once each: three keys are made of each
+        yield Page("index.html", _key("index", *stamps[-PAGE_ROWS:], len(runs),
+                                      self._series_names()),
                    lambda: self.index_page())
         for number in range(self.page_count()):
-            rows = self._page_rows(number)
             last = number + 1 == self.page_count()  # links to a newer page, or to the newest
-            yield Page(f"runs/{number}.html",
-                       _key("runs", number, last, *(r.stamp() for r in rows)),
+            rows = stamps[number * PAGE_ROWS:(number + 1) * PAGE_ROWS][::-1]
+            yield Page(f"runs/{number}.html", _key("runs", number, last, *rows),
                        functools.partial(self.runs_page, number))
         for number in range(self.chunk_count()):
-            chunk = runs[number * CHUNK_ROWS:(number + 1) * CHUNK_ROWS]
-            yield Page(f"data/runs-{number}.js", _key("chunk", *(r.stamp() for r in chunk)),
+            chunk = stamps[number * CHUNK_ROWS:(number + 1) * CHUNK_ROWS]
+            yield Page(f"data/runs-{number}.js", _key("chunk", *chunk),
                        functools.partial(self.chunk_script, number))
         yield Page("data/index.js", _key("data", len(runs), self.chunk_count()),
                    self.data_index)
-        for run in runs:
-            yield Page(run_path(run.id), self._run_key(run),
-                       functools.partial(self.run_page, run.id))
+        # a run page's key is plain text, not a hash: what it shows that can change (its row's
+        # index time, its labels) and the pages it links to (the layout is recorded once for
+        # them all: site_files.SiteWriter)
+        links, render = self.links, self.run_page
+        for run, stamp in zip(runs, stamps, strict=True):
+            linked = links.get(run.id)
+            yield Page(run_path(run.id), f"{stamp}|{linked}" if linked else stamp,
+                       functools.partial(render, run.id))
         yield Page("compare/index.html", _key("pairs", *map(self._pair_stamp, self.console.pairs)),
                    self.pairs_page)
         for pair in self.console.pairs:
@@ -230,15 +256,6 @@ class Site:
         return f"triageIndex({self.chunk_count()},{len(self.console.runs)});\n".encode()
 
     # -- a run -------------------------------------------------------------------------------
-
-    def _run_key(self, run: ConsoleRun) -> str:
-        """A run page's key: what it shows that can change (its row's index time, its labels)
-        and the pages it links to. Plain text, not a hash: 100,000 of them are made at every
-        publish (the layout is recorded once for them all: site_files.SiteWriter)."""
-        links = [p.slug for p in self.pairs_of.get(run.id, ())] + \
-            [s.name for s in self.series_of.get(run.id, ())] + \
-            [r.id for r in self.related(run).runs()]
-        return f"{run.stamp()}|{' '.join(links)}" if links else run.stamp()
 
     def run_page(self, run_id: str) -> bytes:
         from triage.archive.runs import load_record
@@ -328,10 +345,25 @@ def publish(store: Store, dest) -> Published:
     from triage.archive.site_files import SiteWriter
 
     writer = SiteWriter(Path(dest), layout())
+    with cyclic_gc_paused():
+        try:
+            for page in Site(store).pages():
+                writer.page(page.path, page.key, page.render)
+        except BaseException:
+            writer.abandon()
+            raise
+        return writer.switch()
+
+
+@contextlib.contextmanager
+def cyclic_gc_paused() -> Iterator[None]:
+    """Python's cycle collector paused while a publish holds a few objects per run: each of its
+    passes walks every object alive, and 100,000 runs' rows, keys and pages made it half of
+    an incremental publish. The pages hold no cycles to collect meanwhile."""
+    was = gc.isenabled()
+    gc.disable()
     try:
-        for page in Site(store).pages():
-            writer.page(page.path, page.key, page.render)
-    except BaseException:
-        writer.abandon()
-        raise
-    return writer.switch()
+        yield
+    finally:
+        if was:
+            gc.enable()
