@@ -1,12 +1,20 @@
 """What the team's console (`triage publish`, `triage serve`) shows, read from the catalog alone.
 
 A store of 100,000 runs is listed from its catalog segments (one read of a few columns) and the
-labels: no manifest is opened here. A run's series is its label family: the runs labelled
-`before/1`, `before/2`, ... (what `triage capture --repeat N --label before` names them) form the
-series `before`, which `triage history 'before/*'` follows. The console compares each run of a
-series with the one before it, and each family with the family of the same tool captured before
-it (`diff 'before/*' 'after/*'`); only the newest SERIES_RUNS runs of a series are followed, so
-a nightly series of 100,000 runs costs what one of SERIES_RUNS does.
+labels: no manifest is opened here. A series is either of the two `triage history` follows:
+
+- a label family: the runs labelled `before/1`, `before/2`, ... (what `triage capture --repeat N
+  --label before` names them) form the series `before`, which `triage history 'before/*'`
+  follows;
+- a workload: the runs of one tool whose command line names the same program and arguments (a
+  nightly capture of one program), which `triage history --workload RUN` follows. The catalog's
+  command line says it (a bench run's command is the program itself); failed captures are left
+  out, as history leaves them out.
+
+The console compares each run of a series with the one before it, and each family with the
+family of the same tool captured before it (`diff 'before/*' 'after/*'`); only the newest
+SERIES_RUNS runs of a series are followed (its pages say so), so a nightly series of 100,000
+runs costs what one of SERIES_RUNS does.
 """
 
 from __future__ import annotations
@@ -21,9 +29,10 @@ from triage.archive import catalog
 from triage.archive.runs import labels_by_run
 from triage.archive.store import Store
 from triage.base.timeutil import capture_order
+from triage.capture.profiler_args import parse_command
 
 COLUMNS = ("id", "tool", "gpu", "created", "archived", "indexed", "command", "report_names",
-           "kernels", "capture_group", "rerun_of", "investigation")
+           "kernels", "capture_group", "rerun_of", "investigation", "source")
 SERIES_RUNS = 50  # the newest runs of a series that its history and comparisons follow
 
 
@@ -43,6 +52,7 @@ class ConsoleRun(NamedTuple):
     capture_group: str | None
     rerun_of: str | None
     investigation: str | None
+    source: str | None
     labels: tuple[str, ...] = ()
 
     @property
@@ -58,21 +68,27 @@ class ConsoleRun(NamedTuple):
 
 @dataclass(frozen=True)
 class Series:
-    """A label family: `name` (the part of the labels before their last `/`), its tool and its
-    runs in capture order (the newest SERIES_RUNS)."""
+    """A label family (`name`: the part of the labels before their last `/`) or a workload
+    (`name`: its program and arguments), its tool, its runs in capture order (the newest
+    SERIES_RUNS) and how many it has in all."""
 
     name: str
     tool: str
     runs: tuple[ConsoleRun, ...]
+    total: int
+    workload: bool = False
 
     @property
     def selector(self) -> str:
-        """The label glob `triage history` and `diff` take for the whole family."""
-        return f"{self.name}/*"
+        """What the pages call it: the label glob `triage history` and `diff` take for the
+        whole family, or the workload."""
+        return f"workload {self.name}" if self.workload else f"{self.name}/*"
 
     @property
     def slug(self) -> str:
-        return slug(self.name)
+        """A workload's page is named by a hash of its tool and command (never a family's:
+        a family's name is kept as it is, or hashed without this prefix)."""
+        return slug(f"workload {self.tool} {self.name}") if self.workload else slug(self.name)
 
 
 @dataclass(frozen=True)
@@ -120,7 +136,7 @@ def read_console(store: Store) -> Console:
     columns = [table.column(name).to_pylist() for name in COLUMNS]
     tags = [labels.get(run_id, ()) for run_id in columns[0]]
     runs = tuple(map(ConsoleRun._make, zip(*columns, tags, strict=True)))
-    series = label_series(runs)
+    series = label_series(runs) + workload_series(runs)
     return Console(runs, series, comparisons(series), view.problems)
 
 
@@ -141,12 +157,36 @@ def label_series(runs: Sequence[ConsoleRun]) -> tuple[Series, ...]:
         for name in {family(label) for label in run.labels} - {None}:
             assert name is not None
             found.setdefault(name, []).append(run)
-    series = []
-    for name, members in found.items():
-        members.sort(key=capture_key)
-        if len(members) > 1 and len({m.tool for m in members}) == 1:
-            series.append(Series(name, members[0].tool, tuple(members[-SERIES_RUNS:])))
-    return tuple(sorted(series, key=lambda s: (capture_key(s.runs[0]), s.name)))
+    return _in_order([_series(name, members) for name, members in found.items()
+                      if len({m.tool for m in members}) == 1])
+
+
+def workload_series(runs: Sequence[ConsoleRun]) -> tuple[Series, ...]:
+    """Each workload of at least two runs of one tool: the application words of its command
+    line (parsed once per distinct command line), in the order of its first capture."""
+    words: dict[str, tuple[str, ...]] = {}
+    found: dict[tuple[str, tuple[str, ...]], list[ConsoleRun]] = {}
+    for run in runs:
+        if not run.command or run.source == "capture-failed":
+            continue
+        if run.command not in words:
+            words[run.command] = tuple(parse_command(run.command).application)
+        if words[run.command]:
+            found.setdefault((run.tool, words[run.command]), []).append(run)
+    return _in_order([_series(" ".join(argv), members, workload=True)
+                      for (_tool, argv), members in found.items()])
+
+
+def _series(name: str, members: list[ConsoleRun], workload: bool = False) -> Series | None:
+    """A series of `members` (of one tool), its newest SERIES_RUNS in capture order; none of
+    one run."""
+    members.sort(key=capture_key)
+    return Series(name, members[0].tool, tuple(members[-SERIES_RUNS:]), len(members),
+                  workload) if len(members) > 1 else None
+
+
+def _in_order(series: list[Series | None]) -> tuple[Series, ...]:
+    return tuple(sorted(filter(None, series), key=lambda s: (capture_key(s.runs[0]), s.name)))
 
 
 def comparisons(series: Sequence[Series]) -> tuple[Pair, ...]:
@@ -154,7 +194,7 @@ def comparisons(series: Sequence[Series]) -> tuple[Pair, ...]:
     against the run before it."""
     pairs: list[Pair] = []
     last: dict[str, Series] = {}
-    for one in series:
+    for one in (s for s in series if not s.workload):
         if one.tool in last:
             pairs.append(Pair(last[one.tool].selector, one.selector))
         last[one.tool] = one

@@ -322,3 +322,15 @@ def test_a_run_page_lists_its_reruns_and_investigation_and_bench_series_chart_me
     regressions = (site / "regressions.html").read_text()
     assert "step_ms" in regressions  # 1.0 ms, then 2.0 ms: slower
     assert "rate" not in regressions  # the same rise of a metric better higher: faster
+
+    # one command line: a workload series, the runs `triage history --workload` follows
+    followed = triage.json("--store", store, "history", "--workload", first, "--metric",
+                           "step_ms")
+    assert len(followed["points"]) == len(runs) + 1  # the rerun ran it too
+    (workload,) = [p for p in (site / "history").glob("*.html")
+                   if "History of workload " in p.read_text()]
+    shown = set(re.findall(r"run/\w\w/(\w{64})\.html", workload.read_text()))
+    assert shown == {point["run"] for point in followed["points"]}
+    assert "step at run 5" in workload.read_text()
+    assert workload.name in (site / run_path(rerun)).read_text()  # a series of the rerun too
+    assert workload.name in (site / "history" / "index.html").read_text()

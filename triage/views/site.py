@@ -149,7 +149,7 @@ class Site:
             if run is not None:
                 found[run_id] = " ".join(
                     [p.slug for p in self.pairs_of.get(run_id, ())]
-                    + [s.name for s in self.series_of.get(run_id, ())]
+                    + [s.slug for s in self.series_of.get(run_id, ())]
                     + [r.id for r in self.related(run).runs()])
         return {run_id: text for run_id, text in found.items() if text}
 
@@ -163,7 +163,7 @@ class Site:
         runs = self.console.runs
         stamps = [run.stamp() for run in runs]  # once each: three keys are made of each
         yield Page("index.html", _key("index", *stamps[-PAGE_ROWS:], len(runs),
-                                      self._series_names()),
+                                      self._series_shown()),
                    lambda: self.index_page())
         for number in range(self.page_count()):
             last = number + 1 == self.page_count()  # links to a newer page, or to the newest
@@ -227,8 +227,9 @@ class Site:
         its rows are shown newest first."""
         return self.console.runs[number * PAGE_ROWS:(number + 1) * PAGE_ROWS][::-1]
 
-    def _series_names(self) -> list[str]:
-        return [s.name for s in self.console.series]
+    def _series_shown(self) -> list[str]:
+        """What the first page says of each series (its key's part)."""
+        return [f"{s.slug} {len(s.runs)}" for s in self.console.series]
 
     def index_page(self) -> bytes:
         rows = self.console.runs[-PAGE_ROWS:][::-1]

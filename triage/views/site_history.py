@@ -119,7 +119,7 @@ def regressions(site: Site) -> list[Regression]:
 
 
 def _series_key(series: Series) -> str:
-    return _key("series", series.name, *(r.stamp() for r in series.runs))
+    return _key("series", series.slug, series.total, *(r.stamp() for r in series.runs))
 
 
 def pages(site: Site) -> list[Page]:
