@@ -20,12 +20,18 @@ runs costs what one of SERIES_RUNS does.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import NamedTuple
 
-from triage.archive import catalog
+import pyarrow as pa
+
+from triage.archive import atomic, catalog
+from triage.archive.catalogview import View
 from triage.archive.runs import labels_by_run
 from triage.archive.store import Store
 from triage.base.timeutil import capture_order
@@ -128,16 +134,49 @@ def slug(text: str) -> str:
     return f"{kept or 'x'}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
 
 
-def read_console(store: Store) -> Console:
-    """The console's runs, series and pairs from the catalog and the labels."""
+def read_console(store: Store, keep: Path | None = None) -> Console:
+    """The console's runs, series and pairs from the catalog and the labels. `keep`: a folder
+    where the merged catalog segment's rows are kept from one call to the next (a publish
+    keeps them beside its site): a merged segment never changes (a merge writes a new one), so
+    a later call reads only the segments written since, and the kept rows from an Arrow file
+    that is not decompressed."""
     view = catalog.open_view(store, list(COLUMNS))
-    table = view.table()
+    table = view.table(base=kept_base(view, keep)) if keep is not None else view.table()
     labels = {run_id: tuple(names) for run_id, names in labels_by_run(store).items()}
     columns = [table.column(name).to_pylist() for name in COLUMNS]
     tags = [labels.get(run_id, ()) for run_id in columns[0]]
     runs = tuple(map(ConsoleRun._make, zip(*columns, tags, strict=True)))
     series = label_series(runs) + workload_series(runs)
     return Console(runs, series, comparisons(series), view.problems)
+
+
+def kept_base(view: View, keep: Path) -> pa.Table | None:
+    """The merged segment's rows in the view's schema: from `keep` when they were kept there
+    for the same segment and columns, else read and kept (in place of any other segment's);
+    None for a catalog without a merged segment."""
+    found = view.segments
+    if found.base is None or found.base_path is None:
+        return None
+    path = keep / f"{found.base_path.stem}-{stamp_of(found.schema.to_string())[:12]}.arrow"
+    try:
+        with pa.OSFile(str(path)) as source:
+            table = pa.ipc.open_file(source).read_all()
+        if table.schema.equals(found.schema):
+            return table
+    except (OSError, pa.ArrowException):
+        pass
+    table = found.base_table()
+    assert table is not None
+    keep.mkdir(parents=True, exist_ok=True)
+    with atomic.temp_file_in(keep, ".arrow") as (stream, temp):
+        with pa.ipc.new_file(stream, table.schema) as writer:
+            writer.write_table(table)
+        stream.close()
+        os.replace(temp, path)
+    for other in keep.iterdir():
+        if other != path:
+            other.unlink(missing_ok=True)
+    return table
 
 
 def capture_key(run: ConsoleRun) -> tuple:
@@ -163,16 +202,17 @@ def label_series(runs: Sequence[ConsoleRun]) -> tuple[Series, ...]:
 
 def workload_series(runs: Sequence[ConsoleRun]) -> tuple[Series, ...]:
     """Each workload of at least two runs of one tool: the application words of its command
-    line (parsed once per distinct command line), in the order of its first capture."""
-    words: dict[str, tuple[str, ...]] = {}
-    found: dict[tuple[str, tuple[str, ...]], list[ConsoleRun]] = {}
+    line, in the order of its first capture. Runs are grouped by tool and command line first
+    (a text's hash is kept, a tuple's is not), and each distinct command line parsed once."""
+    by_command: dict[tuple[str, str], list[ConsoleRun]] = {}
     for run in runs:
-        if not run.command or run.source == "capture-failed":
-            continue
-        if run.command not in words:
-            words[run.command] = tuple(parse_command(run.command).application)
-        if words[run.command]:
-            found.setdefault((run.tool, words[run.command]), []).append(run)
+        if run.command and run.source != "capture-failed":
+            by_command.setdefault((run.tool, run.command), []).append(run)
+    found: dict[tuple[str, tuple[str, ...]], list[ConsoleRun]] = {}
+    for (tool, command), members in by_command.items():
+        argv = tuple(parse_command(command).application)
+        if argv:
+            found.setdefault((tool, argv), []).extend(members)
     return _in_order([_series(" ".join(argv), members, workload=True)
                       for (_tool, argv), members in found.items()])
 
@@ -180,9 +220,10 @@ def workload_series(runs: Sequence[ConsoleRun]) -> tuple[Series, ...]:
 def _series(name: str, members: list[ConsoleRun], workload: bool = False) -> Series | None:
     """A series of `members` (of one tool), its newest SERIES_RUNS in capture order; none of
     one run."""
-    members.sort(key=capture_key)
-    return Series(name, members[0].tool, tuple(members[-SERIES_RUNS:]), len(members),
-                  workload) if len(members) > 1 else None
+    if len(members) < 2:
+        return None
+    newest = heapq.nlargest(SERIES_RUNS, members, key=capture_key)[::-1]
+    return Series(name, members[0].tool, tuple(newest), len(members), workload)
 
 
 def _in_order(series: list[Series | None]) -> tuple[Series, ...]:

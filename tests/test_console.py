@@ -125,10 +125,16 @@ def test_each_change_rewrites_exactly_the_pages_it_changes(triage, console_store
 
     from helpers import corpus_file
 
+    from triage.archive import catalog
+    from triage.archive.store import Store
+
     store, ids = console_store
     work, site = tmp_path / "store", tmp_path / "site"
     shutil.copytree(store, work, symlinks=True)
+    catalog.merge(Store.open(work))  # a merged segment, whose rows a publish keeps
     published(triage, work, site)
+    kept = tmp_path / ".site.generations" / "rows"
+    (first_rows,) = kept.iterdir()
     report = corpus_file("LakshyaSingh354__CudaCode__gemm_naive.ncu-rep")
 
     def rewritten(*command: object) -> set[str]:
@@ -145,8 +151,12 @@ def test_each_change_rewrites_exactly_the_pages_it_changes(triage, console_store
     changed = rewritten("archive", report)
     new = Path(next(iter(changed - newest - {"data/index.js"}))).stem
     assert changed == {run_path(new), "data/index.js", *newest}  # the count: a new run
+    assert list(kept.iterdir()) == [first_rows]  # the new run's row: a segment of its own
     changed = rewritten("archive", "--note", "<b>why</b>", report)
     assert changed == {run_path(new), *newest}
+    catalog.merge(Store.open(work))  # the same rows in a new merged segment: kept anew
+    assert rewritten("ls") == set()
+    assert [p.name for p in kept.iterdir()] != [first_rows.name]
     assert rewritten("label", "solo/1", new) == {run_path(new), *newest}
     planted, before = ids["planted"][0], ids["before"]
     changed = rewritten("label", "planted/2", before[2])  # moved from the planted run

@@ -21,7 +21,6 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from markupsafe import Markup
 
@@ -37,9 +36,9 @@ TOP_BLOCK = 2048     # runs whose kernel ranking is read at once
 SITE_FORMAT = "1"    # part of every key: a new page layout rewrites every page
 
 
-class Page(NamedTuple):
-    """One file of the site: its path, its key and how to make it (a named tuple: one is made
-    per run at each publish)."""
+@dataclass(frozen=True)
+class Page:
+    """One file of the site: its path, its key and how to make it."""
 
     path: str
     key: str
@@ -156,12 +155,12 @@ class Site:
     # -- the page set ------------------------------------------------------------------------
 
     def pages(self) -> Iterator[Page]:
-        """Every page, with its key (cheap: nothing is rendered until a page's `render`)."""
+        """Every page but the runs' (`run_pages`), with its key (cheap: nothing is rendered
+        until a page's `render`)."""
         from triage.views import site_history
 
         yield Page("console.js", _key(_asset("console.js.j2")), lambda: _asset("console.js.j2"))
-        runs = self.console.runs
-        stamps = [run.stamp() for run in runs]  # once each: three keys are made of each
+        runs, stamps = self.console.runs, self.stamps
         yield Page("index.html", _key("index", *stamps[-PAGE_ROWS:], len(runs),
                                       self._series_shown()),
                    lambda: self.index_page())
@@ -176,20 +175,26 @@ class Site:
                        functools.partial(self.chunk_script, number))
         yield Page("data/index.js", _key("data", len(runs), self.chunk_count()),
                    self.data_index)
-        # a run page's key is plain text, not a hash: what it shows that can change (its row's
-        # index time, its labels) and the pages it links to (the layout is recorded once for
-        # them all: site_files.SiteWriter)
-        links, render = self.links, self.run_page
-        for run, stamp in zip(runs, stamps, strict=True):
-            linked = links.get(run.id)
-            yield Page(run_path(run.id), f"{stamp}|{linked}" if linked else stamp,
-                       functools.partial(render, run.id))
         yield Page("compare/index.html", _key("pairs", *map(self._pair_stamp, self.console.pairs)),
                    self.pairs_page)
         for pair in self.console.pairs:
             yield Page(f"compare/{pair.slug}.html", self._pair_stamp(pair),
                        functools.partial(self.compare_page, pair))
         yield from site_history.pages(self)
+
+    @functools.cached_property
+    def stamps(self) -> list[str]:
+        """Each run's stamp, in the catalog's order: made once, four keys are made of each."""
+        return [run.stamp() for run in self.console.runs]
+
+    def run_pages(self) -> list[tuple[str, str, str]]:
+        """Every run's page as `(path, key, run id)`, for `SiteWriter.shard_pages`. A run
+        page's key is plain text, not a hash: what it shows that can change (its row's index
+        time, its labels) and the pages it links to (the layout is recorded once for them
+        all)."""
+        links = self.links
+        return [(run_path(run.id), f"{stamp}|{links[run.id]}" if run.id in links else stamp,
+                 run.id) for run, stamp in zip(self.console.runs, self.stamps, strict=True)]
 
     def render(self, path: str) -> bytes | None:
         """The page at `path` (the server's one question), or None where there is none: made
@@ -343,13 +348,15 @@ def publish(store: Store, dest) -> Published:
     whose key changed rendered, then one switch (archive/site_files.py)."""
     from pathlib import Path
 
-    from triage.archive.site_files import SiteWriter
+    from triage.archive.site_files import ROWS, SiteWriter
 
     writer = SiteWriter(Path(dest), layout())
     with cyclic_gc_paused():
         try:
-            for page in Site(store).pages():
+            site = Site(store, read_console(store, keep=writer.home / ROWS))
+            for page in site.pages():
                 writer.page(page.path, page.key, page.render)
+            writer.shard_pages(site.run_pages(), site.run_page)
         except BaseException:
             writer.abandon()
             raise
