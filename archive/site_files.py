@@ -69,7 +69,7 @@ class SiteWriter:
         self.folder.mkdir(parents=True)
         self.pages: dict[str, str] = {}
         self.shards: dict[str, list[tuple[str, str, str]]] = {}  # name, key, what renders it
-        self.render_sharded: Callable[[str], bytes] = bytes
+        self.render_sharded: Callable[[str], bytes] | None = None
         self.written = 0
         self.kept = 0
 
@@ -125,10 +125,12 @@ class SiteWriter:
         building = folder.with_name(f".tmp-{name}")
         shutil.rmtree(building, ignore_errors=True)
         building.mkdir(parents=True)
+        render = self.render_sharded
+        assert render is not None  # a shard has pages only once shard_pages gave them
         for page, key, argument in pages:
             old = previous / page if previous is not None and old_keys.get(page) == key \
                 else None
-            self._place(building / page, old, functools.partial(self.render_sharded, argument))
+            self._place(building / page, old, functools.partial(render, argument))
         (building / KEYS).write_text(json.dumps({page: key for page, key, _arg in pages}))
         building.rename(folder)
         return name
