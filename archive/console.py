@@ -167,15 +167,13 @@ def kept_base(view: View, keep: Path) -> pa.Table | None:
         pass
     table = found.base_table()
     assert table is not None
-    keep.mkdir(parents=True, exist_ok=True)
+    for other in keep.iterdir() if keep.is_dir() else ():  # an older segment's, a killed write
+        other.unlink(missing_ok=True)
     with atomic.temp_file_in(keep, ".arrow") as (stream, temp):
         with pa.ipc.new_file(stream, table.schema) as writer:
             writer.write_table(table)
         stream.close()
         os.replace(temp, path)
-    for other in keep.iterdir():
-        if other != path:
-            other.unlink(missing_ok=True)
     return table
 
 
