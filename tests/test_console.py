@@ -110,14 +110,17 @@ def test_publishing_again_writes_only_what_changed(triage, console_store, tmp_pa
     # every page that names the run's labels: its series' histories and comparisons too
     assert 5 < again < written / 2, (again, kept)
     assert "after/9" in (site / run_path(ids["after"][0])).read_text()
-    # the last generation is removed, and the shards only it used
-    assert sorted(p.name for p in site.resolve().parent.iterdir()) == [site.resolve().name,
-                                                                       "shards"]
+    # the last generation is removed, and the shards only it used; each series' regressions
+    # are kept beside them, the current ones only
+    assert sorted(p.name for p in site.resolve().parent.iterdir()) == \
+        sorted([site.resolve().name, "regressions", "shards"])
+    assert len(list((site.resolve().parent / "regressions").iterdir())) == 4  # 4 series
     assert len(list((site.resolve().parent / "shards").iterdir())) == \
         len({run_id[:2] for run_id in [new, *(i for v in ids.values() for i in v)]})
 
 
-def test_each_change_rewrites_exactly_the_pages_it_changes(triage, console_store, tmp_path):
+def test_each_change_rewrites_exactly_the_pages_it_changes(triage, console_store, tmp_path,
+                                                           monkeypatch):
     """A new run, a note, a new label and a moved label: each publish renders the pages whose
     inputs changed and links every other from the last one (same inode), says how many it
     rendered, and the site it leaves is byte for byte the one a first publish makes."""
@@ -159,7 +162,19 @@ def test_each_change_rewrites_exactly_the_pages_it_changes(triage, console_store
     assert [p.name for p in kept.iterdir()] != [first_rows.name]
     assert rewritten("label", "solo/1", new) == {run_path(new), *newest}
     planted, before = ids["planted"][0], ids["before"]
+    from triage.views import site_history
+
+    original, followed = site_history.series_history, []
+
+    def counted(site, series):
+        followed.append(series.name)
+        return original(site, series)
+
+    monkeypatch.setattr(site_history, "series_history", counted)
     changed = rewritten("label", "planted/2", before[2])  # moved from the planted run
+    # only the series it changed had their histories made again: the regressions of the
+    # others were kept from the last publish
+    assert sorted(followed) == ["before", "planted"]
     # the runs whose labels or comparisons changed, and no other run's page
     assert {p for p in changed if p.startswith("run/")} == \
         {run_path(planted), run_path(before[1]), run_path(before[2])}
@@ -199,13 +214,15 @@ def test_a_killed_publish_leaves_the_last_site(triage, console_store, tmp_path, 
     # the run pages die while their shards are made, before the switch: the new generation
     # is abandoned there and then, not left for the next publish to find
     live = site.resolve()
-    assert sorted(p.name for p in live.parent.iterdir()) == sorted([live.name, "shards"])
+    assert sorted(p.name for p in live.parent.iterdir()) == \
+        sorted([live.name, "regressions", "shards"])
     monkeypatch.undo()
     generations = site.resolve().parent
     leftover = generations / "g9"
     leftover.mkdir()  # what a SIGKILL would leave
     published(triage, store, site)
-    assert sorted(p.name for p in generations.iterdir()) == [site.resolve().name, "shards"]
+    assert sorted(p.name for p in generations.iterdir()) == \
+        sorted([site.resolve().name, "regressions", "shards"])
 
 
 def test_publish_refuses_a_folder_it_did_not_write(triage, console_store, tmp_path):

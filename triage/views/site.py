@@ -21,6 +21,7 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from markupsafe import Markup
 
@@ -109,8 +110,9 @@ def _templates_digest() -> str:
 class Site:
     """The pages of one store's console, each made when asked for."""
 
-    def __init__(self, store: Store, console: Console | None = None):
+    def __init__(self, store: Store, console: Console | None = None, keep: Path | None = None):
         self.store = store
+        self.keep = keep  # where a publish keeps what the next one reuses (site_history)
         self.console = console or read_console(store)
         self.runs = self.console.by_id()
         self.order = {run_id: at for at, run_id in enumerate(self.runs)}
@@ -346,14 +348,13 @@ def _asset(name: str) -> bytes:
 def publish(store: Store, dest) -> Published:
     """Write the site of `store` to `dest`: a new generation beside the last one, only the pages
     whose key changed rendered, then one switch (archive/site_files.py)."""
-    from pathlib import Path
-
-    from triage.archive.site_files import ROWS, SiteWriter
+    from triage.archive.site_files import REGRESSIONS, ROWS, SiteWriter
 
     writer = SiteWriter(Path(dest), layout())
     with cyclic_gc_paused():
         try:
-            site = Site(store, read_console(store, keep=writer.home / ROWS))
+            site = Site(store, read_console(store, keep=writer.home / ROWS),
+                        keep=writer.home / REGRESSIONS)
             for page in site.pages():
                 writer.page(page.path, page.key, page.render)
             writer.shard_pages(site.run_pages(), site.run_page)
