@@ -92,8 +92,8 @@ class Series:
 
     @property
     def slug(self) -> str:
-        """A workload's page is named by a hash of its tool and command (never a family's:
-        a family's name is kept as it is, or hashed without this prefix)."""
+        """The page's name: a family's name (its safe characters); a workload's, a hash of
+        `workload TOOL PROGRAM ARGS` (two workloads of one program and two tools apart)."""
         return slug(f"workload {self.tool} {self.name}") if self.workload else slug(self.name)
 
 
