@@ -274,10 +274,11 @@ class View:
         positions = [p for p in _in_base(found, base_ids, wanted) if p not in self.skip]
         return pa.concat_tables([found.base_rows(sorted(positions)), tail])
 
-    def table(self, ordered: bool = True) -> pa.Table:
+    def table(self, ordered: bool = True, base: pa.Table | None = None) -> pa.Table:
         """Every row in the view's columns, oldest first (`ordered`), else the merged rows and
-        then the others."""
-        base = self.segments.base_table()
+        then the others; `base`: the merged segment's rows in the view's schema, where the
+        caller kept them from an earlier read (a merged segment never changes)."""
+        base = self.segments.base_table() if base is None else base
         if base is None:
             return self.tail
         merged = _without(base, self.skip)

@@ -1,29 +1,44 @@
 """What the team's console (`triage publish`, `triage serve`) shows, read from the catalog alone.
 
 A store of 100,000 runs is listed from its catalog segments (one read of a few columns) and the
-labels: no manifest is opened here. A run's series is its label family: the runs labelled
-`before/1`, `before/2`, ... (what `triage capture --repeat N --label before` names them) form the
-series `before`, which `triage history 'before/*'` follows. The console compares each run of a
-series with the one before it, and each family with the family of the same tool captured before
-it (`diff 'before/*' 'after/*'`); only the newest SERIES_RUNS runs of a series are followed, so
-a nightly series of 100,000 runs costs what one of SERIES_RUNS does.
+labels: no manifest is opened here. A series is either of the two `triage history` follows:
+
+- a label family: the runs labelled `before/1`, `before/2`, ... (what `triage capture --repeat N
+  --label before` names them) form the series `before`, which `triage history 'before/*'`
+  follows;
+- a workload: the runs of one tool whose command line names the same program and arguments (a
+  nightly capture of one program), which `triage history --workload RUN` follows. The catalog's
+  command line says it (a bench run's command is the program itself); failed captures are left
+  out, as history leaves them out.
+
+The console compares each run of a series with the one before it, and each family with the
+family of the same tool captured before it (`diff 'before/*' 'after/*'`); only the newest
+SERIES_RUNS runs of a series are followed (its pages say so), so a nightly series of 100,000
+runs costs what one of SERIES_RUNS does.
 """
 
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import NamedTuple
 
-from triage.archive import catalog
+import pyarrow as pa
+
+from triage.archive import atomic, catalog
+from triage.archive.catalogview import View
 from triage.archive.runs import labels_by_run
 from triage.archive.store import Store
 from triage.base.timeutil import capture_order
+from triage.capture.profiler_args import parse_command
 
 COLUMNS = ("id", "tool", "gpu", "created", "archived", "indexed", "command", "report_names",
-           "kernels", "capture_group", "rerun_of", "investigation")
+           "kernels", "capture_group", "rerun_of", "investigation", "source")
 SERIES_RUNS = 50  # the newest runs of a series that its history and comparisons follow
 
 
@@ -43,6 +58,7 @@ class ConsoleRun(NamedTuple):
     capture_group: str | None
     rerun_of: str | None
     investigation: str | None
+    source: str | None
     labels: tuple[str, ...] = ()
 
     @property
@@ -58,21 +74,27 @@ class ConsoleRun(NamedTuple):
 
 @dataclass(frozen=True)
 class Series:
-    """A label family: `name` (the part of the labels before their last `/`), its tool and its
-    runs in capture order (the newest SERIES_RUNS)."""
+    """A label family (`name`: the part of the labels before their last `/`) or a workload
+    (`name`: its program and arguments), its tool, its runs in capture order (the newest
+    SERIES_RUNS) and how many it has in all."""
 
     name: str
     tool: str
     runs: tuple[ConsoleRun, ...]
+    total: int
+    workload: bool = False
 
     @property
     def selector(self) -> str:
-        """The label glob `triage history` and `diff` take for the whole family."""
-        return f"{self.name}/*"
+        """What the pages call it: the label glob `triage history` and `diff` take for the
+        whole family, or the workload."""
+        return f"workload {self.name}" if self.workload else f"{self.name}/*"
 
     @property
     def slug(self) -> str:
-        return slug(self.name)
+        """The page's name: a family's name (its safe characters); a workload's, a hash of
+        `workload TOOL PROGRAM ARGS` (two workloads of one program and two tools apart)."""
+        return slug(f"workload {self.tool} {self.name}") if self.workload else slug(self.name)
 
 
 @dataclass(frozen=True)
@@ -112,16 +134,47 @@ def slug(text: str) -> str:
     return f"{kept or 'x'}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
 
 
-def read_console(store: Store) -> Console:
-    """The console's runs, series and pairs from the catalog and the labels."""
+def read_console(store: Store, keep: Path | None = None) -> Console:
+    """The console's runs, series and pairs from the catalog and the labels. `keep`: a folder
+    where the merged catalog segment's rows are kept from one call to the next (a publish
+    keeps them beside its site): a merged segment never changes (a merge writes a new one), so
+    a later call reads only the segments written since, and the kept rows from an Arrow file
+    that is not decompressed."""
     view = catalog.open_view(store, list(COLUMNS))
-    table = view.table()
-    labels = labels_by_run(store)
+    table = view.table(base=kept_base(view, keep)) if keep is not None else view.table()
+    labels = {run_id: tuple(names) for run_id, names in labels_by_run(store).items()}
     columns = [table.column(name).to_pylist() for name in COLUMNS]
-    runs = tuple(ConsoleRun._make((*values, tuple(labels.get(values[0], ()))))
-                 for values in zip(*columns, strict=True))
-    series = label_series(runs)
+    tags = [labels.get(run_id, ()) for run_id in columns[0]]
+    runs = tuple(map(ConsoleRun._make, zip(*columns, tags, strict=True)))
+    series = label_series(runs) + workload_series(runs)
     return Console(runs, series, comparisons(series), view.problems)
+
+
+def kept_base(view: View, keep: Path) -> pa.Table | None:
+    """The merged segment's rows in the view's schema: from `keep` when they were kept there
+    for the same segment and columns, else read and kept (in place of any other segment's);
+    None for a catalog without a merged segment."""
+    found = view.segments
+    if found.base is None or found.base_path is None:
+        return None
+    path = keep / f"{found.base_path.stem}-{stamp_of(found.schema.to_string())[:12]}.arrow"
+    try:
+        with pa.OSFile(str(path)) as source:
+            table = pa.ipc.open_file(source).read_all()
+        if table.schema.equals(found.schema):
+            return table
+    except (OSError, pa.ArrowException):
+        pass
+    table = found.base_table()
+    assert table is not None
+    for other in keep.iterdir() if keep.is_dir() else ():  # an older segment's, a killed write
+        other.unlink(missing_ok=True)
+    with atomic.temp_file_in(keep, ".arrow") as (stream, temp):
+        with pa.ipc.new_file(stream, table.schema) as writer:
+            writer.write_table(table)
+        stream.close()
+        os.replace(temp, path)
+    return table
 
 
 def capture_key(run: ConsoleRun) -> tuple:
@@ -137,16 +190,42 @@ def family(label: str) -> str | None:
 def label_series(runs: Sequence[ConsoleRun]) -> tuple[Series, ...]:
     """Each label family of at least two runs of one tool, in the order of its first capture."""
     found: dict[str, list[ConsoleRun]] = {}
-    for run in runs:
+    for run in filter(lambda run: run.labels, runs):
         for name in {family(label) for label in run.labels} - {None}:
             assert name is not None
             found.setdefault(name, []).append(run)
-    series = []
-    for name, members in found.items():
-        members.sort(key=capture_key)
-        if len(members) > 1 and len({m.tool for m in members}) == 1:
-            series.append(Series(name, members[0].tool, tuple(members[-SERIES_RUNS:])))
-    return tuple(sorted(series, key=lambda s: (capture_key(s.runs[0]), s.name)))
+    return _in_order([_series(name, members) for name, members in found.items()
+                      if len({m.tool for m in members}) == 1])
+
+
+def workload_series(runs: Sequence[ConsoleRun]) -> tuple[Series, ...]:
+    """Each workload of at least two runs of one tool: the application words of its command
+    line, in the order of its first capture. Runs are grouped by tool and command line first
+    (a text's hash is kept, a tuple's is not), and each distinct command line parsed once."""
+    by_command: dict[tuple[str, str], list[ConsoleRun]] = {}
+    for run in runs:
+        if run.command and run.source != "capture-failed":
+            by_command.setdefault((run.tool, run.command), []).append(run)
+    found: dict[tuple[str, tuple[str, ...]], list[ConsoleRun]] = {}
+    for (tool, command), members in by_command.items():
+        argv = tuple(parse_command(command).application)
+        if argv:
+            found.setdefault((tool, argv), []).extend(members)
+    return _in_order([_series(" ".join(argv), members, workload=True)
+                      for (_tool, argv), members in found.items()])
+
+
+def _series(name: str, members: list[ConsoleRun], workload: bool = False) -> Series | None:
+    """A series of `members` (of one tool), its newest SERIES_RUNS in capture order; none of
+    one run."""
+    if len(members) < 2:
+        return None
+    newest = heapq.nlargest(SERIES_RUNS, members, key=capture_key)[::-1]
+    return Series(name, members[0].tool, tuple(newest), len(members), workload)
+
+
+def _in_order(series: list[Series | None]) -> tuple[Series, ...]:
+    return tuple(sorted(filter(None, series), key=lambda s: (capture_key(s.runs[0]), s.name)))
 
 
 def comparisons(series: Sequence[Series]) -> tuple[Pair, ...]:
@@ -154,7 +233,7 @@ def comparisons(series: Sequence[Series]) -> tuple[Pair, ...]:
     against the run before it."""
     pairs: list[Pair] = []
     last: dict[str, Series] = {}
-    for one in series:
+    for one in (s for s in series if not s.workload):
         if one.tool in last:
             pairs.append(Pair(last[one.tool].selector, one.selector))
         last[one.tool] = one

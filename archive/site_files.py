@@ -10,7 +10,10 @@ A store of 100,000 runs has as many run pages: linking each again would cost sec
 in shards by the first two hex digits of the run id (`run/ab/<id>.html`, 256 folders), each an
 immutable folder `.DIR.generations/shards/run-ab-<digest of its pages' keys>` that a generation
 links to: a publish after one new run makes one shard anew (linking its unchanged pages) and
-links the other 255 as they were.
+links the other 255 as they were. Beside them, `.DIR.generations/rows` keeps the merged catalog
+segment's rows the last publish read (archive/console.py `kept_base`) and `regressions` each
+series' regressions by the series' key (views/site_history.py): outside every generation, they
+are never uploaded with the site.
 
 Nothing is fsynced (100,000 pages; a sync of the whole file system waits for every other
 writer's data): a killed publish needs none, since the switch comes after every page is written
@@ -20,19 +23,21 @@ publish again then.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from triage.base.errors import UsageError
 
 KEYS = ".triage-site.json"
+ROWS = "rows"  # .DIR.generations/rows: what the last publish read, kept for the next
+REGRESSIONS = "regressions"  # .DIR.generations/regressions: each series' regressions, kept
 FORMAT = 2
-SHARDED = "run/"  # pages under run/xx/ are kept in shards
 Render = Callable[[], bytes]
 
 
@@ -65,20 +70,32 @@ class SiteWriter:
         self.folder = self.home / f"g{number}"
         self.folder.mkdir(parents=True)
         self.pages: dict[str, str] = {}
-        self.shards: dict[str, dict[str, tuple[str, Render]]] = {}
+        self.shards: dict[str, list[tuple[str, str, str]]] = {}  # name, key, what renders it
+        self.render_sharded: Callable[[str], bytes] | None = None
         self.written = 0
         self.kept = 0
 
     def page(self, path: str, key: str, render: Render) -> None:
         """Put `path` in the new generation: linked from the last one when its key is
-        unchanged, else rendered now. A run page waits for its shard (`switch`)."""
-        if path.startswith(SHARDED) and path.count("/") == 2:
-            shard, name = path.rsplit("/", 1)
-            self.shards.setdefault(shard, {})[name] = (key, render)
-            return
+        unchanged, else rendered now."""
         self.pages[path] = key
         old = self.previous / path if self.previous is not None else None
         self._place(self.folder / path, old if self.old_pages.get(path) == key else None, render)
+
+    def shard_pages(self, pages: Iterable[tuple[str, str, str]],
+                    render: Callable[[str], bytes]) -> None:
+        """Put the pages of the shards in the new generation, each `(path, key, argument)`
+        with a path `FOLDER/SHARD/NAME` (`run/ab/ID.html`): a shard whose pages' keys are all
+        unchanged is linked as it was, any other made anew at the `switch`, its changed pages
+        by `render(argument)`. Plain tuples and one `render`: 100,000 run pages are put at
+        each publish."""
+        shards = self.shards
+        for path, key, argument in pages:
+            shard, _, name = path.rpartition("/")
+            if shard not in shards:
+                shards[shard] = []
+            shards[shard].append((name, key, argument))
+        self.render_sharded = render
 
     def _place(self, target: Path, old: Path | None, render: Render) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -92,12 +109,13 @@ class SiteWriter:
         target.write_bytes(render())
         self.written += 1
 
-    def _shard(self, shard: str, pages: dict[str, tuple[str, Render]]) -> str:
+    def _shard(self, shard: str, pages: list[tuple[str, str, str]]) -> str:
         """The shard's folder name: the last one's where no page changed, else a new one
-        (unchanged pages linked from the last)."""
-        keys = {name: key for name, (key, _render) in pages.items()}
-        digest = hashlib.sha256(json.dumps([self.layout, keys], sort_keys=True).encode()
-                                ).hexdigest()[:24]
+        (unchanged pages linked from the last). Its digest is of the pages' names and keys in
+        the order they came (the catalog's, which a new run leaves as it was): 100,000 keys
+        are hashed at each publish, joined, not as JSON."""
+        text = "\0".join([self.layout, *(f"{name}\0{key}" for name, key, _arg in pages)])
+        digest = hashlib.sha256(text.encode()).hexdigest()[:24]
         name = f"{shard.replace('/', '-')}-{digest}"
         folder = self.home / "shards" / name
         if folder.is_dir():
@@ -109,11 +127,13 @@ class SiteWriter:
         building = folder.with_name(f".tmp-{name}")
         shutil.rmtree(building, ignore_errors=True)
         building.mkdir(parents=True)
-        for page, (key, render) in pages.items():
+        render = self.render_sharded
+        assert render is not None  # a shard has pages only once shard_pages gave them
+        for page, key, argument in pages:
             old = previous / page if previous is not None and old_keys.get(page) == key \
                 else None
-            self._place(building / page, old, render)
-        (building / KEYS).write_text(json.dumps(keys))
+            self._place(building / page, old, functools.partial(render, argument))
+        (building / KEYS).write_text(json.dumps({page: key for page, key, _arg in pages}))
         building.rename(folder)
         return name
 
@@ -176,7 +196,7 @@ def _clear_unfinished(home: Path, current: Path | None, shards: set[str]) -> Non
     if not home.is_dir():
         return
     for folder in home.iterdir():
-        if folder.name != "shards" and folder != current:
+        if folder.name not in ("shards", ROWS, REGRESSIONS) and folder != current:
             shutil.rmtree(folder, ignore_errors=True)
     if (home / "shards").is_dir():
         for folder in (home / "shards").iterdir():

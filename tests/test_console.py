@@ -110,11 +110,80 @@ def test_publishing_again_writes_only_what_changed(triage, console_store, tmp_pa
     # every page that names the run's labels: its series' histories and comparisons too
     assert 5 < again < written / 2, (again, kept)
     assert "after/9" in (site / run_path(ids["after"][0])).read_text()
-    # the last generation is removed, and the shards only it used
-    assert sorted(p.name for p in site.resolve().parent.iterdir()) == [site.resolve().name,
-                                                                       "shards"]
+    # the last generation is removed, and the shards only it used; each series' regressions
+    # are kept beside them, the current ones only
+    assert sorted(p.name for p in site.resolve().parent.iterdir()) == \
+        sorted([site.resolve().name, "regressions", "shards"])
+    assert len(list((site.resolve().parent / "regressions").iterdir())) == 4  # 4 series
     assert len(list((site.resolve().parent / "shards").iterdir())) == \
         len({run_id[:2] for run_id in [new, *(i for v in ids.values() for i in v)]})
+
+
+def test_each_change_rewrites_exactly_the_pages_it_changes(triage, console_store, tmp_path,
+                                                           monkeypatch):
+    """A new run, a note, a new label and a moved label: each publish renders the pages whose
+    inputs changed and links every other from the last one (same inode), says how many it
+    rendered, and the site it leaves is byte for byte the one a first publish makes."""
+    import shutil
+
+    from helpers import corpus_file
+
+    from triage.archive import catalog
+    from triage.archive.store import Store
+
+    store, ids = console_store
+    work, site = tmp_path / "store", tmp_path / "site"
+    shutil.copytree(store, work, symlinks=True)
+    catalog.merge(Store.open(work))  # a merged segment, whose rows a publish keeps
+    published(triage, work, site)
+    kept = tmp_path / ".site.generations" / "rows"
+    (first_rows,) = kept.iterdir()
+    report = corpus_file("LakshyaSingh354__CudaCode__gemm_naive.ncu-rep")
+
+    def rewritten(*command: object) -> set[str]:
+        before = {name: p.stat().st_ino for name, p in site_files(site).items()}
+        triage("--store", work, *command)
+        written, _kept = published(triage, work, site)
+        after = {name: p.stat().st_ino for name, p in site_files(site).items()}
+        changed = {name for name, inode in after.items() if before.get(name) != inode}
+        assert written == len(changed), (written, changed)
+        return changed
+
+    newest = {"index.html", "runs/0.html", "data/runs-0.js"}  # the list's pages that show it
+    assert rewritten("ls") == set()
+    changed = rewritten("archive", report)
+    new = Path(next(iter(changed - newest - {"data/index.js"}))).stem
+    assert changed == {run_path(new), "data/index.js", *newest}  # the count: a new run
+    assert list(kept.iterdir()) == [first_rows]  # the new run's row: a segment of its own
+    changed = rewritten("archive", "--note", "<b>why</b>", report)
+    assert changed == {run_path(new), *newest}
+    catalog.merge(Store.open(work))  # the same rows in a new merged segment: kept anew
+    assert rewritten("ls") == set()
+    assert [p.name for p in kept.iterdir()] != [first_rows.name]
+    assert rewritten("label", "solo/1", new) == {run_path(new), *newest}
+    planted, before = ids["planted"][0], ids["before"]
+    from triage.views import site_history
+
+    original, followed = site_history.series_history, []
+
+    def counted(site, series):
+        followed.append(series.name)
+        return original(site, series)
+
+    monkeypatch.setattr(site_history, "series_history", counted)
+    changed = rewritten("label", "planted/2", before[2])  # moved from the planted run
+    # only the series it changed had their histories made again: the regressions of the
+    # others were kept from the last publish
+    assert sorted(followed) == ["before", "planted"]
+    # the runs whose labels or comparisons changed, and no other run's page
+    assert {p for p in changed if p.startswith("run/")} == \
+        {run_path(planted), run_path(before[1]), run_path(before[2])}
+    assert {"history/planted.html", "history/before.html", "compare/index.html"} <= changed
+    assert not {"history/after.html", "history/nightly.html"} & changed
+    fresh = tmp_path / "fresh"
+    published(triage, work, fresh)
+    assert {name: p.read_bytes() for name, p in site_files(site).items()} == \
+        {name: p.read_bytes() for name, p in site_files(fresh).items()}
 
 
 def test_a_killed_publish_leaves_the_last_site(triage, console_store, tmp_path, monkeypatch):
@@ -145,13 +214,15 @@ def test_a_killed_publish_leaves_the_last_site(triage, console_store, tmp_path, 
     # the run pages die while their shards are made, before the switch: the new generation
     # is abandoned there and then, not left for the next publish to find
     live = site.resolve()
-    assert sorted(p.name for p in live.parent.iterdir()) == sorted([live.name, "shards"])
+    assert sorted(p.name for p in live.parent.iterdir()) == \
+        sorted([live.name, "regressions", "shards"])
     monkeypatch.undo()
     generations = site.resolve().parent
     leftover = generations / "g9"
     leftover.mkdir()  # what a SIGKILL would leave
     published(triage, store, site)
-    assert sorted(p.name for p in generations.iterdir()) == [site.resolve().name, "shards"]
+    assert sorted(p.name for p in generations.iterdir()) == \
+        sorted([site.resolve().name, "regressions", "shards"])
 
 
 def test_publish_refuses_a_folder_it_did_not_write(triage, console_store, tmp_path):
@@ -278,3 +349,15 @@ def test_a_run_page_lists_its_reruns_and_investigation_and_bench_series_chart_me
     regressions = (site / "regressions.html").read_text()
     assert "step_ms" in regressions  # 1.0 ms, then 2.0 ms: slower
     assert "rate" not in regressions  # the same rise of a metric better higher: faster
+
+    # one command line: a workload series, the runs `triage history --workload` follows
+    followed = triage.json("--store", store, "history", "--workload", first, "--metric",
+                           "step_ms")
+    assert len(followed["points"]) == len(runs) + 1  # the rerun ran it too
+    (workload,) = [p for p in (site / "history").glob("*.html")
+                   if "History of workload " in p.read_text()]
+    shown = set(re.findall(r"run/\w\w/(\w{64})\.html", workload.read_text()))
+    assert shown == {point["run"] for point in followed["points"]}
+    assert "step at run 5" in workload.read_text()
+    assert workload.name in (site / run_path(rerun)).read_text()  # a series of the rerun too
+    assert workload.name in (site / "history" / "index.html").read_text()

@@ -16,11 +16,15 @@ def publish(store, directory):
     (show, provenance, top kernels, labels, series), the review page of each label family
     against the one before it and of each run of a series against the run before it, each
     series' history with its steps and boundaries, and the regressions (steps that got slower)
-    with an Atom feed. It opens from file:// and from any static host.
+    with an Atom feed. A series is a label family (nightly/1, nightly/2, ...) or a workload
+    (the runs of one program and arguments, as `history --workload` follows them); its newest
+    50 runs are followed. It opens from file:// and from any static host.
 
     Publishing again renders only the pages whose inputs changed (and says how many). The site
     is built beside the last one and DIRECTORY (a link) is switched to it at the end: a killed
-    publish leaves the last site whole."""
+    publish leaves the last site whole. DIRECTORY and its run/ folders are symbolic links:
+    upload or copy it with a tool that follows them (`aws s3 sync DIRECTORY s3://bucket/`,
+    `cp -rL`, `rsync -rL`)."""
     from triage.views.site import publish as publish_site
 
     done = publish_site(store.open(), directory)

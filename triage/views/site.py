@@ -14,11 +14,14 @@ the templates' finalize) or, in the filter's JavaScript, through `textContent`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from markupsafe import Markup
 
@@ -107,8 +110,9 @@ def _templates_digest() -> str:
 class Site:
     """The pages of one store's console, each made when asked for."""
 
-    def __init__(self, store: Store, console: Console | None = None):
+    def __init__(self, store: Store, console: Console | None = None, keep: Path | None = None):
         self.store = store
+        self.keep = keep  # where a publish keeps what the next one reuses (site_history)
         self.console = console or read_console(store)
         self.runs = self.console.by_id()
         self.order = {run_id: at for at, run_id in enumerate(self.runs)}
@@ -132,38 +136,67 @@ class Site:
                 self.investigations.setdefault(run.investigation, []).append(run)
         self.tops: dict[str, list[dict]] = {}
 
+    @functools.cached_property
+    def links(self) -> dict[str, str]:
+        """What a run's page links to beyond its own row (its comparisons, series and kin), of
+        the runs that have any: most of 100,000 runs have none, and their page's key is their
+        row's stamp alone."""
+        linked = {*self.pairs_of, *self.series_of, *self.reruns}
+        linked.update(r.id for runs in (*self.groups.values(), *self.investigations.values())
+                      if len(runs) > 1 for r in runs)
+        found = {}
+        for run_id in linked:
+            run = self.runs.get(run_id)
+            if run is not None:
+                found[run_id] = " ".join(
+                    [p.slug for p in self.pairs_of.get(run_id, ())]
+                    + [s.slug for s in self.series_of.get(run_id, ())]
+                    + [r.id for r in self.related(run).runs()])
+        return {run_id: text for run_id, text in found.items() if text}
+
     # -- the page set ------------------------------------------------------------------------
 
     def pages(self) -> Iterator[Page]:
-        """Every page, with its key (cheap: nothing is rendered until a page's `render`)."""
+        """Every page but the runs' (`run_pages`), with its key (cheap: nothing is rendered
+        until a page's `render`)."""
         from triage.views import site_history
 
         yield Page("console.js", _key(_asset("console.js.j2")), lambda: _asset("console.js.j2"))
-        runs = self.console.runs
-        yield Page("index.html", _key("index", *(r.stamp() for r in runs[-PAGE_ROWS:]),
-                                      len(runs), self._series_names()),
+        runs, stamps = self.console.runs, self.stamps
+        yield Page("index.html", _key("index", *stamps[-PAGE_ROWS:], len(runs),
+                                      self._series_shown()),
                    lambda: self.index_page())
         for number in range(self.page_count()):
-            rows = self._page_rows(number)
             last = number + 1 == self.page_count()  # links to a newer page, or to the newest
-            yield Page(f"runs/{number}.html",
-                       _key("runs", number, last, *(r.stamp() for r in rows)),
+            rows = stamps[number * PAGE_ROWS:(number + 1) * PAGE_ROWS][::-1]
+            yield Page(f"runs/{number}.html", _key("runs", number, last, *rows),
                        functools.partial(self.runs_page, number))
         for number in range(self.chunk_count()):
-            chunk = runs[number * CHUNK_ROWS:(number + 1) * CHUNK_ROWS]
-            yield Page(f"data/runs-{number}.js", _key("chunk", *(r.stamp() for r in chunk)),
+            chunk = stamps[number * CHUNK_ROWS:(number + 1) * CHUNK_ROWS]
+            yield Page(f"data/runs-{number}.js", _key("chunk", *chunk),
                        functools.partial(self.chunk_script, number))
         yield Page("data/index.js", _key("data", len(runs), self.chunk_count()),
                    self.data_index)
-        for run in runs:
-            yield Page(run_path(run.id), self._run_key(run),
-                       functools.partial(self.run_page, run.id))
         yield Page("compare/index.html", _key("pairs", *map(self._pair_stamp, self.console.pairs)),
                    self.pairs_page)
         for pair in self.console.pairs:
             yield Page(f"compare/{pair.slug}.html", self._pair_stamp(pair),
                        functools.partial(self.compare_page, pair))
         yield from site_history.pages(self)
+
+    @functools.cached_property
+    def stamps(self) -> list[str]:
+        """Each run's stamp, in the catalog's order: made once, four keys are made of each."""
+        return [run.stamp() for run in self.console.runs]
+
+    def run_pages(self) -> list[tuple[str, str, str]]:
+        """Every run's page as `(path, key, run id)`, for `SiteWriter.shard_pages`. A run
+        page's key is plain text, not a hash: what it shows that can change (its row's index
+        time, its labels) and the pages it links to (the layout is recorded once for them
+        all)."""
+        links = self.links
+        return [(run_path(run.id), f"{stamp}|{links[run.id]}" if run.id in links else stamp,
+                 run.id) for run, stamp in zip(self.console.runs, self.stamps, strict=True)]
 
     def render(self, path: str) -> bytes | None:
         """The page at `path` (the server's one question), or None where there is none: made
@@ -201,8 +234,9 @@ class Site:
         its rows are shown newest first."""
         return self.console.runs[number * PAGE_ROWS:(number + 1) * PAGE_ROWS][::-1]
 
-    def _series_names(self) -> list[str]:
-        return [s.name for s in self.console.series]
+    def _series_shown(self) -> list[str]:
+        """What the first page says of each series (its key's part)."""
+        return [f"{s.slug} {len(s.runs)}" for s in self.console.series]
 
     def index_page(self) -> bytes:
         rows = self.console.runs[-PAGE_ROWS:][::-1]
@@ -230,15 +264,6 @@ class Site:
         return f"triageIndex({self.chunk_count()},{len(self.console.runs)});\n".encode()
 
     # -- a run -------------------------------------------------------------------------------
-
-    def _run_key(self, run: ConsoleRun) -> str:
-        """A run page's key: what it shows that can change (its row's index time, its labels)
-        and the pages it links to. Plain text, not a hash: 100,000 of them are made at every
-        publish (the layout is recorded once for them all: site_files.SiteWriter)."""
-        links = [p.slug for p in self.pairs_of.get(run.id, ())] + \
-            [s.name for s in self.series_of.get(run.id, ())] + \
-            [r.id for r in self.related(run).runs()]
-        return f"{run.stamp()}|{' '.join(links)}" if links else run.stamp()
 
     def run_page(self, run_id: str) -> bytes:
         from triage.archive.runs import load_record
@@ -323,15 +348,31 @@ def _asset(name: str) -> bytes:
 def publish(store: Store, dest) -> Published:
     """Write the site of `store` to `dest`: a new generation beside the last one, only the pages
     whose key changed rendered, then one switch (archive/site_files.py)."""
-    from pathlib import Path
-
-    from triage.archive.site_files import SiteWriter
+    from triage.archive.site_files import REGRESSIONS, ROWS, SiteWriter
 
     writer = SiteWriter(Path(dest), layout())
+    with cyclic_gc_paused():
+        try:
+            site = Site(store, read_console(store, keep=writer.home / ROWS),
+                        keep=writer.home / REGRESSIONS)
+            for page in site.pages():
+                writer.page(page.path, page.key, page.render)
+            writer.shard_pages(site.run_pages(), site.run_page)
+        except BaseException:
+            writer.abandon()
+            raise
+        return writer.switch()
+
+
+@contextlib.contextmanager
+def cyclic_gc_paused() -> Iterator[None]:
+    """Python's cycle collector paused while a publish holds a few objects per run: each of its
+    passes walks every object alive, and 100,000 runs' rows, keys and pages made it half of
+    an incremental publish. The pages hold no cycles to collect meanwhile."""
+    was = gc.isenabled()
+    gc.disable()
     try:
-        for page in Site(store).pages():
-            writer.page(page.path, page.key, page.render)
-    except BaseException:
-        writer.abandon()
-        raise
-    return writer.switch()
+        yield
+    finally:
+        if was:
+            gc.enable()

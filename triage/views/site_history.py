@@ -7,9 +7,12 @@ newest run measured; each is a `triage history` of the series' runs."""
 from __future__ import annotations
 
 import functools
+import json
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
+from triage.archive import atomic
 from triage.archive.console import Series
 from triage.base.errors import TriageError
 from triage.compare.history import HistoryResult, HistoryStep, Measure
@@ -34,19 +37,17 @@ class SeriesHistory:
 
 @dataclass(frozen=True)
 class Regression:
-    """A step that got slower: where, how much, from which run on."""
+    """A step that got slower, as the regressions list and its feed show it: when, in which
+    series, what, from which run on, how much. Plain values: a publish keeps each series' own
+    beside the site by the series' key (`regressions`)."""
 
-    history: SeriesHistory
-    result: HistoryResult
-    step: HistoryStep
-
-    @property
-    def run(self):
-        return self.result.points[self.step.at].run
-
-    @property
-    def when(self) -> str:
-        return self.run.created or self.run.archived or ""
+    when: str
+    series: str  # its selector
+    slug: str
+    what: str  # the kernel, range or metric
+    run: str
+    labels: tuple[str, ...]
+    change_pct: float
 
 
 def measures(site: Site, series: Series) -> tuple[list[Measure], frozenset[str]]:
@@ -99,27 +100,62 @@ def _named(site: Site, series: Series, measure: Measure, selector: str) -> Histo
     return replace(history(site.store, selector, measure), selector=series.selector)
 
 
-def histories(site: Site) -> list[SeriesHistory]:
-    return [history_of(site, s) for s in site.console.series]
-
-
 def history_of(site: Site, series: Series) -> SeriesHistory:
-    """A series' history, made once per Site (its page, the regressions and the feed read it)."""
+    """A series' history, made once per Site (its page and its regressions read it)."""
     made = site.__dict__.setdefault("_histories", {})
-    if series.name not in made:
-        made[series.name] = series_history(site, series)
-    return made[series.name]
+    if series.slug not in made:
+        made[series.slug] = series_history(site, series)
+    return made[series.slug]
+
+
+def series_regressions(site: Site, series: Series) -> list[Regression]:
+    """The steps of one series that got slower (or, of a metric better higher, lower)."""
+    found, out = history_of(site, series), []
+    for result in found.results:
+        for step in filter(functools.partial(found.slower, result), result.steps):
+            run = result.points[step.at].run
+            out.append(Regression(run.created or run.archived or "", series.selector,
+                                  series.slug, result.measure.describe(), run.id,
+                                  tuple(run.labels), step.noise.change_pct or 0.0))
+    return out
 
 
 def regressions(site: Site) -> list[Regression]:
-    """Every step that got slower (or, of a metric better higher, lower), newest first."""
-    found = [Regression(h, result, step) for h in histories(site) for result in h.results
-             for step in result.steps if h.slower(result, step)]
-    return sorted(found, key=lambda r: r.when, reverse=True)
+    """Every series' regressions, newest first, made once per Site. A publish keeps each
+    series' beside the site (`Site.keep`), by the series' key: a series whose key is unchanged
+    is read from there, and only those that changed get their history made again (a new run
+    of one series of many costs that series' history, not all of them)."""
+    made = site.__dict__.get("_regressions")
+    if made is None:
+        found = [r for s in site.console.series for r in _kept_regressions(site, s)]
+        made = site.__dict__["_regressions"] = sorted(found, key=lambda r: r.when, reverse=True)
+        if site.keep is not None and site.keep.is_dir():
+            current = {f"{_series_key(s)}.json" for s in site.console.series}
+            for other in site.keep.iterdir():
+                if other.name not in current:
+                    other.unlink(missing_ok=True)
+    return made
+
+
+def _kept_regressions(site: Site, series: Series) -> list[Regression]:
+    if site.keep is None:
+        return series_regressions(site, series)
+    path = site.keep / f"{_series_key(series)}.json"
+    try:
+        return [Regression(**dict(row, labels=tuple(row["labels"])))
+                for row in json.loads(path.read_text())]
+    except (OSError, ValueError, TypeError, KeyError):
+        pass
+    found = series_regressions(site, series)
+    with atomic.temp_file_in(site.keep, ".json") as (stream, temp):
+        stream.write(json.dumps([asdict(r) for r in found]).encode())
+        stream.close()
+        os.replace(temp, path)
+    return found
 
 
 def _series_key(series: Series) -> str:
-    return _key("series", series.name, *(r.stamp() for r in series.runs))
+    return _key("series", series.slug, series.total, *(r.stamp() for r in series.runs))
 
 
 def pages(site: Site) -> list[Page]:
