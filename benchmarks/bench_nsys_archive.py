@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from statistics import median
 
-from benchlib import compile_sources
+from benchlib import checkout_of, compile_sources
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from helpers import grown  # noqa: E402
@@ -72,13 +72,15 @@ def time_archive(path: Path, store: Path, python: str = sys.executable
     return seconds, sum(t["rows"] for t in tables), sum(t["bytes"] for t in tables)
 
 
-def prepare(work: Path, ranges: int, nsys: str) -> tuple[Path, Path]:
-    """The capture and its export, made once per work directory."""
+def prepare(work: Path, ranges: int, nsys: str, rep_only: bool) -> tuple[Path, Path | None]:
+    """The capture and (unless `rep_only`) its export, made once per work directory."""
     report, exported = work / "bench.nsys-rep", work / "bench.sqlite"
     if not report.exists():
         program = build_program(work)
         steps = -(-ranges // 3)
         capture(program, [steps, 0, 0], work / "bench", nsys=nsys)
+    if rep_only:
+        return report, None
     if not exported.exists():
         subprocess.run([nsys, "export", "--type", "sqlite", "--output", str(exported),
                         str(report)], check=True, capture_output=True)
@@ -119,7 +121,7 @@ def rep_target(ranges: int) -> float:
 def run(work: Path, ranges: int, kernels: int, repeat: int, rep_only: bool,
         baseline: str | None) -> None:
     nsys = require_tool("nsys")
-    report, exported = prepare(work, ranges, nsys)
+    report, exported = prepare(work, ranges, nsys, rep_only)
     kernel_export = None if rep_only else prepare_kernels(work, kernels)
     legs: dict[str, list[float]] = {"arrow": [], "rep": [], "baseline": [], "sqlite export": [],
                                     "sqlite": [], "kernels": []}
@@ -134,16 +136,16 @@ def run(work: Path, ranges: int, kernels: int, repeat: int, rep_only: bool,
             seconds, _, table_bytes["baseline"] = time_archive(report, work / "store-base",
                                                                baseline)
             legs["baseline"].append(seconds)
-        if kernel_export is not None:
+        if kernel_export is not None and exported is not None:
             legs["sqlite export"].append(time_export(nsys, report, work, "sqlite"))
             seconds, rows, _ = time_archive(exported, work / "store-sqlite")
             legs["sqlite"].append(seconds)
             seconds, kernel_rows, _ = time_archive(kernel_export, work / "store-kernels")
             legs["kernels"].append(seconds)
         load.append(os.getloadavg()[0])
-    print(f"nsys {nsys_version(nsys)}; capture {report.stat().st_size / 1e6:.1f} MB, "
-          f"export {exported.stat().st_size / 1e6:.1f} MB; {repeat} rounds, interleaved, "
-          f"load average {min(load):.1f}-{max(load):.1f}")
+    sqlite = f", export {exported.stat().st_size / 1e6:.1f} MB" if exported else ""
+    print(f"nsys {nsys_version(nsys)}; capture {report.stat().st_size / 1e6:.1f} MB{sqlite}; "
+          f"{repeat} rounds, interleaved, load average {min(load):.1f}-{max(load):.1f}")
     print(f"  {'nsys export --type arrow':46s} {times(legs['arrow'])}")
     for leg, label in (("rep", "triage archive .nsys-rep"),
                        ("baseline", f"the same with {baseline}")):
@@ -158,13 +160,6 @@ def run(work: Path, ranges: int, kernels: int, repeat: int, rep_only: bool,
     print(rate(f"triage archive kernels .sqlite ({kernel_rows:,} rows)", legs["kernels"],
                kernel_rows, 0.5))
 
-
-def checkout_of(python: str) -> Path:
-    """The checkout whose triage this interpreter imports."""
-    found = subprocess.run([python, "-c", "import pathlib, triage.archive as a; "
-                            "print(pathlib.Path(a.__file__).resolve().parents[1])"],
-                           check=True, capture_output=True, text=True).stdout
-    return Path(found.strip())
 
 
 def main() -> None:

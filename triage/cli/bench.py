@@ -65,7 +65,7 @@ def bench(store, command, repeat, warmup, metrics, against, max_runs, budget, la
     Example: triage bench --repeat 10 --metric 'step_ms:ms=re:step (?P<v>[0-9.]+) ms' -- ./train"""
     from triage.archive.bench import bench as run_bench
     from triage.compare.bench import BenchOutcome
-    from triage.archive.integrity import parse_duration
+    from triage.base.timeutil import parse_duration
     from triage.capture.bench import BenchRequest, MetricSpec
     from triage.capture.session import CaptureRequest
     from triage.views.bench import render_bench, run_line
