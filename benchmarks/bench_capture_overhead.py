@@ -6,10 +6,11 @@ Two legs a round, interleaved (the order turned each round), every one fresh pro
 fresh folder of a git repository (so the git probe has a commit to read): the bare pair, and
 `triage --store STORE capture -- nsys profile ...` into an empty store. The program is the test
 suite's NVTX program (tests/programs/nvtx_steps.c) making `--ranges` ranges. Target: <= 1.1x.
-Each leg's median CPU seconds (the processes' and their children's, user + system) is printed
-beside: the machine's load stretches it less than the wall time. `--baseline PYTHON` adds a
-third leg, the capture with another interpreter whose triage is another commit (a venv with
-that checkout installed), for a before/after under the same load.
+Each leg's median CPU seconds (user + system of the processes waited for: nsys's agents, which
+profile the program, are not among them, so the bare leg's is mostly its export's and the
+difference is triage's own) is printed beside: the load stretches it less than the wall time.
+`--baseline PYTHON` adds a third leg, the capture with another interpreter whose triage is
+another commit (a venv with that checkout installed), for a before/after under the same load.
 
 Run it under the tools lock (concurrent nsys sessions fail on a shared machine):
 
