@@ -15,7 +15,8 @@ and otherwise
      "remote": {"name": "origin", "url": "https://host/org/repo.git"} | None,
      "dirty": bool,                        # tracked files differ from HEAD (index or worktree)
      "diff_sha256": "<hex>" | None,        # of `git diff HEAD --binary`, pinned options
-     "untracked_count": int,               # not ignored by .gitignore
+     "untracked_count": int,               # not ignored by .gitignore, nor left out
+                                           # (a capture's reports: `git_snapshot`)
      "untracked_sha256": "<hex>",          # over sorted paths and their contents
      "untracked_skipped": int,             # hashed by path and size only (too big)
      "notes": ["why a field is None, or what was bounded"]}
