@@ -24,6 +24,11 @@ over them.
 
 Every S3 operation goes through `call`: retried by the S3 client, then run again by triage
 while the store's `retry_time` lasts, counted in `retried` (network.py).
+
+A local store's `LocalFileSystem` is made on first use, and what opening a store and looking a
+report up read (a file's size, a folder, a small file) goes to the OS directly: an archive
+imports no pyarrow (0.15-0.3 s) before its `nsys export` starts, nor a capture before its
+profiler does.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from __future__ import annotations
 import functools
 import os
 import random
+import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -72,9 +78,9 @@ class Entry:
 class StoreFiles:
     """The files of one store, by key, on its filesystem (see the module docstring)."""
 
-    def __init__(self, filesystem: pafs.FileSystem, base: str, where: str,
+    def __init__(self, filesystem: pafs.FileSystem | None, base: str, where: str,
                  local_root: Path | None, spool: Path, url: str) -> None:
-        self.fs = filesystem
+        self._fs = filesystem  # None: a local store's, made on first use (`fs`)
         self.url = url  # what --store named, to open the store again (a worker, an export)
         self.base = base.rstrip("/")
         self.where = where  # for messages: the directory, or the URL and its endpoint
@@ -102,10 +108,8 @@ class StoreFiles:
 
     @classmethod
     def local(cls, root: Path) -> StoreFiles:
-        from pyarrow import fs
-
         base = Path(os.path.abspath(root)).as_posix()  # pyarrow takes absolute paths only
-        return cls(fs.LocalFileSystem(), base, str(root), root, root / "objects", str(root))
+        return cls(None, base, str(root), root, root / "objects", str(root))
 
     @classmethod
     def s3(cls, url: str) -> StoreFiles:
@@ -143,6 +147,15 @@ class StoreFiles:
         return files
 
     @property
+    def fs(self) -> pafs.FileSystem:
+        """The pyarrow filesystem the files are on (a local store's made now if not before)."""
+        if self._fs is None:
+            from pyarrow import fs
+
+            self._fs = fs.LocalFileSystem()
+        return self._fs
+
+    @property
     def remote(self) -> bool:
         return self.local_root is None
 
@@ -158,6 +171,9 @@ class StoreFiles:
 
     def read(self, key: str) -> bytes:
         """A file's bytes; FileNotFoundError when there is none."""
+        if self.local_root is not None:
+            return (self.local_root / key).read_bytes()
+
         def whole() -> bytes:
             with self.fs.open_input_stream(self.path(key)) as stream:
                 return stream.read()
@@ -182,6 +198,8 @@ class StoreFiles:
 
     def info(self, key: str) -> Entry | None:
         """A file's size and mtime; None when there is none (or a folder is there)."""
+        if self.local_root is not None:
+            return _local_info(self.local_root, key)
         from pyarrow import fs
 
         try:
@@ -214,6 +232,11 @@ class StoreFiles:
             return None
 
     def is_dir(self, key: str) -> bool:
+        if self.local_root is not None:
+            try:
+                return stat.S_ISDIR(os.stat(self.local_root / key).st_mode)
+            except (FileNotFoundError, NotADirectoryError):
+                return False
         from pyarrow import fs
 
         found = self.call("read", lambda: self.fs.get_file_info(self.path(key)))
@@ -466,6 +489,16 @@ def clean_spool(root: Path, grace: float = SPOOL_GRACE) -> None:
                 shutil.rmtree(path)
         except OSError:  # removed meanwhile (another process cleaning), or not ours to remove
             continue
+
+
+def _local_info(root: Path, key: str) -> Entry | None:
+    """`info` of a local store's file, as pyarrow's LocalFileSystem gives it (links followed)."""
+    try:
+        found = os.stat(root / key)
+    except (FileNotFoundError, NotADirectoryError, ValueError):  # ValueError: a NUL in the name
+        return None
+    return Entry(key, True, found.st_size, found.st_mtime) if stat.S_ISREG(found.st_mode) \
+        else None
 
 
 def _walk(root: Path, folder: str, recursive: bool) -> Iterator[Entry]:

@@ -8,6 +8,11 @@ that tells whether another writer of the same run won; then labels. A failure be
 manifest leaves only unreferenced objects, which `triage gc` removes. Of several reports, each
 run's part after its build (the store's: uploads, manifest, key) runs on a thread while the next
 run is built (`_archive_all`).
+
+What imports pyarrow (the tables, summaries and catalog modules, 0.3 s) is imported where it is
+first needed, not with this module: a .nsys-rep's `nsys export` starts before it, and it is
+imported on a thread while nsys runs (`capture/nsys.py`), as a capture's is while its profiler
+runs.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from triage.base.version import __version__
-from triage.archive import catalog, lease, space
+from triage.archive import lease, space
 from triage.base.duck import interrupted
 from triage.base.progress import Progress, Step, no_progress
 from triage.base.hashing import hash_file
@@ -36,16 +41,15 @@ from triage.archive.model import ArchiveBatch, ArchiveResult, Refusal, RunRecord
 from triage.archive.objects import Staged
 from triage.archive.run_manifests import manifest_file, run_parts
 from triage.archive.store import STORE_MARKER, Store, store_files
-from triage.archive.summaries import SUMMARIES, compute_summaries, follow_summaries
-from triage.archive.tables import TableSet
 from triage.capture import redact
 from triage.capture.formats import PreparedReport, TableBatch, detect_format, prepare_report
 from triage.base.errors import CorruptObject, Interrupted, TriageError, UsageError
-from triage.schemas.tables import tables_for_tool, tables_version
 from triage.base.timeutil import utc_now
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from triage.archive.tables import TableSet
 
 
 @dataclass
@@ -213,6 +217,8 @@ def _stored(store_path, before: Store | None, requests: list[RunRequest],
     """The validated reports written as runs, under one lease, and indexed; `maybe_written`
     gets the id of each run before its manifest may be written, `filed` each run once it is
     whole."""
+    from triage.archive import catalog
+
     store = before or Store.open(store_path, create=True)
     store.check_writable()
     progress(Step("storing", len(requests), len(requests)))
@@ -251,6 +257,8 @@ def _found_steps(store: Store, run_id: str, request: RunRequest, rows: list[dict
 def _index_quietly(store: Store, rows: list[dict]) -> bool:
     """Write the catalog rows of the runs an archive made before it failed, if the store still
     takes them (whether it did): the failure is the error to report."""
+    from triage.archive import catalog
+
     try:
         if rows:
             catalog.add_rows(store, rows)
@@ -424,6 +432,8 @@ def _run_steps(store: Store, request: RunRequest, prepared: list[PreparedReport]
             if not request.repair and _intact(store, existing, found):
                 return _index_and_label(store, existing, found, request, new=False, rows=rows)
         space.check_room(store.disk, sum(_size(p.path) for p in prepared) + space.COMMIT_BYTES)
+        from triage.archive.tables import TableSet
+
         with space.reserved(store.files.temp_folder("objects"), space.COMMIT_BYTES) as room, \
                 TableSet(store) as tables, _staged_reports(store) as blobs:
             streams = [p.batches(index) for index, p in enumerate(prepared)]
@@ -569,6 +579,8 @@ def _index_and_label_winner(store: Store, run_id: str, manifest: dict, request: 
     winner's manifest (its row named the tables removed; the newest row of a run counts).
     A killed writer's, or a repaired run's old ones, no manifest names: `triage gc` removes
     them."""
+    from triage.archive import catalog
+
     done: list[Any] = lease.side_by_side(
         [partial(store.runs.read_manifest, run_id),
          partial(_index, store, run_id, manifest, request, new, rows)]
@@ -637,6 +649,8 @@ def _index(store: Store, run_id: str, manifest: dict, request: RunRequest, new: 
            rows: list[dict] | None = None) -> dict:
     """Annotate a run (first archive time, the request's note) and give a new or newly noted
     run its catalog row (into `rows`, else written at once); its annotations."""
+    from triage.archive import catalog
+
     annotations = store.annotations.annotate(run_id, utc_now(precise=True), request.note,
                                              new_run=new)
     if new or request.note:
@@ -648,6 +662,8 @@ def _add_row(store: Store, row: dict, rows: list[dict] | None) -> None:
     """A run's catalog row, kept for the caller's one segment (`rows`) or written now. A run
     without its row yet is indexed by any reader from its manifest (catalog.py): the row only
     makes reading quick."""
+    from triage.archive import catalog
+
     if rows is None:
         catalog.add_rows(store, [row])
     else:
@@ -667,6 +683,9 @@ def _stage_run(store: Store, request: RunRequest, prepared: list[PreparedReport]
     Nothing becomes visible until every table and copy is whole on disk (the room for the
     manifest is held by the caller: `space`), so a full disk leaves nothing of the run behind.
     """
+    from triage.archive.summaries import SUMMARIES, compute_summaries, follow_summaries
+    from triage.schemas.tables import tables_for_tool
+
     failed = threading.Event()
     with ThreadPoolExecutor(max_workers=1) as copier:
         copies = [copier.submit(store.objects.stage_file, p.path, failed) for p in prepared]
@@ -717,6 +736,8 @@ def _discard_copies(store: Store, copies: list[Future]) -> None:
 def record_attempt(store: Store, request: RunRequest, provenance: dict) -> ArchiveResult:
     """A run without a report: a capture that produced none (the attempt is not lost), or a
     bench, whose tables come with the request."""
+    from triage.archive.tables import TableSet
+
     with TableSet(store) as tables:
         write_batches(tables, request.extra_tables.items())
         manifest = _manifest(request, [provenance], [], tables.seal())
@@ -755,6 +776,8 @@ def _host_name(provenance: dict) -> str | None:
 
 def _manifest(request: RunRequest, provenances: list[dict], reports: list[dict],
               table_refs: dict) -> dict:
+    from triage.schemas.tables import tables_version
+
     first = provenances[0]
     extra = redact.extra_patterns(request.redact_patterns)
     manifest = {

@@ -36,15 +36,13 @@ from triage.archive.labels import LABEL_RE
 from triage.archive.run_manifests import Part, manifest_id, run_parts
 from triage.archive.store import STORE_MARKER, Store, marker_bytes
 from triage.archive.table_files import TABLES_DIR, TABLE_KEY_RE
-from triage.base.errors import StoreError, UsageError
+from triage.base.errors import StoreError
 from triage.base.progress import Progress, Step, no_progress
 from triage.base.hashing import SHA256_RE
 
 DAMAGE_KINDS = ("missing", "corrupt", "dangling", "unexpected")
 ERROR_KINDS = (*DAMAGE_KINDS, "unreachable")
 GC_TRASH_PREFIX = atomic.TMP_PREFIX + "gc-"
-DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 @dataclass(frozen=True)
@@ -486,15 +484,6 @@ class GcReport:
                 "files": len(self.removed), "bytes": self.bytes,
                 "kept_recent": self.kept_recent, "kept_live": self.kept_live,
                 "restored": self.restored}
-
-
-def parse_duration(text: str) -> float:
-    """'90', '90s', '30m', '1h', '2d' -> seconds."""
-    match = DURATION_RE.match(str(text))
-    if not match:
-        raise UsageError(f"invalid duration {text!r}: use seconds or a number with s, m, h or d "
-                         "(e.g. 1h, 0)")
-    return float(match.group(1)) * DURATION_UNITS[match.group(2)]
 
 
 def gc(store: Store, grace_seconds: float = 3600, dry_run: bool = False) -> GcReport:

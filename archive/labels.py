@@ -284,3 +284,9 @@ class Labels(StorePart):
         inner = (e.key for e in self.store.files.tree(f"labels/{name}")
                  if e.is_file and not e.name.startswith(atomic.TMP_PREFIX))
         return next(inner, f"labels/{name}")[len("labels/"):]
+
+
+def series_label(label: str | None, i: int, count: int) -> str | None:
+    """The label of run i (from 1) of a series of `count` runs labelled `label`: LABEL/i, which
+    the side `'LABEL/*'` then selects whole; a single run keeps `label` itself."""
+    return f"{label}/{i}" if label and count > 1 else label

@@ -195,12 +195,6 @@ def label_moves(store: Store, name: str) -> list[LabelMove]:
     return moves
 
 
-def series_label(label: str | None, i: int, count: int) -> str | None:
-    """The label of run i (from 1) of a series of `count` runs labelled `label`: LABEL/i, which
-    the side `'LABEL/*'` then selects whole; a single run keeps `label` itself."""
-    return f"{label}/{i}" if label and count > 1 else label
-
-
 def delete_label(store: Store, name: str) -> LabelChange:
     """Delete label `name` (LabelNotFound when there is none)."""
     return LabelChange(name, None, store.labels.remove(name, checked=True))

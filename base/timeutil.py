@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
+
+from triage.base.errors import UsageError
+
+DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def utc_now(precise: bool = False) -> str:
@@ -42,3 +48,12 @@ def capture_order(created: str | None, archived: str | None) -> tuple:
     share: when the report was made (else archived), then when it was archived; times
     compared as times (offsets and precisions differ), unknown ones last."""
     return (_seconds(created or archived), _seconds(archived))
+
+
+def parse_duration(text: str) -> float:
+    """'90', '90s', '30m', '1h', '2d' -> seconds."""
+    match = DURATION_RE.match(str(text))
+    if not match:
+        raise UsageError(f"invalid duration {text!r}: use seconds or a number with s, m, h or d "
+                         "(e.g. 1h, 0)")
+    return float(match.group(1)) * DURATION_UNITS[match.group(2)]

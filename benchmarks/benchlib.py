@@ -20,3 +20,11 @@ def compile_sources(root: Path = CHECKOUT) -> None:
                                              "schemas", "templates")]
     subprocess.run([sys.executable, "-m", "compileall", "-q", *folders], check=True,
                    capture_output=True)
+
+
+def checkout_of(python: str) -> Path:
+    """The checkout whose triage this interpreter imports."""
+    found = subprocess.run([python, "-c", "import pathlib, triage.archive as a; "
+                            "print(pathlib.Path(a.__file__).resolve().parents[1])"],
+                           check=True, capture_output=True, text=True).stdout
+    return Path(found.strip())

@@ -15,7 +15,8 @@ and otherwise
      "remote": {"name": "origin", "url": "https://host/org/repo.git"} | None,
      "dirty": bool,                        # tracked files differ from HEAD (index or worktree)
      "diff_sha256": "<hex>" | None,        # of `git diff HEAD --binary`, pinned options
-     "untracked_count": int,               # not ignored by .gitignore
+     "untracked_count": int,               # not ignored by .gitignore, nor left out
+                                           # (a capture's reports: `git_snapshot`)
      "untracked_sha256": "<hex>",          # over sorted paths and their contents
      "untracked_skipped": int,             # hashed by path and size only (too big)
      "notes": ["why a field is None, or what was bounded"]}
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -62,8 +64,11 @@ def git_state(path: str | Path) -> dict:
     return git_snapshot(path).state
 
 
-def git_snapshot(path: str | Path) -> GitSnapshot:
-    """The git state of `path` and its patch, from one `git diff` (the hash is of these bytes)."""
+def git_snapshot(path: str | Path,
+                 leave_out: Callable[[Path], bool] = lambda _path: False) -> GitSnapshot:
+    """The git state of `path` and its patch, from one `git diff` (the hash is of these bytes).
+    Untracked files `leave_out` names (by absolute path) are not counted or hashed: a capture
+    reads the state as its profiler starts and leaves out the reports it is writing."""
     try:
         import git
     except ImportError as error:
@@ -78,7 +83,7 @@ def git_snapshot(path: str | Path) -> GitSnapshot:
         if repo.bare or repo.working_tree_dir is None:
             return _none("bare repository (no working tree)")
         try:
-            return _describe(repo)
+            return _describe(repo, leave_out)
         except git.GitError as error:
             return _none(f"git failed: {_first_line(getattr(error, 'stderr', '') or str(error))}")
 
@@ -91,7 +96,7 @@ def _first_line(text: str) -> str:
     return next((line.strip(" '\"") for line in str(text).splitlines() if line.strip()), "")
 
 
-def _describe(repo) -> GitSnapshot:
+def _describe(repo, leave_out: Callable[[Path], bool]) -> GitSnapshot:
     notes: list[str] = []
     has_commit = repo.head.is_valid()
     if not has_commit:
@@ -99,7 +104,9 @@ def _describe(repo) -> GitSnapshot:
     detached = repo.head.is_detached
     if detached:
         notes.append("HEAD is detached: branch is None")
-    untracked = _untracked_digest(Path(repo.working_tree_dir), repo.untracked_files, notes)
+    root = Path(repo.working_tree_dir)
+    untracked = _untracked_digest(root, [p for p in repo.untracked_files
+                                         if not leave_out(root / p)], notes)
     if untracked["untracked_count"]:
         notes.append(f"{untracked['untracked_count']} untracked file(s) are not in the diff or "
                      "its patch (`git diff HEAD` covers tracked files); untracked_sha256 covers "

@@ -411,7 +411,7 @@ class PreparedNsys:
             if self.info is None:
                 self.export = _checked(open_export(self.path))
             else:
-                imported = worker.submit(_import_readers)
+                imported = worker.submit(import_readers)
                 self.export = self._exported(nsys, self.info)
                 imported.result()
             if digest is not None:
@@ -463,10 +463,10 @@ class PreparedNsys:
         self._files = []
 
 
-def _import_readers() -> None:
+def import_readers() -> None:
     """Import DuckDB and pyarrow.compute, which the Arrow export's reader and the summaries
     need, and open the summaries' connection: 0.2 s that would otherwise follow
-    `nsys export`, which leaves a core idle."""
+    `nsys export`, which leaves a core idle (a capture calls it while its profiler runs)."""
     import pyarrow.compute  # noqa: F401
 
     from triage.base.duck import summary_connection

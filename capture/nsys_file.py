@@ -284,27 +284,35 @@ EXPORT_TIMEOUT_S = 3600
 def export_report(path, info: NsysFileInfo, nsys: str | None, new_file: Callable[[str], Path],
                   formats: tuple[str, ...] = EXPORT_FORMATS) -> Exported:
     """Run `nsys export` into a file `new_file(suffix)` makes (the first of `formats` that
-    works; a failed one's file is removed); clear errors when nsys cannot."""
+    works; a failed one's file is removed); clear errors when nsys cannot.
+
+    `nsys --version` (0.02-0.15 s) is asked beside the first export, not before it: a report
+    newer than this nsys is refused by its version once that is known, whether or not the
+    export got anywhere, so the outcome is the one asking first gave."""
+    from concurrent.futures import ThreadPoolExecutor
+
     exe = find_nsys(path, info, nsys)
-    local = local_version(exe)
-    if local and version_tuple(info.version)[:2] > version_tuple(local)[:2]:
-        raise too_old(path, info, exe, local)  # decided before running it: nsys would fail
     reason = None
-    for fmt in formats:
-        out = os.fspath(new_file(f"-export.{fmt}"))
-        try:
-            reason = _run_export(path, exe, fmt, out)
-        except BaseException:
-            Path(out).unlink(missing_ok=True)
-            raise
-        if reason is None:
-            return Exported(out, fmt, exe, local)
-        full = _disk_full(path, out)
-        Path(out).unlink(missing_ok=True)  # nsys may have removed it itself
-        if full is not None:
-            raise full
-        if any(marker in reason for marker in TOO_OLD_MARKERS):
-            raise too_old(path, info, exe, local, reason.split(":")[0])
+    with ThreadPoolExecutor(max_workers=1) as asking:
+        asked = asking.submit(local_version, exe)
+        for fmt in formats:
+            out = os.fspath(new_file(f"-export.{fmt}"))
+            try:
+                reason = _run_export(path, exe, fmt, out)
+                local = asked.result()
+                if local and version_tuple(info.version)[:2] > version_tuple(local)[:2]:
+                    raise too_old(path, info, exe, local)  # nsys failed, or would have
+            except BaseException:
+                Path(out).unlink(missing_ok=True)
+                raise
+            if reason is None:
+                return Exported(out, fmt, exe, local)
+            full = _disk_full(path, out)
+            Path(out).unlink(missing_ok=True)  # nsys may have removed it itself
+            if full is not None:
+                raise full
+            if any(marker in reason for marker in TOO_OLD_MARKERS):
+                raise too_old(path, info, exe, local, reason.split(":")[0])
     raise UnsupportedReport(f"{path}: `{exe} export --type sqlite` failed ({reason}); "
                             f"try a newer nsys (--nsys PATH), {_fallback_hint(path)}")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,6 +82,21 @@ def expected_reports(parsed: ParsedCommand, cwd: Path, since: float) -> list[Fou
             if os.path.getmtime(name) >= since - 1:
                 found.append(_tagged(Path(name), re.fullmatch(regex, name)))
     return found
+
+
+def is_output(parsed: ParsedCommand, cwd: Path) -> Callable[[Path], bool]:
+    """Whether a file (by absolute path) is one the command's output pattern names: a report,
+    or the .qdstrm nsys writes on the way to one. What the profiler writes there while it runs
+    is no part of the source it ran from (`git_state.git_snapshot` leaves these out)."""
+    pattern = output_pattern(parsed)
+    if not pattern or parsed.tool is None:
+        return lambda _path: False
+    full = pattern if os.path.isabs(pattern) else str(cwd.resolve() / pattern)
+    names = _with_suffix(full, parsed.tool)
+    if parsed.tool == "nsys":
+        names.append(names[0].removesuffix(".nsys-rep").removesuffix(".qdrep") + ".qdstrm")
+    regexes = [re.compile(_pattern_regex(name)[1]) for name in names]
+    return lambda path: any(regex.fullmatch(str(path)) for regex in regexes)
 
 
 def _tagged(path: Path, match: re.Match | None) -> FoundReport:

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from triage.capture import diagnosis, process_tree, profilers, redact
 from triage.capture.progress import Elapsed, LineCollapser, OutputLine, ProgressEvent
-from triage.capture.outputs import (FoundReport, find_reports, fingerprints, output_pattern,
-                                    snapshot, split_fresh)
+from triage.capture.outputs import (FoundReport, find_reports, fingerprints, is_output,
+                                    output_pattern, snapshot, split_fresh)
 from triage.capture.profiler_args import ParsedCommand, parse_command
 from triage.base.errors import UsageError
 from triage.base.timeutil import utc_now
@@ -416,22 +416,27 @@ def capture_record(request: CaptureRequest, executable: str, version_text: str,
 
 
 class Probes(threading.Thread):
-    """The machine facts and the tool's version, found in a thread started before the profiler
-    and waited for after it (nvidia-smi, the frameworks' versions and `TOOL --version` take
-    0.2-1 s, which would otherwise be added to every capture's time); what the rank guard and
-    the warnings need is found before it starts (`machine.early_facts`)."""
+    """The git state, the machine facts and the tool's version, found in a thread started
+    before the profiler and waited for after it (git, nvidia-smi, the frameworks' versions and
+    `TOOL --version` take 0.2-1 s, which would otherwise be added to every capture's time);
+    what the rank guard and the warnings need is found before it starts
+    (`machine.early_facts`). The git state comes first, as the profiler starts (it is the
+    source the workload runs from), without the reports the profiler is about to write."""
 
-    def __init__(self, planned: Planned, environ: Mapping[str, str], early: dict) -> None:
+    def __init__(self, planned: Planned, request: CaptureRequest, early: dict) -> None:
         super().__init__(daemon=True)
-        self.planned, self.environ, self.early = planned, environ, early
+        self.planned, self.environ, self.early = planned, request.environ, early
+        self.cwd = request.cwd
         self.failed: Exception | None = None
         self.start()
 
     def run(self) -> None:
+        from triage.capture.git_state import git_snapshot
         from triage.capture.machine import collect_machine_facts
 
         planned = self.planned
         try:
+            self.git = git_snapshot(self.cwd, is_output(planned.parsed, self.cwd))
             self.facts = collect_machine_facts(planned.parsed.application, self.environ,
                                                self.early)
             self.version, self.version_text = profilers.tool_version(planned.tool,
@@ -482,7 +487,7 @@ def prepare(request: CaptureRequest, planned: Planned,
     parsed, executable = planned.parsed, planned.executable
     early = early_facts(request.environ)
     _rank_guard(request, early)
-    probes = Probes(planned, request.environ, early)
+    probes = Probes(planned, request, early)
     if planned.tool == "ncu":
         probes.found()
     listings = _ncu_lists(parsed, executable)
@@ -495,7 +500,7 @@ def prepare(request: CaptureRequest, planned: Planned,
 @dataclass(frozen=True)
 class Captured:
     """What one profiler run did: how it ran, the reports it left, and the git state (with its
-    patch) after it ran."""
+    patch) as it started."""
 
     ready: Prepared
     outcome: Outcome
@@ -527,17 +532,15 @@ class Captured:
 def run(request: CaptureRequest, ready: Prepared, on_output: Callable[[ProgressEvent], None],
         tick_after: float = 1.0) -> Captured:
     """Run the profiler and find the reports it wrote (`tick_after`: see run_profiler)."""
-    from triage.capture.git_state import git_snapshot
-
     before, since = snapshot(request.cwd, ready.tool), time.time()
     existing = fingerprints(ready.parsed, request.cwd)
     outcome = run_profiler(request.argv, request.shell, request.cwd, request.environ, on_output,
                            tick_after, request.timeout)
-    ready.probes.found()  # joined here, after the profiler, whatever comes next
+    probes = ready.probes.found()  # joined here, after the profiler, whatever comes next
     # an interrupted profiler's report, if any, may be cut short: the attempt is what is kept
     found = [] if outcome.ended_early else find_reports(ready.parsed, request.cwd, since, before)
     fresh, stale = split_fresh(found, existing)
     removed = diagnosis.remove_temporary_reports(outcome.tail, request.environ)
     if outcome.ended_early:  # ended before it could name its temporary report
         removed += diagnosis.remove_abandoned_reports(request.environ, since)
-    return Captured(ready, outcome, fresh, git_snapshot(request.cwd), stale, removed)
+    return Captured(ready, outcome, fresh, probes.git, stale, removed)

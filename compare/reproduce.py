@@ -33,8 +33,8 @@ from typing import Any
 
 from triage.archive.annotations import Arrival
 from triage.archive.model import RunRecord
-from triage.archive.runs import load_record, series_label
-from triage.archive.labels import check_label
+from triage.archive.labels import check_label, series_label
+from triage.archive.runs import load_record
 from triage.archive.store import Store
 from triage.capture import replay
 from triage.capture.progress import ProgressEvent

@@ -77,9 +77,9 @@ def test_an_interrupt_while_a_run_is_stored_on_the_thread_keeps_it_and_drops_the
     """Ctrl-C while the third run is built and the second is still being stored (its manifest
     write held back): once the thread has ended, the first two runs are whole and listed, nothing
     of the third is left, and no lease stays (every run written has its catalog row)."""
-    from triage.archive import ingest
+    from triage.archive import ingest, summaries
 
-    real_summaries, real_manifest = ingest.compute_summaries, Runs.write_manifest
+    real_summaries, real_manifest = summaries.compute_summaries, Runs.write_manifest
     built: list[int] = []
 
     def interrupted_third(tables, names):
@@ -92,7 +92,7 @@ def test_an_interrupt_while_a_run_is_stored_on_the_thread_keeps_it_and_drops_the
         time.sleep(0.3)  # the outcome is the same whether the interrupt comes first or not
         return real_manifest(self, manifest, replace)
 
-    monkeypatch.setattr(ingest, "compute_summaries", interrupted_third)
+    monkeypatch.setattr(summaries, "compute_summaries", interrupted_third)
     monkeypatch.setattr(Runs, "write_manifest", held_back)
     with pytest.raises(KeyboardInterrupt):
         ingest.archive_files(store_dir, REPORTS[:3])

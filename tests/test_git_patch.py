@@ -150,7 +150,8 @@ def test_binary_changes_are_left_out_and_named(tmp_path):
 @pytest.fixture
 def dirty_repo(tmp_path, monkeypatch) -> Path:
     """A committed workload with a dirty edit that plants a GitHub token and a company id, as
-    the capture's working directory (the report nsys writes there is untracked)."""
+    the capture's working directory (the report nsys writes there is untracked, and left out
+    of the git state)."""
     repo = make_repo(tmp_path / "work", {"config.py": CONFIG, "train.py": "print('step')\n"})
     write(repo, {"config.py": EDITED})
     monkeypatch.chdir(repo)
@@ -177,6 +178,7 @@ def store_texts(store: Path) -> dict[str, str]:
 
 def test_a_capture_stores_the_redacted_patch_and_show_patch_rebuilds_after(
         triage, store_dir, tmp_path, dirty_repo, nsys_exe, nvtx_program):
+    write(dirty_repo, {"notes.txt": "an untracked file\n"})
     shown = capture(triage, nvtx_program, "--redact", "ACME_")
     git_record = shown["capture"]["git"]
     assert git_record["dirty"] is True and git_record["patch_note"] is None
@@ -186,9 +188,11 @@ def test_a_capture_stores_the_redacted_patch_and_show_patch_rebuilds_after(
              if TOKEN in text or COMPANY_SECRET in text}
     assert leaks == set()
 
+    # notes.txt; steps.nsys-rep, written while the state was read, is left out
+    assert git_record["untracked_count"] == 1
     text = triage("show", shown["id"]).stdout
     assert (f"  patch            stored, {patch['bytes']} B; 2 value(s) redacted; "
-            f"{git_record['untracked_count']} untracked file(s) not in it; `triage show "
+            f"1 untracked file(s) not in it; `triage show "
             f"{shown['id'][:12]} --patch | git apply` on a checkout of "
             f"{git_record['commit'][:12]}") in text
     stored = triage("show", shown["id"], "--patch").stdout_bytes

@@ -162,6 +162,27 @@ def test_untracked_files_are_counted_and_hashed(repo):
     assert git_state(repo)["untracked_sha256"] != first["untracked_sha256"]
 
 
+@pytest.mark.parametrize("argv,written", [
+    (["nsys", "profile", "-o", "prof", "./app"], ["prof.nsys-rep", "prof.qdstrm"]),
+    (["nsys", "profile", "-o", "out/rank%q{RANK}", "./app"], ["out/rank0.nsys-rep"]),
+    (["ncu", "-o", "prof", "./app"], ["prof.ncu-rep"])])
+def test_what_the_profiler_writes_is_left_out_of_the_untracked_files(repo, argv, written):
+    """A capture reads the state as its profiler starts: the files its output name names (the
+    report being written, nsys's .qdstrm) are not the source, and change every run."""
+    from triage.capture.outputs import is_output
+    from triage.capture.profiler_args import parse_command
+
+    (repo / "notes.txt").write_text("a\n")
+    alone = git_state(repo)
+    (repo / "out").mkdir()
+    for name in [*written, "prof2.nsys-rep"]:
+        (repo / name).write_bytes(os.urandom(16))
+    state = gs.git_snapshot(repo, is_output(parse_command(argv), repo)).state
+    assert state["untracked_count"] == 2  # notes.txt, and prof2.nsys-rep: another name
+    (repo / "prof2.nsys-rep").unlink()
+    assert gs.git_snapshot(repo, is_output(parse_command(argv), repo)).state == alone
+
+
 def test_untracked_symlink_is_hashed_by_target(repo):
     (repo / "latest").symlink_to("train.py")
     first = git_state(repo)

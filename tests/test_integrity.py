@@ -13,6 +13,7 @@ from helpers import corpus_file, table_file
 from triage.archive import integrity
 from triage.archive.files import StoreFiles
 from triage.archive.store import Store
+from triage.base.timeutil import parse_duration
 
 SMALL = "LakshyaSingh354__CudaCode__report.ncu-rep"
 OTHER = "Lashi0812__CudaProgramming__simpleSOA.ncu-rep"
@@ -220,7 +221,7 @@ def test_gc_puts_back_an_object_a_new_manifest_references(triage, monkeypatch):
 @pytest.mark.parametrize("text,seconds", [("0", 0), ("90", 90), ("90s", 90), ("30m", 1800),
                                           ("1h", 3600), ("2d", 172800), ("1.5h", 5400)])
 def test_parse_duration(text, seconds):
-    assert integrity.parse_duration(text) == seconds
+    assert parse_duration(text) == seconds
 
 
 ANNOTATION_FLIPS = 15

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from helpers import corpus_file
-from triage.archive import ingest
+from triage.schemas import tables as schema_tables
 
 QDREP = "Yandong-Luo__parallel_diff_evolution__report7.qdrep"  # 173 KB, exported by nsys 2022.4
 NCU = "LakshyaSingh354__CudaCode__report.ncu-rep"
@@ -78,7 +78,7 @@ def test_tables_of_an_older_schema_are_the_same_run(triage, tmp_path, monkeypatc
     `already archived` by today's, not a second run beside the first, its label left behind."""
     store = tmp_path / "store"
     with monkeypatch.context() as older:
-        older.setattr(ingest, "tables_version", lambda: 1)
+        older.setattr(schema_tables, "tables_version", lambda: 1)
         first = triage.json("--store", store, "archive", "--label", "base", corpus_file(NCU))[0]
     assert manifest(store, first["id"])["tables_schema_version"] == 1
     now = triage.json("--store", store, "archive", corpus_file(NCU))[0]

@@ -76,7 +76,7 @@ def bench(store, command, repeat, warmup, metrics, against, interleave, yes, max
     triage bench --repeat auto --against base --interleave --metric SPEC -- ./train"""
     from triage.archive.bench import bench as run_bench
     from triage.compare.bench import BenchOutcome
-    from triage.archive.integrity import parse_duration
+    from triage.base.timeutil import parse_duration
     from triage.capture.bench import BenchRequest, MetricSpec
     from triage.capture.session import CaptureRequest
     from triage.cli.capture import ask_foreign

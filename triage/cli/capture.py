@@ -43,7 +43,7 @@ def capture(store, command, label, note, shell, group, from_run, investigation, 
 
     Example: triage capture -- nsys profile -o step ./train.py"""
     from triage.archive.captured import capture_series, check_series
-    from triage.archive.integrity import parse_duration
+    from triage.base.timeutil import parse_duration
     from triage.capture.session import CaptureRequest
     from triage.views.progress import CaptureOutput, progress_after
     from triage.views.runs import archive_line, archive_lines

@@ -61,7 +61,8 @@ def gc_command(store, dry_run, grace, out):
     everything as new as a live lease, whatever --grace says. A lease is live while its process
     runs (a stopped one counts), or for 24h when written on another host; a killed writer's
     lease is removed like other leftovers."""
-    from triage.archive.integrity import gc, parse_duration
+    from triage.archive.integrity import gc
+    from triage.base.timeutil import parse_duration
     from triage.views.upkeep import gc_text
 
     report = gc(store.open(), grace_seconds=parse_duration(grace), dry_run=dry_run)

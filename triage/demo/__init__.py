@@ -21,7 +21,7 @@ from typing import Any
 
 from triage.archive.ingest import archive_files
 from triage.archive.model import ArchiveResult
-from triage.archive.runs import series_label
+from triage.archive.labels import series_label
 from triage.archive.store import Store
 from triage.base.errors import ComparisonGate, RegressionGate
 from triage.compare.diff import diff_runs
