@@ -70,7 +70,10 @@ def bench_sides(requests: Sequence[BenchRequest],
     """`bench` of several sides run alternately (`bench --interleave`, capture/bench.py's
     `run_sides`), each archived as its own run once every side's series ended, the first side
     first; each later side records the first side's run as `interleaved_with`, which is how
-    `diff` knows their runs were measured in pairs. A failed run of any side archives nothing."""
+    `diff` knows their runs were measured in pairs. A failed run of any side archives nothing.
+    A kill between two sides' archives leaves the first side's run whole and no later one: a
+    bench run (of the baseline's command, a rerun of it) that no candidate names, as a rerun
+    by `triage rerun` would be."""
     from triage.capture.git_state import git_snapshot
     from triage.capture.machine import collect_machine_facts
 

@@ -220,7 +220,8 @@ def merge(store: Store) -> None:
     manifest is written before its row), so no row of a run archived meanwhile is dropped with
     the segment that held it."""
     found, keys = _read_segments(store, catalog_schema(None))
-    version = min((segment_version(store, key) for key in keys), default=CATALOG_VERSION)
+    # never newer than this triage writes: a newer one's columns were read away just now
+    version = min([CATALOG_VERSION, *(segment_version(store, key) for key in keys)])
     view = reconcile(found, store.runs.file_names())
     table, unindexed = view.table(), frozenset[str]()
     if view.missing:

@@ -58,7 +58,7 @@ def migrate(store: Store) -> Migration:
     """Bring `store` (opened with `upgrade=True`) to format STORE_VERSION; a no-op when it is."""
     found = store.format_version()
     if found == STORE_VERSION and not store.migrating():
-        if not catalog.stale(store):
+        if _catalog_current(store):
             return Migration(found, 0, 0, nothing=True)
         with lease.held(store, "migrate"):
             _rebuild_catalog(store)
@@ -200,6 +200,14 @@ def _repoint(store: Store, folder: str, renamed: dict[str, str]) -> None:
         held = store.pointer(key) or ""
         if SHA256_RE.match(held) and held in renamed:
             _write(store, key, (renamed[held] + "\n").encode())
+
+
+def _catalog_current(store: Store) -> bool:
+    """No segment holds rows older than this triage's, and some segment holds rows where runs
+    exist: a re-index killed between dropping the old segments and writing the new one left
+    none, and running `migrate` again finishes it."""
+    return not catalog.stale(store) and (bool(catalog.segments(store))
+                                         or not store.runs.file_names())
 
 
 def _rebuild_catalog(store: Store) -> None:

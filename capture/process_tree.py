@@ -33,10 +33,17 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def agents_of(pids: list[int]) -> list[int]:
+# Set in a profiler's environment (capture/session.py `run_profiler`): its nsys agents inherit
+# it, so they are found even when the nsys that started their session came and went between two
+# looks at the profiler's processes (a profile shorter than the look's interval).
+MARK = "TRIAGE_PROFILER_RUN"
+
+
+def agents_of(pids: list[int], mark: str | None = None) -> list[int]:
     """nsys agents whose session was started by one of `pids` (the session name ends in the
-    starting nsys's pid)."""
+    starting nsys's pid), or, given `mark`, that carry MARK=mark in their environment."""
     wanted = {str(pid) for pid in pids}
+    marked = f"{MARK}={mark}".encode() if mark else None
     found = []
     for entry in Path("/proc").glob("[0-9]*"):
         try:
@@ -45,11 +52,21 @@ def agents_of(pids: list[int]) -> list[int]:
             continue
         if b"--start-agent" not in args:
             continue
+        if marked is not None and marked in _environment(entry):
+            found.append(int(entry.name))
+            continue
         for arg in args:
             match = re.fullmatch(rb"--session-name=\S*-(\d+)", arg)
             if match and match.group(1).decode() in wanted:
                 found.append(int(entry.name))
     return found
+
+
+def _environment(entry: Path) -> list[bytes]:
+    try:
+        return (entry / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return []
 
 
 def _signal_all(pids: list[int], signum: int) -> None:
@@ -72,9 +89,9 @@ def end_tree(pid: int, is_done, grace: float = TERM_GRACE) -> None:
     _signal_all([p for p in everything + late + agents_of(late) if _alive(p)], signal.SIGKILL)
 
 
-def end_agents(pids: list[int]) -> None:
-    """Kill the nsys agents of sessions that `pids` started (after an interrupt)."""
-    _signal_all(agents_of(pids), signal.SIGKILL)
+def end_agents(pids: list[int], mark: str | None = None) -> None:
+    """Kill the nsys agents of sessions that `pids` started, or that carry `mark` (MARK)."""
+    _signal_all(agents_of(pids, mark), signal.SIGKILL)
 
 
 def _alive(pid: int) -> bool:

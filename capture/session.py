@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import itertools
 import os
 import shlex
 import signal
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 
 TAIL_LINES = 200
 STOP_SECONDS = 15  # how long an interrupted profiler gets to stop its application and exit
+_PROFILER_RUNS = itertools.count(1)  # this process's profiler runs, for their process_tree.MARK
 
 
 @dataclass
@@ -198,8 +200,9 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
     passed the signal and given STOP_SECONDS to stop its application, then killed; the Outcome
     says which signal. Past `timeout` seconds it is ended with everything it started
     (capture/process_tree.py) and the Outcome says so. The nsys agents its processes left are
-    ended as it returns (a scan of /proc), or, given `agents_of`, their pids are added to it for
-    the caller to end once after many runs (a bench's repeats)."""
+    ended as it returns (a scan of /proc for their session's pid or the mark this run put in
+    the profiler's environment, process_tree.MARK), or, given `agents_of`, their pids are added
+    to it for the caller to end once after many runs (a bench's repeats)."""
     started, clock = utc_now(), time.monotonic()
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     command = " ".join(argv) if shell else argv
@@ -223,7 +226,8 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
                 on_output(Elapsed(round(time.monotonic() - clock, 1)))
             wait = 1.0
 
-    environ, wall = dict(env), 0
+    mark = f"{os.getpid()}.{next(_PROFILER_RUNS)}"  # its nsys agents inherit it (MARK)
+    environ, wall = {**env, process_tree.MARK: mark}, 0
     begun = time.perf_counter_ns()
     with subprocess.Popen(command, shell=shell, cwd=cwd, env=environ,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as process:
@@ -252,7 +256,7 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
                 watchdog.join()
             # nsys leaves its agent running after every session (re-parented to init)
             if agents_of is None:
-                process_tree.end_agents([process.pid, *seen])
+                process_tree.end_agents([process.pid, *seen], mark)
             else:
                 agents_of += [process.pid, *seen]
     return Outcome(code, started, utc_now(), round(time.monotonic() - clock, 3), list(tail),
@@ -420,14 +424,17 @@ class Probes(threading.Thread):
     before the profiler and waited for after it (git, nvidia-smi, the frameworks' versions and
     `TOOL --version` take 0.2-1 s, which would otherwise be added to every capture's time);
     what the rank guard and the warnings need is found before it starts
-    (`machine.early_facts`). The git state comes first, as the profiler starts (it is the
-    source the workload runs from), without the reports the profiler is about to write."""
+    (`machine.early_facts`). The git state comes first, and the profiler starts only once it
+    is read (`source_read`): it is the source the workload runs from, and a workload writing
+    to its tree (logs, checkpoints) would otherwise be hashed half-written or not at all, by
+    timing. The reports the profiler is about to write are left out."""
 
     def __init__(self, planned: Planned, request: CaptureRequest, early: dict) -> None:
         super().__init__(daemon=True)
         self.planned, self.environ, self.early = planned, request.environ, early
         self.cwd = request.cwd
         self.failed: Exception | None = None
+        self.source_read = threading.Event()
         self.start()
 
     def run(self) -> None:
@@ -436,7 +443,10 @@ class Probes(threading.Thread):
 
         planned = self.planned
         try:
-            self.git = git_snapshot(self.cwd, is_output(planned.parsed, self.cwd))
+            try:
+                self.git = git_snapshot(self.cwd, is_output(planned.parsed, self.cwd))
+            finally:
+                self.source_read.set()
             self.facts = collect_machine_facts(planned.parsed.application, self.environ,
                                                self.early)
             self.version, self.version_text = profilers.tool_version(planned.tool,
@@ -534,6 +544,7 @@ def run(request: CaptureRequest, ready: Prepared, on_output: Callable[[ProgressE
     """Run the profiler and find the reports it wrote (`tick_after`: see run_profiler)."""
     before, since = snapshot(request.cwd, ready.tool), time.time()
     existing = fingerprints(ready.parsed, request.cwd)
+    ready.probes.source_read.wait()  # the tree as the workload starts from it (Probes)
     outcome = run_profiler(request.argv, request.shell, request.cwd, request.environ, on_output,
                            tick_after, request.timeout)
     probes = ready.probes.found()  # joined here, after the profiler, whatever comes next

@@ -128,6 +128,13 @@ def diff_bench(runs_a: Sequence[RunData], runs_b: Sequence[RunData]) -> BenchDif
     return BenchDiff(metrics, tuple(n for n in a if n not in b), tuple(n for n in b if n not in a))
 
 
+def per_look_confidence(looks: int) -> float:
+    """The confidence each of `looks` looks at a growing series is made at, so that all of them
+    together keep CONFIDENCE (Bonferroni: a series looked at after every run would otherwise
+    find a change in noise sooner or later)."""
+    return 1 - (1 - CONFIDENCE) / max(looks, 1)
+
+
 @dataclass(frozen=True)
 class AgainstCheck:
     """`bench --repeat auto --against RUN`: the side the new series is compared with, the
@@ -149,7 +156,7 @@ class AgainstCheck:
 
     @property
     def confidence(self) -> float:
-        return 1 - (1 - CONFIDENCE) / max(self.looks, 1)
+        return per_look_confidence(self.looks)
 
     def noise(self, measured: BenchMeasured, baseline: BenchMeasured | None = None) -> Noise:
         """The series so far against the other side (the interleaved `baseline` series, pair

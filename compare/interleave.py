@@ -16,13 +16,15 @@ candidate naming it `interleaved_with`; `diff` of the two then tests them pair b
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import count
 from dataclasses import replace
 
 from triage.archive.bench import bench_sides, recorded_series
 from triage.archive.store import Store
 from triage.base.errors import UsageError
 from triage.capture.bench import WALL_TIME, BenchRequest, BenchSample
-from triage.compare.bench import AgainstCheck, BenchOutcome
+from triage.compare.bench import AgainstCheck, BenchOutcome, per_look_confidence
+from triage.compare.paired import fewest_pairs
 from triage.compare.reproduce import (HERE, ForeignRun, RerunRequest, plan, replay_request,
                                       replay_tree)
 
@@ -38,6 +40,7 @@ def bench_interleaved(request: BenchRequest, against: str, looks: int,
     for a baseline that came from another store."""
     from triage.compare.repeats import side_refs
 
+    refuse_undecidable(request.repeat, looks, request.auto)
     store = Store.open(request.capture.store)
     named = side_refs(store, against)
     if len(named) != 1:
@@ -63,3 +66,18 @@ def bench_interleaved(request: BenchRequest, against: str, looks: int,
         check = AgainstCheck(against, metric, (), looks, interleaved=True)
         runs = bench_sides((baseline, request), on_run, on_warning, check.decided_pairs)
     return BenchOutcome(runs[CANDIDATE], check, baseline=runs[BASELINE])
+
+
+def refuse_undecidable(pairs: int, looks: int, auto: bool) -> None:
+    """Refuse, before anything runs, a series too short for the paired test ever to decide
+    (it needs 8 pairs at 99%, more at each look's corrected confidence): it would run every
+    pair and end "unknown". The message names the least that can decide."""
+    if pairs >= fewest_pairs(per_look_confidence(looks)):
+        return
+    if auto:
+        least = next(m for m in count(pairs) if fewest_pairs(per_look_confidence(m)) <= m)
+        raise UsageError(f"--interleave --repeat auto --max-runs {pairs}: the paired test "
+                         f"cannot decide within {pairs} pairs; use --max-runs {least} or more")
+    least = fewest_pairs(per_look_confidence(looks))
+    raise UsageError(f"--interleave --repeat {pairs}: the paired test needs at least {least} "
+                     f"pairs to decide; use --repeat {least} or more")

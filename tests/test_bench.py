@@ -441,11 +441,21 @@ def test_interleave_undecided_says_what_its_pairs_could_see(triage, tmp_path, st
     assert re.search(r"within noise\n  with 14 interleaved pairs, changes under [0-9.]+% "
                      "cannot be told from noise", same.output)
     # the deciding metric must be one the baseline measured; one run is measured again
-    refused = bench(triage, "--repeat", 3, "--against", "base", "--interleave", "--metric",
+    # a series too short ever to decide is refused before anything runs, naming the least
+    few = bench(triage, "--repeat", 5, "--against", "base", "--interleave", "--", "true",
+                expect=2)
+    assert "needs at least 8 pairs to decide; use --repeat 8 or more" in few.output
+    few = bench(triage, "--repeat", "auto", "--max-runs", 5, "--against", "base",
+                "--interleave", "--", "true", expect=2)
+    assert "cannot decide within 5 pairs; use --max-runs 12 or more" in few.output
+    assert len(triage.json("ls")) == 3  # base and the interleaved pair above: nothing ran
+    assert "--yes answers --interleave's question" in bench(
+        triage, "--yes", "--repeat", 8, "--", "true", expect=2).output
+    refused = bench(triage, "--repeat", 8, "--against", "base", "--interleave", "--metric",
                     "other_ms:ms=re:other: (?P<v>[0-9.]+)", "--", "true", expect=2)
     assert "its bench run did not measure other_ms" in refused.output
     bench(triage, "--repeat", 1, "--label", "base2", "--", "true")
-    two = bench(triage, "--repeat", 3, "--against", "base*", "--interleave", "--", "true",
+    two = bench(triage, "--repeat", 8, "--against", "base*", "--interleave", "--", "true",
                 expect=2)
     assert "names 2 runs" in two.output
 
@@ -456,7 +466,7 @@ def test_a_failed_run_of_either_interleaved_side_archives_neither(triage, tmp_pa
     broken = tmp_path / "broken"
     bench(triage, "--repeat", 1, "--label", "base", "--shell", "--", f"[ ! -e {broken} ]")
     broken.write_text("")  # the baseline's command fails from now on
-    failed = bench(triage, "--repeat", 3, "--against", "base", "--interleave", "--", "true",
+    failed = bench(triage, "--repeat", 8, "--against", "base", "--interleave", "--", "true",
                    expect=1)
     assert "run 1 of the bench exited 1; nothing was archived" in failed.output
     assert [r["id"] for r in triage.json("ls")] == [triage.json("show", "base")["id"]]

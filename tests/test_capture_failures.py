@@ -218,3 +218,58 @@ def test_the_series_goes_on_after_a_failed_try_and_lists_it_beside_the_group(
     assert triage.json(*history)["failed"] == [listed]
     assert f"Failed: {line}" in triage(*history).stdout
     assert line in triage(*history, "--format", "md").stdout
+
+
+def test_the_git_state_is_the_tree_before_the_workload_writes_to_it(triage, tmp_path, nsys_exe,
+                                                                    on_path, monkeypatch):
+    """The git state is read on the probes' thread, and the profiler starts only once it is
+    read: a workload writing into its tree (a log, a checkpoint) is not counted among the
+    untracked files, however slowly git answers. Here git is made 0.5 s slow, and the wrapper
+    writes written.txt, then runs the real nsys with an option it refuses (a failed capture
+    keeps its git state). Before, the file was counted or not by timing."""
+    import subprocess
+
+    from triage.capture import git_state
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for args in (["init", "-q"], ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q",
+                                  "--allow-empty", "-m", "first"]):
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    real = git_state.git_snapshot
+    monkeypatch.setattr(git_state, "git_snapshot",
+                        lambda *args: (time.sleep(0.5), real(*args))[1])
+    wrapper(on_path, nsys_exe, f'echo log > {repo}/written.txt && '
+            'exec "$REAL" profile --trace=bogus true')
+    monkeypatch.chdir(repo)
+    triage("capture", "--", "nsys", "profile", "-o", repo / "prof", "true", expect=1)
+    assert (repo / "written.txt").exists()  # the workload ran, and wrote
+    (attempt,) = triage.json("ls")
+    git = triage.json("show", attempt["id"])["capture"]["git"]
+    assert git["untracked_count"] == 0 and git["dirty"] is False, git
+
+
+def test_an_agent_is_found_by_the_mark_its_profiler_run_gave_it(tmp_path):
+    """An nsys agent whose session's nsys came and went unseen (a profile shorter than the
+    look at the profiler's processes) is still ended: it inherited the profiler run's mark.
+    A process standing for such an agent (its command line an agent's, its session another
+    pid's) is found by the mark alone, and ended."""
+    import subprocess
+    import sys
+
+    mark = f"test.{os.getpid()}"
+    agent = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "--start-agent",
+         "--session-name=profile-app-1"], env={**os.environ, process_tree.MARK: mark})
+    try:
+        deadline = time.monotonic() + 30  # /proc may show the exec a moment after Popen
+        while process_tree.agents_of([], mark) != [agent.pid]:
+            assert time.monotonic() < deadline, "the marked process was never found"
+            time.sleep(0.05)
+        assert agent.pid not in process_tree.agents_of([os.getpid()])
+        assert agent.pid not in process_tree.agents_of([], "another")
+        process_tree.end_agents([], mark)
+        assert agent.wait(timeout=30) == -9
+    finally:
+        agent.kill()
+        agent.wait()

@@ -278,3 +278,35 @@ def test_a_catalog_indexed_before_investigation_is_refused_until_migrate_reindex
     assert triage.json("diff", "inv:fuse-a", "inv:fuse-b")["sides"] == found["sides"]
     assert "nothing to do" in triage("migrate").output
     triage("verify")
+
+
+def test_a_killed_reindex_is_finished_by_migrate_and_a_merge_never_claims_a_newer_version(
+        triage, tmp_path, monkeypatch):
+    """A re-index killed after it dropped the old segments leaves none: `migrate` again
+    re-indexes (it is not "nothing to do"). A merge by this triage of a segment marked by a
+    newer one marks its rows with this triage's version, whose columns it wrote."""
+    root = tmp_path / "store"
+    monkeypatch.setenv("TRIAGE_STORE", str(root))
+    monkeypatch.chdir(tmp_path)
+    for i in range(3):
+        triage("bench", "--repeat", 1, "--investigation", "fuse", "--", "echo", i)
+    _as_written_before(root, ["investigation", "rerun_of"])
+    store = Store.open(str(root))
+    real = catalog.merge
+    monkeypatch.setattr(catalog, "merge", lambda _store: (_ for _ in ()).throw(Killed()))
+    with pytest.raises(Killed):
+        triage("migrate")
+    monkeypatch.setattr(catalog, "merge", real)
+    assert catalog.segments(store) == []
+    assert "re-indexed its catalog" in triage("migrate").output
+    assert [len(s) for s in triage.json("diff", "inv:fuse", "inv:fuse")["sides"].values()] \
+        == [3, 3]
+    newer = catalog.CATALOG_VERSION + 1
+    for path in (root / "index").glob("catalog-*.parquet"):
+        table = pq.read_table(path)
+        marks = {**(table.schema.metadata or {}), catalog.VERSION: str(newer).encode()}
+        pq.write_table(table.replace_schema_metadata(marks), path)
+    assert {catalog.segment_version(store, k) for k in catalog.segments(store)} == {newer}
+    catalog.merge(store)
+    assert {catalog.segment_version(store, k) for k in catalog.segments(store)} == \
+        {catalog.CATALOG_VERSION}

@@ -88,6 +88,9 @@ def bench(store, command, repeat, warmup, metrics, against, interleave, yes, max
         raise click.UsageError("--repeat auto needs --against RUN|LABEL: the runs it decides on")
     if interleave and not against:
         raise click.UsageError("--interleave needs --against RUN: the bench run to measure again")
+    if yes and not interleave:
+        raise click.UsageError("--yes answers --interleave's question about a baseline from "
+                               "another store; use it with --interleave")
     looks = max_runs if count is None else 1
     request = BenchRequest(
         CaptureRequest(list(command), store=store.path, label=label, note=note, shell=shell,
