@@ -75,18 +75,20 @@ def _signal_all(pids: list[int], signum: int) -> None:
             os.kill(pid, signum)
 
 
-def end_tree(pid: int, is_done, grace: float = TERM_GRACE) -> None:
-    """SIGTERM the process `pid`, everything below it and its nsys agents; SIGKILL what is left
-    after `grace` seconds (`is_done()` says the top one has exited)."""
+def end_tree(pid: int, is_done, grace: float = TERM_GRACE, mark: str | None = None) -> None:
+    """SIGTERM the process `pid`, everything below it and its nsys agents (those of `mark`
+    too); SIGKILL what is left after `grace` seconds (`is_done()` says the top one has
+    exited)."""
     tree = [pid, *descendants(pid)]
-    everything = tree + agents_of(tree)
+    everything = tree + agents_of(tree, mark)
     _signal_all(everything, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and not is_done():
         time.sleep(0.1)
     # whatever is still there (the tree may have grown while it stopped)
     late = [p for p in [pid, *descendants(pid)] if p not in everything]
-    _signal_all([p for p in everything + late + agents_of(late) if _alive(p)], signal.SIGKILL)
+    _signal_all([p for p in everything + late + agents_of(late, mark) if _alive(p)],
+                signal.SIGKILL)
 
 
 def end_agents(pids: list[int], mark: str | None = None) -> None:

@@ -235,7 +235,7 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
         collapser, decoder = LineCollapser(), codecs.getincrementaldecoder("utf-8")("replace")
         ticker = threading.Thread(target=tick, daemon=True)
         ticker.start()
-        watchdog = threading.Thread(target=_watch, args=(process, timeout, done, expired),
+        watchdog = threading.Thread(target=_watch, args=(process, timeout, done, expired, mark),
                                     daemon=True)
         if timeout is not None:
             watchdog.start()
@@ -248,7 +248,7 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
                 wall = time.perf_counter_ns() - begun
         except Interrupt as stop:
             interrupted = signal.Signals(stop.signum).name
-            code = _stop(process, stop.signum, tail)
+            code = _stop(process, stop.signum, tail, mark)
         finally:
             done.set()
             ticker.join()
@@ -264,27 +264,34 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
 
 
 def _watch(process: subprocess.Popen, timeout: float, done: threading.Event,
-           expired: threading.Event) -> None:
-    """Past `timeout`, end the profiler with its whole tree (which closes the output pipe the
-    reading loop waits on)."""
+           expired: threading.Event, mark: str) -> None:
+    """Past `timeout`, end the profiler with its whole tree and the agents of its `mark`
+    (which closes the output pipe the reading loop waits on)."""
     if done.wait(timeout):
         return
     expired.set()
-    process_tree.end_tree(process.pid, lambda: process.poll() is not None)
+    process_tree.end_tree(process.pid, lambda: process.poll() is not None, mark=mark)
 
 
-def _stop(process: subprocess.Popen, signum: int, tail: deque[str]) -> int:
+def _stop(process: subprocess.Popen, signum: int, tail: deque[str], mark: str) -> int:
     """Pass the signal on (a Ctrl-C reached the profiler already; a kill of triage did not),
-    keep what it still says, and kill it if it does not exit in time."""
+    keep what it still says, and kill it if it does not exit in time, with the agents of its
+    `mark`: an agent whose session's nsys was never seen would otherwise keep the output pipe
+    open, and the read of what it still says would wait for ever."""
     tree = [process.pid, *process_tree.descendants(process.pid)]
     with contextlib.suppress(ProcessLookupError):
         process.send_signal(signum)
     try:
         rest, _ = process.communicate(timeout=STOP_SECONDS)  # bytes
     except subprocess.TimeoutExpired:
-        process_tree.end_tree(process.pid, lambda: process.poll() is not None, grace=0)
-        rest, _ = process.communicate()
-    process_tree.end_agents(tree)
+        process_tree.end_tree(process.pid, lambda: process.poll() is not None, grace=0,
+                              mark=mark)
+        try:
+            rest, _ = process.communicate(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:  # a process not of its tree holds the pipe still
+            rest = None
+            process.wait()
+    process_tree.end_agents(tree, mark)
     tail.extend(line.text for line in LineCollapser().feed(rest.decode("utf-8", "replace") if rest
                                                             else "") if line.final)
     return process.returncode
