@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from benchlib import checkout_of, compile_sources  # noqa: E402 - bytecode, as an install has
+from benchlib import compile_legs  # noqa: E402 - bytecode, as an install has
 from nvtx_capture import CAPTURE_OPTIONS, build_program, require_tool  # noqa: E402
 
 
@@ -63,9 +63,7 @@ def main() -> None:
     parser.add_argument("--baseline", metavar="PYTHON",
                         help="also time the capture with this interpreter's triage")
     args = parser.parse_args()
-    compile_sources()
-    if args.baseline:  # its checkout's caches as well, or it pays the compiling
-        compile_sources(checkout_of(args.baseline))
+    compile_legs(args.baseline)
     nsys = require_tool("nsys")
     pythons = {"capture": sys.executable, **({"baseline": args.baseline} if args.baseline else {})}
     times: dict[str, list[float]] = {"bare": [], **{leg: [] for leg in pythons}}

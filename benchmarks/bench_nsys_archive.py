@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from statistics import median
 
-from benchlib import checkout_of, compile_sources
+from benchlib import compile_legs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from helpers import grown  # noqa: E402
@@ -193,9 +193,7 @@ def main() -> None:
     parser.add_argument("--baseline", metavar="PYTHON",
                         help="also time the .nsys-rep archive with this interpreter's triage")
     args = parser.parse_args()
-    compile_sources()
-    if args.baseline:  # its checkout's caches as well, or it pays the compiling
-        compile_sources(checkout_of(args.baseline))
+    compile_legs(args.baseline)
     options = (args.ranges, args.kernels, args.repeat, args.rep_only, args.baseline)
     if args.workdir:
         args.workdir.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,14 @@ def compile_sources(root: Path = CHECKOUT) -> None:
                    capture_output=True)
 
 
+def compile_legs(baseline: str | None) -> None:
+    """`compile_sources` of this checkout and, for a `--baseline PYTHON` leg, of the checkout
+    that interpreter imports (or its leg pays the compiling)."""
+    compile_sources()
+    if baseline:
+        compile_sources(checkout_of(baseline))
+
+
 def checkout_of(python: str) -> Path:
     """The checkout whose triage this interpreter imports."""
     found = subprocess.run([python, "-c", "import pathlib, triage.archive as a; "
