@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from triage.capture.process_tree import run_ended
+
 FACTS_VERSION = 1
 PYTHON_TIMEOUT_S = 10
 NVIDIA_PARAMS = "/proc/driver/nvidia/params"
@@ -101,8 +103,8 @@ def run_command(argv: Sequence[str], timeout: float, env: Mapping[str, str] | No
     """Run a read-only probe; a missing, hung or failing tool costs one fact, never the capture."""
     name = Path(argv[0]).name
     try:
-        done = subprocess.run(list(argv), capture_output=True, text=True, errors="replace",
-                              timeout=timeout, env=None if env is None else dict(env))
+        done = run_ended(list(argv), timeout, text=True, errors="replace",
+                         env=None if env is None else dict(env))
     except FileNotFoundError:
         where = "on PATH" if os.sep not in argv[0] else "at that path"
         return Probe(None, f"{name} not found {where}", False)

@@ -346,13 +346,14 @@ def _run_export(path, exe: str, fmt: str, out: str) -> str | None:
     """Run one `nsys export`; return why it failed, or None when `out` was written."""
     import subprocess
 
+    from triage.capture.process_tree import run_ended
+
     timeout = float(os.environ.get("TRIAGE_NSYS_TIMEOUT", EXPORT_TIMEOUT_S))
     try:
         # The output file exists (made empty where triage stages it): overwritten.
-        done = subprocess.run([exe, "export", "--type", fmt, "--force-overwrite", "true",
-                               "--output", out, os.fspath(path)],
-                              capture_output=True, text=True, errors="replace",
-                              stdin=subprocess.DEVNULL, timeout=timeout)
+        done = run_ended([exe, "export", "--type", fmt, "--force-overwrite", "true",
+                          "--output", out, os.fspath(path)], timeout,
+                         text=True, errors="replace", stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise UnsupportedReport(f"{path}: `{exe} export --type {fmt}` did not finish in "
                                 f"{timeout:.0f} s; raise $TRIAGE_NSYS_TIMEOUT or "

@@ -12,7 +12,10 @@ import contextlib
 import os
 import re
 import signal
+import subprocess
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 TERM_GRACE = 5.0  # seconds a process tree gets after SIGTERM before SIGKILL
@@ -102,3 +105,72 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"
+
+
+class HeldSignals:
+    """Signals that arrived while a child process was being started (`signals_held`)."""
+
+    def __init__(self) -> None:
+        self.arrived: list[int] = []
+
+    def deliver(self) -> None:
+        """Raise each held signal again, now that the handler's caller knows the child and can
+        end it: the exception the handler raises comes out of this call."""
+        arrived, self.arrived = self.arrived, []
+        for signum in arrived:
+            signal.raise_signal(signum)
+
+
+@contextlib.contextmanager
+def signals_held(*signums: int) -> Iterator[HeldSignals]:
+    """Hold `signums` while a child is started, for the caller to `deliver()` once it has the
+    Popen object. A Ctrl-C that lands inside `subprocess.Popen` after the fork raises there,
+    before any caller holds the process, and leaves the child running (nsys export, a whole
+    profiler). When starting the child fails, what arrived is delivered as the failure goes
+    out. Only the main thread may set handlers, and only it receives their exceptions:
+    elsewhere nothing is held."""
+    held = HeldSignals()
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+    previous = {sig: signal.signal(sig, lambda signum, _frame: held.arrived.append(signum))
+                for sig in signums}
+    try:
+        yield held
+    except BaseException:
+        _restore(previous)
+        held.deliver()
+        raise
+    _restore(previous)
+
+
+def _restore(handlers: dict) -> None:
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+
+
+def run_ended(argv: list[str], timeout: float | None, **options) -> subprocess.CompletedProcess:
+    """`subprocess.run(argv, capture_output=True, timeout=timeout, **options)`, except that a
+    Ctrl-C never leaves the child running: one that lands while the child starts is held until
+    the process is known (`signals_held`), and on any way out but its end (Ctrl-C, the timeout)
+    the child is killed and reaped without waiting for pipes a process of its own may hold."""
+    process = None
+    try:
+        with signals_held(signal.SIGINT) as held:
+            process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       **options)
+        held.deliver()
+        out, err = process.communicate(timeout=timeout)
+    except BaseException:
+        if process is not None:
+            _reap(process)
+        raise
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
+def _reap(process: subprocess.Popen) -> None:
+    process.kill()
+    process.wait()
+    for pipe in (process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()

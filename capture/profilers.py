@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from triage.base.errors import ToolMissing
+from triage.capture.process_tree import run_ended
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -48,8 +49,7 @@ def find_tool(tool: str, given: str | None = None) -> str:
 def run_tool(argv: list[str], timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
     """Run a profiler query command; its own errors are returned, a missing file raises."""
     try:
-        return subprocess.run(argv, capture_output=True, text=True, errors="replace",
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+        return run_ended(argv, timeout, text=True, errors="replace", stdin=subprocess.DEVNULL)
     except FileNotFoundError:
         raise ToolMissing(f"{argv[0]} not found; {INSTALL_HINTS.get(_tool_name(argv[0]), '')}") \
             from None

@@ -229,18 +229,21 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
     mark = f"{os.getpid()}.{next(_PROFILER_RUNS)}"  # its nsys agents inherit it (MARK)
     environ, wall = {**env, process_tree.MARK: mark}, 0
     begun = time.perf_counter_ns()
-    with subprocess.Popen(command, shell=shell, cwd=cwd, env=environ,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as process:
-        assert process.stdout is not None  # stdout=PIPE: for the type checker
-        collapser, decoder = LineCollapser(), codecs.getincrementaldecoder("utf-8")("replace")
+    with process_tree.signals_held(signal.SIGINT, signal.SIGTERM) as held:
+        process = subprocess.Popen(command, shell=shell, cwd=cwd, env=environ,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         ticker = threading.Thread(target=tick, daemon=True)
         ticker.start()
         watchdog = threading.Thread(target=_watch, args=(process, timeout, done, expired, mark),
                                     daemon=True)
         if timeout is not None:
             watchdog.start()
+    with process:
+        assert process.stdout is not None  # stdout=PIPE: for the type checker
+        collapser, decoder = LineCollapser(), codecs.getincrementaldecoder("utf-8")("replace")
         try:
             with _signals_interrupt():
+                held.deliver()  # a signal that came while it started: it is stopped like any
                 while chunk := process.stdout.read1(65536):  # type: ignore[attr-defined]
                     emit(collapser.feed(decoder.decode(chunk)))
                 emit(collapser.feed(decoder.decode(b"", final=True)) + collapser.close())

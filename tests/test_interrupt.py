@@ -4,6 +4,7 @@ says so in one line."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -131,3 +132,51 @@ def test_an_interrupted_batch_has_named_each_run_it_filed(triage, monkeypatch):
     listed = [run["id"][:12] for run in triage.json("ls")]
     assert sorted(listed) == sorted(printed)
     assert triage.json("verify")["ok"]
+
+
+class SignalledAtStart(subprocess.Popen):
+    """A Popen that gets SIGINT the moment its child exists: the window after the fork in which
+    a plain `subprocess.run` has no process object yet to kill (a real Ctrl-C landed there in
+    test_reader_identity's Arrow export about one time in ten on a loaded machine)."""
+
+    started: list[int] = []
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        SignalledAtStart.started.append(self.pid)
+        signal.raise_signal(signal.SIGINT)
+
+
+@pytest.fixture
+def signalled_at_start(monkeypatch):
+    """Every Popen of the test signalled as it starts; the pids it started, killed after."""
+    SignalledAtStart.started = []
+    monkeypatch.setattr(subprocess, "Popen", SignalledAtStart)
+    yield SignalledAtStart.started
+    for pid in SignalledAtStart.started:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_ctrl_c_as_a_tool_starts_ends_the_tool(signalled_at_start):
+    from triage.capture.process_tree import _alive, run_ended
+
+    with pytest.raises(KeyboardInterrupt):
+        run_ended(["sleep", "600"], timeout=60)
+    assert len(signalled_at_start) == 1 and not _alive(signalled_at_start[0])
+
+
+def test_a_ctrl_c_as_the_profiler_starts_stops_it(signalled_at_start, tmp_path):
+    from triage.capture.process_tree import _alive
+    from triage.capture.session import run_profiler
+
+    outcome = run_profiler(["sleep", "600"], False, tmp_path, dict(os.environ), lambda _: None)
+    assert outcome.interrupted == "SIGINT" and outcome.exit_code == -signal.SIGINT
+    assert len(signalled_at_start) == 1 and not _alive(signalled_at_start[0])
+
+
+def test_a_tool_past_its_timeout_is_killed_and_reaped():
+    from triage.capture.process_tree import run_ended
+
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_ended(["sleep", "600"], timeout=0.2)
