@@ -116,7 +116,7 @@ def main() -> None:
         for size, root in stores(folder, args.runs, 1000).items():
             print(f"{size:,} runs", flush=True)
             site = folder / f"site-{size}"
-            shutil.rmtree(site, ignore_errors=True)
+            site.unlink(missing_ok=True)  # a link to its generation: rmtree refuses links
             shutil.rmtree(folder / f".site-{size}.generations", ignore_errors=True)
             publish_times(root, site)
             first_page(site)
