@@ -225,6 +225,42 @@ def test_a_killed_publish_leaves_the_last_site(triage, console_store, tmp_path, 
         sorted([site.resolve().name, "regressions", "shards", "templates"])
 
 
+def test_arrow_puts_the_runs_in_the_capture_order_of_capture_key():
+    """`capture_rows` (Arrow) sorts as `capture_key` does: the report's time, else the archive
+    time, unknown last; then the archive time; then the id. A time in a form other than the
+    store's is left to `capture_key`."""
+    import pyarrow as pa
+
+    from triage.archive.console import ConsoleRun, capture_key, capture_rows
+
+    rows = [("c", "2025-01-02T00:00:00Z", "2025-01-05T00:00:00.000001Z"),
+            ("b", "2025-01-02T00:00:00Z", "2025-01-05T00:00:00Z"),  # as a: by id
+            ("a", "2025-01-02T00:00:00Z", "2025-01-05T00:00:00Z"),
+            ("e", None, None),  # nothing known: the newest
+            ("d", None, "2025-01-01T00:00:00.500Z"),  # no report time: when archived
+            ("f", "2024-12-31T23:59:59.999999Z", "2025-01-09T00:00:00Z")]
+    table = pa.table({name: [row[at] for row in rows]
+                      for at, name in enumerate(("id", "created", "archived"))})
+    runs = [ConsoleRun(run_id, "ncu", None, created, archived, *[None] * 8)
+            for run_id, created, archived in rows]
+    assert [r.id for r in sorted(runs, key=capture_key)] == ["f", "d", "a", "b", "c", "e"]
+    assert [rows[at][0] for at in capture_rows(table) or []] == ["f", "d", "a", "b", "c", "e"]
+    for other in ("2025-01-02T01:00:00+01:00", "2025-01-02T00:00:00.123456789Z"):
+        assert capture_rows(table.set_column(1, "created", pa.array([other] * 6))) is None
+
+
+def test_the_console_is_the_same_whichever_way_capture_order_is_found(console_store,
+                                                                      monkeypatch):
+    from triage.archive import console
+    from triage.archive.store import Store
+
+    store, _ids = console_store
+    found = console.read_console(Store.open(store))
+    assert len(found.series) >= 4
+    monkeypatch.setattr(console, "capture_rows", lambda table: None)
+    assert console.read_console(Store.open(store)) == found
+
+
 @pytest.fixture
 def new_process():
     """`forget()`: the process' template environment forgotten, as a publish in a new process
