@@ -189,9 +189,9 @@ def capture_key(run: ConsoleRun) -> tuple:
 
 def capture_rows(table: pa.Table) -> list[int] | None:
     """The catalog rows in capture order (`capture_key`'s), sorted by Arrow: two times parsed
-    per run in Python, to find each series' newest runs, were 0.2-0.4 s of a publish at
-    100,000 runs. None where a time is not in the form the store writes (a time with an
-    offset, in a report's manifest written by hand): `capture_key` reads those."""
+    per run in Python, to find each series' newest runs, cost 0.2-0.4 s of a publish at
+    100,000 runs. None where a time is not in the form the store writes (an offset, another
+    count of digits): `capture_key` reads those."""
     import pyarrow.compute as pc
 
     keys = {}
