@@ -11,9 +11,10 @@ in shards by the first two hex digits of the run id (`run/ab/<id>.html`, 256 fol
 immutable folder `.DIR.generations/shards/run-ab-<digest of its pages' keys>` that a generation
 links to: a publish after one new run makes one shard anew (linking its unchanged pages) and
 links the other 255 as they were. Beside them, `.DIR.generations/rows` keeps the merged catalog
-segment's rows the last publish read (archive/console.py `kept_base`) and `regressions` each
-series' regressions by the series' key (views/site_history.py): outside every generation, they
-are never uploaded with the site.
+segment's rows the last publish read (archive/console.py `kept_base`), `regressions` each
+series' regressions by the series' key (views/site_history.py) and `templates` the templates'
+compiled code (views/compiled.py): outside every generation, they are never uploaded with the
+site.
 
 Nothing is fsynced (100,000 pages; a sync of the whole file system waits for every other
 writer's data): a killed publish needs none, since the switch comes after every page is written
@@ -37,6 +38,7 @@ from triage.base.errors import UsageError
 KEYS = ".triage-site.json"
 ROWS = "rows"  # .DIR.generations/rows: what the last publish read, kept for the next
 REGRESSIONS = "regressions"  # .DIR.generations/regressions: each series' regressions, kept
+TEMPLATES = "templates"  # .DIR.generations/templates: the templates' compiled code, kept
 FORMAT = 2
 Render = Callable[[], bytes]
 
@@ -196,7 +198,7 @@ def _clear_unfinished(home: Path, current: Path | None, shards: set[str]) -> Non
     if not home.is_dir():
         return
     for folder in home.iterdir():
-        if folder.name not in ("shards", ROWS, REGRESSIONS) and folder != current:
+        if folder.name not in ("shards", ROWS, REGRESSIONS, TEMPLATES) and folder != current:
             shutil.rmtree(folder, ignore_errors=True)
     if (home / "shards").is_dir():
         for folder in (home / "shards").iterdir():

@@ -111,9 +111,9 @@ def test_publishing_again_writes_only_what_changed(triage, console_store, tmp_pa
     assert 5 < again < written / 2, (again, kept)
     assert "after/9" in (site / run_path(ids["after"][0])).read_text()
     # the last generation is removed, and the shards only it used; each series' regressions
-    # are kept beside them, the current ones only
+    # are kept beside them, the current ones only, and the templates' compiled code
     assert sorted(p.name for p in site.resolve().parent.iterdir()) == \
-        sorted([site.resolve().name, "regressions", "shards"])
+        sorted([site.resolve().name, "regressions", "shards", "templates"])
     assert len(list((site.resolve().parent / "regressions").iterdir())) == 4  # 4 series
     assert len(list((site.resolve().parent / "shards").iterdir())) == \
         len({run_id[:2] for run_id in [new, *(i for v in ids.values() for i in v)]})
@@ -215,14 +215,123 @@ def test_a_killed_publish_leaves_the_last_site(triage, console_store, tmp_path, 
     # is abandoned there and then, not left for the next publish to find
     live = site.resolve()
     assert sorted(p.name for p in live.parent.iterdir()) == \
-        sorted([live.name, "regressions", "shards"])
+        sorted([live.name, "regressions", "shards", "templates"])
     monkeypatch.undo()
     generations = site.resolve().parent
     leftover = generations / "g9"
     leftover.mkdir()  # what a SIGKILL would leave
     published(triage, store, site)
     assert sorted(p.name for p in generations.iterdir()) == \
-        sorted([site.resolve().name, "regressions", "shards"])
+        sorted([site.resolve().name, "regressions", "shards", "templates"])
+
+
+def test_arrow_puts_the_runs_in_the_capture_order_of_capture_key():
+    """`capture_rows` (Arrow) sorts as `capture_key` does: the report's time, else the archive
+    time, unknown last; then the archive time; then the id. A time in a form other than the
+    store's is left to `capture_key`."""
+    import pyarrow as pa
+
+    from triage.archive.console import ConsoleRun, capture_key, capture_rows
+
+    rows = [("c", "2025-01-02T00:00:00Z", "2025-01-05T00:00:00.000001Z"),
+            ("b", "2025-01-02T00:00:00Z", "2025-01-05T00:00:00Z"),  # as a: by id
+            ("a", "2025-01-02T00:00:00Z", "2025-01-05T00:00:00Z"),
+            ("e", None, None),  # nothing known: the newest
+            ("d", None, "2025-01-01T00:00:00.500Z"),  # no report time: when archived
+            ("f", "2024-12-31T23:59:59.999999Z", "2025-01-09T00:00:00Z")]
+    table = pa.table({name: [row[at] for row in rows]
+                      for at, name in enumerate(("id", "created", "archived"))})
+    runs = [ConsoleRun(run_id, "ncu", None, created, archived, *[None] * 8)
+            for run_id, created, archived in rows]
+    assert [r.id for r in sorted(runs, key=capture_key)] == ["f", "d", "a", "b", "c", "e"]
+    assert [rows[at][0] for at in capture_rows(table) or []] == ["f", "d", "a", "b", "c", "e"]
+    for other in ("2025-01-02T01:00:00+01:00", "2025-01-02T00:00:00.123456789Z"):
+        assert capture_rows(table.set_column(1, "created", pa.array([other] * 6))) is None
+
+
+def test_the_console_is_the_same_whichever_way_capture_order_is_found(console_store,
+                                                                      monkeypatch):
+    from triage.archive import console
+    from triage.archive.store import Store
+
+    store, _ids = console_store
+    found = console.read_console(Store.open(store))
+    assert len(found.series) >= 4
+    monkeypatch.setattr(console, "capture_rows", lambda table: None)
+    assert console.read_console(Store.open(store)) == found
+
+
+@pytest.fixture
+def new_process():
+    """`forget()`: the process' template environment forgotten, as a publish in a new process
+    starts (tests share one process, which has compiled every template long before)."""
+    from triage.views import report
+
+    report._environment.cache_clear()
+    yield report._environment.cache_clear
+    report._environment.cache_clear()
+
+
+def test_a_publish_reads_the_templates_the_last_one_compiled(triage, console_store, tmp_path,
+                                                             monkeypatch, new_process):
+    """A new process renders pages from the code the last publish compiled, compiling none;
+    a template whose text changed, or a torn file (a power loss), is compiled anew."""
+    import jinja2
+
+    from triage.archive.store import Store
+    from triage.views.compiled import compiled_templates
+    from triage.views.site import Site, layout
+
+    store, ids = console_store
+    site = tmp_path / "site"
+    published(triage, store, site)
+    home = tmp_path / ".site.generations" / "templates"
+    (folder,) = home.iterdir()
+    assert len(list(folder.glob("__jinja2_*.cache"))) >= 8  # the pages' templates, included ones
+    page = run_path(ids["planted"][0])
+
+    def rendered(path: str) -> bytes | None:
+        new_process()
+        with compiled_templates(home, layout()):
+            return Site(Store.open(store)).render(path)
+
+    def refused(*_args, **_kwargs):
+        raise AssertionError("a template compiled")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(jinja2.Environment, "compile", refused)
+        assert rendered(page) == (site / page).read_bytes()
+        assert rendered("history/nightly.html") == (site / "history/nightly.html").read_bytes()
+    for kept in folder.glob("__jinja2_*.cache"):  # torn within the template's checksum
+        kept.write_bytes(kept.read_bytes()[:len(jinja2.bccache.bc_magic) + 3])
+    assert rendered(page) == (site / page).read_bytes()
+    original = jinja2.PackageLoader.get_source
+
+    def edited(self, environment, name):
+        source, filename, uptodate = original(self, environment, name)
+        return source.replace("</footer>", "<p>edited</p></footer>"), filename, uptodate
+
+    monkeypatch.setattr(jinja2.PackageLoader, "get_source", edited)
+    assert b"<p>edited</p></footer>" in rendered(page)
+
+
+def test_a_new_version_is_shown_and_compiled_apart(triage, console_store, tmp_path,
+                                                   monkeypatch, new_process):
+    """triage's version names the compiled templates' folder (the last one's is removed) and is
+    on every page, though the process' environment was made before."""
+    from triage.views import report, site as site_module
+
+    store, _ids = console_store
+    site = tmp_path / "site"
+    published(triage, store, site)
+    home = tmp_path / ".site.generations" / "templates"
+    (before,) = home.iterdir()
+    for module in (report, site_module):
+        monkeypatch.setattr(module, "__version__", "0.0.0-test")
+    published(triage, store, site)
+    (after,) = home.iterdir()
+    assert after.name != before.name and list(after.glob("__jinja2_*.cache"))
+    assert "Made by triage 0.0.0-test" in (site / "index.html").read_text()
 
 
 def test_publish_refuses_a_folder_it_did_not_write(triage, console_store, tmp_path):

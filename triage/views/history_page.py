@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from markupsafe import Markup
 
-from triage.base.version import __version__
 from triage.views import svgcharts
 from triage.compare.history import HistoryResult
 from triage.views.history import (METHOD_TEXT, SAMPLE_WORDS, boundary_lines, boundary_text,
@@ -34,7 +33,7 @@ def render_history_html(result: HistoryResult) -> str:
     classes = [{"invalid": "sev-invalidates", "caution": "sev-caution"}.get(p.boundary or "", "")
                for p in result.points]
     return template_environment(False).get_template("history.html.j2").render(
-        version=__version__, title=title(result), chart=trend(result),
+        title=title(result), chart=trend(result),
         headers=headers(result), values=SAMPLE_WORDS[result.samples],
         rows=list(zip(classes, table, strict=True)), boundaries=boundary_lines(result),
         steps=step_lines(result), found=bool(result.steps),

@@ -69,18 +69,16 @@ class SiteLinks:
         return f"{self.root}{run_path(run_id)}"
 
     def nav(self) -> Markup:
-        return Markup(_env().get_template("site_nav.html.j2").render(site=self))
+        return Markup(_template("site_nav.html.j2").render(site=self))
 
 
-@functools.cache
-def _env():
-    env = template_environment(False)
-    env.globals["version"] = __version__
-    return env
+def _template(name: str):
+    """A template of the process' one HTML environment (views/report.py)."""
+    return template_environment(False).get_template(name)
 
 
 def _html(name: str, root: str, **context) -> bytes:
-    return _env().get_template(name).render(site=SiteLinks(root), **context).encode()
+    return _template(name).render(site=SiteLinks(root), **context).encode()
 
 
 def run_path(run_id: str) -> str:
@@ -348,10 +346,11 @@ def _asset(name: str) -> bytes:
 def publish(store: Store, dest) -> Published:
     """Write the site of `store` to `dest`: a new generation beside the last one, only the pages
     whose key changed rendered, then one switch (archive/site_files.py)."""
-    from triage.archive.site_files import REGRESSIONS, ROWS, SiteWriter
+    from triage.archive.site_files import REGRESSIONS, ROWS, TEMPLATES, SiteWriter
+    from triage.views.compiled import compiled_templates
 
     writer = SiteWriter(Path(dest), layout())
-    with cyclic_gc_paused():
+    with cyclic_gc_paused(), compiled_templates(writer.home / TEMPLATES, layout()):
         try:
             site = Site(store, read_console(store, keep=writer.home / ROWS),
                         keep=writer.home / REGRESSIONS)
