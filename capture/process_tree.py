@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import select
 import signal
 import subprocess
 import threading
@@ -19,6 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 TERM_GRACE = 5.0  # seconds a process tree gets after SIGTERM before SIGKILL
+# The longest the main thread waits on a child without running Python: a signal the kernel
+# hands to another of triage's threads (DuckDB's, pyarrow's) trips Python's handler there but
+# does not interrupt the main thread's blocked poll or read, and the handler's exception is
+# raised in the main thread only when it next runs Python code.
+SIGNAL_LATENCY = 0.5
 
 
 def descendants(pid: int) -> list[int]:
@@ -149,23 +155,48 @@ def _restore(handlers: dict) -> None:
         signal.signal(sig, handler)
 
 
-def run_ended(argv: list[str], timeout: float | None, **options) -> subprocess.CompletedProcess:
+def run_ended(argv: list[str], timeout: float, **options) -> subprocess.CompletedProcess:
     """`subprocess.run(argv, capture_output=True, timeout=timeout, **options)`, except that a
     Ctrl-C never leaves the child running: one that lands while the child starts is held until
-    the process is known (`signals_held`), and on any way out but its end (Ctrl-C, the timeout)
-    the child is killed and reaped without waiting for pipes a process of its own may hold."""
+    the process is known (`signals_held`), one that lands while it runs is seen within
+    SIGNAL_LATENCY whichever thread the kernel gave it to, and on any way out but its end
+    (Ctrl-C, the timeout) the child is killed and reaped without waiting for pipes a process
+    of its own may hold."""
     process = None
     try:
         with signals_held(signal.SIGINT) as held:
             process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                        **options)
         held.deliver()
-        out, err = process.communicate(timeout=timeout)
+        out, err = _communicate(process, timeout)
     except BaseException:
         if process is not None:
             _reap(process)
         raise
     return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
+def _communicate(process: subprocess.Popen, timeout: float) -> tuple:
+    """`process.communicate(timeout=timeout)` in slices of SIGNAL_LATENCY (a slice that times
+    out loses no output)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return process.communicate(timeout=max(0.0, min(SIGNAL_LATENCY, left)))
+        except subprocess.TimeoutExpired:
+            if left <= SIGNAL_LATENCY:
+                raise subprocess.TimeoutExpired(process.args, timeout) from None
+
+
+def read_some(pipe) -> bytes:
+    """The next bytes of a child's output pipe, b"" at its end, waited for in slices of
+    SIGNAL_LATENCY."""
+    waiting = select.poll()
+    waiting.register(pipe.fileno(), select.POLLIN)
+    while not waiting.poll(SIGNAL_LATENCY * 1000):
+        pass
+    return os.read(pipe.fileno(), 65536)
 
 
 def _reap(process: subprocess.Popen) -> None:

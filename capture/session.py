@@ -244,7 +244,7 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
         try:
             with _signals_interrupt():
                 held.deliver()  # a signal that came while it started: it is stopped like any
-                while chunk := process.stdout.read1(65536):  # type: ignore[attr-defined]
+                while chunk := process_tree.read_some(process.stdout):
                     emit(collapser.feed(decoder.decode(chunk)))
                 emit(collapser.feed(decoder.decode(b"", final=True)) + collapser.close())
                 code = process.wait()

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -180,3 +181,42 @@ def test_a_tool_past_its_timeout_is_killed_and_reaped():
 
     with pytest.raises(subprocess.TimeoutExpired):
         run_ended(["sleep", "600"], timeout=0.2)
+
+
+def signalled_from_another_thread() -> threading.Thread:
+    """A thread that, once the test's child runs, sends SIGINT to itself: the kernel may hand a
+    Ctrl-C to any of triage's threads (DuckDB's, pyarrow's), and Python's handler trips there
+    without waking the main thread's blocked wait (in a CI run, an `nsys export` that was
+    never stopped)."""
+    def send() -> None:
+        deadline = time.monotonic() + 60
+        while not descendants(os.getpid()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # the main thread in its wait by now (else the test passes anyway)
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    return sender
+
+
+def test_a_ctrl_c_given_to_another_thread_ends_the_tool(tmp_path):
+    """Ended, not waited for: a tool that would finish on its own in 30 s never does."""
+    from triage.capture.process_tree import run_ended
+
+    sender = signalled_from_another_thread()
+    with pytest.raises(KeyboardInterrupt):
+        run_ended([sys.executable, "-c", "import pathlib, sys, time; time.sleep(30); "
+                   "pathlib.Path(sys.argv[1]).touch()", str(tmp_path / "finished")], timeout=120)
+    sender.join()
+    assert descendants(os.getpid()) == [] and not (tmp_path / "finished").exists()
+
+
+def test_a_ctrl_c_given_to_another_thread_stops_the_profiler(tmp_path):
+    from triage.capture.session import run_profiler
+
+    sender = signalled_from_another_thread()
+    outcome = run_profiler(["sleep", "600"], False, tmp_path, dict(os.environ), lambda _: None,
+                           timeout=120)
+    sender.join()
+    assert outcome.interrupted == "SIGINT" and outcome.timed_out is None
