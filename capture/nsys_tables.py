@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from triage.base.arrays import arrow_array
 from triage.capture.nsys_export import Export, Query, as_text
 
 if TYPE_CHECKING:
@@ -203,11 +204,10 @@ def _numbered(batches: Iterator[pa.Table]) -> Iterator[pa.Table]:
     """kernel_index: launch order by start, across batches (NumPy's numbers: a Python range
     converts one int at a time, 0.35 s per 1M kernels)."""
     import numpy as np
-    import pyarrow as pa
 
     count = 0
     for batch in batches:
-        yield batch.append_column("kernel_index", pa.array(
+        yield batch.append_column("kernel_index", arrow_array(
             np.arange(count, count + batch.num_rows, dtype=np.int64)))
         count += batch.num_rows
 
@@ -372,6 +372,7 @@ def push_pop_depth(batch: pa.Table, carry: Carry | None) -> tuple[pa.Array, Carr
                        - np.searchsorted(begins[ends <= begins], begins, "left"))
     last = start[-1]
     keep_c, keep_b = c_end > last, end > last
-    carry = (pa.concat_arrays([c_tid.filter(pa.array(keep_c)), tid.filter(pa.array(keep_b))]),
+    carry = (pa.concat_arrays([c_tid.take(arrow_array(np.flatnonzero(keep_c))),
+                               tid.take(arrow_array(np.flatnonzero(keep_b)))]),
              np.concatenate([c_end[keep_c], end[keep_b]]))
-    return pa.array(depth), carry
+    return arrow_array(depth), carry
