@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from triage.base.duck import import_duckdb
 from triage.base.hashing import hash_file
 from triage.capture.nsys_export import Export, as_text, open_export
 from triage.capture.nsys_file import (NsysFileInfo, export_report, read_nsys_file,
@@ -446,7 +447,7 @@ class PreparedNsys:
         export = self._export()
         self._started = started_reads(export)
         if self._started and "NVTX_EVENTS" not in self._started:
-            import_readers()
+            import_duckdb()
         return self._batches(export, report_index)
 
     def _batches(self, export: Export, report_index: int) -> Iterator[TableBatch]:
