@@ -380,11 +380,18 @@ class NvtxRanges:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        nested = ranges.filter(is_push_pop)
+        # Only the columns the depth needs are filtered (not the text), and not at all in a
+        # batch of push/pop ranges only (a capture without start/end ranges)
+        nested = ranges.select(["start_ns", "end_ns", "thread_id"])
+        everyone = pc.all(is_push_pop).as_py()
+        if not everyone:
+            nested = nested.filter(is_push_pop)
         depth = pa.nulls(ranges.num_rows, pa.int32())
         if nested.num_rows == 0:
             return depth
         nested_depth, self.carry = push_pop_depth(nested, self.carry)
+        if everyone:
+            return nested_depth
         return pc.replace_with_mask(depth, is_push_pop.combine_chunks(), nested_depth)
 
     def _domain(self, ranges: pa.Table) -> pa.Array | pa.ChunkedArray:
