@@ -217,8 +217,6 @@ def _stored(store_path, before: Store | None, requests: list[RunRequest],
     """The validated reports written as runs, under one lease, and indexed; `maybe_written`
     gets the id of each run before its manifest may be written, `filed` each run once it is
     whole."""
-    from triage.archive import catalog
-
     store = before or Store.open(store_path, create=True)
     store.check_writable()
     progress(Step("storing", len(requests), len(requests)))
@@ -238,6 +236,8 @@ def _stored(store_path, before: Store | None, requests: list[RunRequest],
             raise
         try:
             if rows:
+                from triage.archive import catalog  # pyarrow: imported once a reader has started
+
                 catalog.add_rows(store, rows)
         except BaseException:
             lease.keep(held)
@@ -432,11 +432,13 @@ def _run_steps(store: Store, request: RunRequest, prepared: list[PreparedReport]
             if not request.repair and _intact(store, existing, found):
                 return _index_and_label(store, existing, found, request, new=False, rows=rows)
         space.check_room(store.disk, sum(_size(p.path) for p in prepared) + space.COMMIT_BYTES)
+        # The readers start before the tables' imports (pyarrow: 0.1 s), which a reader's
+        # first query (SQLite sorting a large table) runs beside.
+        streams = [p.batches(index) for index, p in enumerate(prepared)]
         from triage.archive.tables import TableSet
 
         with space.reserved(store.files.temp_folder("objects"), space.COMMIT_BYTES) as room, \
                 TableSet(store) as tables, _staged_reports(store) as blobs:
-            streams = [p.batches(index) for index, p in enumerate(prepared)]
             yield  # the readers have started
             manifest = _stage_run(store, request, prepared, streams, digests, tables, blobs)
             room.release()  # for the manifest, key, annotations and catalog segment

@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from triage.base.arrays import arrow_array
 from triage.base.duck import fetch_arrow, sql_string, summary_connection
 from triage.schemas.tables import arrow_schema, rows_table
 
@@ -435,17 +436,17 @@ class GpuGaps:
         previous = np.full(len(where), -1)
         later = where > 0
         previous[later] = leader[where[later] - 1]
-        chosen = pa.array(rows[np.maximum(previous, 0)], mask=previous < 0)
+        chosen = arrow_array(rows[np.maximum(previous, 0)], previous < 0)
         before_kernel = names.take(chosen)
         if carried is not None:
             before_kernel = pc.fill_null(before_kernel, carried[1])
         self.parts.append(pa.table({
-            "device_id": pa.array(np.full(len(where), device), pa.int32()),
-            "start_ns": pa.array(before[where], pa.int64()),
-            "end_ns": pa.array(start[where], pa.int64()),
-            "gap_ns": pa.array(start[where] - before[where], pa.int64()),
+            "device_id": arrow_array(np.full(len(where), device, np.int32)),
+            "start_ns": arrow_array(before[where].astype(np.int64)),
+            "end_ns": arrow_array(start[where].astype(np.int64)),
+            "gap_ns": arrow_array((start[where] - before[where]).astype(np.int64)),
             "before_kernel": before_kernel,
-            "after_kernel": names.take(pa.array(rows[where])),
+            "after_kernel": names.take(arrow_array(rows[where])),
         }))
 
     def table(self) -> pa.Table | None:

@@ -31,6 +31,13 @@ def connect(threads: int | None = None,
     return duckdb.connect(":memory:", config=config)
 
 
+def import_duckdb() -> None:
+    """Import DuckDB ahead (0.05-0.07 s), while the caller waits on work that leaves the GIL
+    free (SQLite sorting a large table for its first rows), without connecting: a connection
+    holds about 29 MB more, which would add to the peak of the read that follows."""
+    import duckdb  # noqa: F401
+
+
 @lru_cache(maxsize=1)
 def summary_connection() -> duckdb.DuckDBPyConnection:
     """One single-threaded connection per process for archive-time summaries (connecting costs

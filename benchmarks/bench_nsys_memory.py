@@ -67,7 +67,7 @@ def run(work: Path, counts: list[int], formats: list[str]) -> None:
     for count in counts:
         folder = work / f"ranges-{count}"
         folder.mkdir(exist_ok=True)
-        report, exported = prepare(folder, count, nsys)
+        report, exported = prepare(folder, count, nsys, rep_only=False)
         for kind, path in (("nsys-rep", report), ("sqlite", exported)):
             if kind not in formats:
                 continue

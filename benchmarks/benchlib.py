@@ -16,7 +16,7 @@ def compile_sources(root: Path = CHECKOUT) -> None:
     pip install or a first run does: a process started with PYTHONDONTWRITEBYTECODE=1 (this
     sandbox sets it) and no caches recompiles every triage module each run (0.3-0.5 s under
     load), which no user pays twice."""
-    folders = [str(root / name) for name in ("triage", "archive", "capture", "compare",
+    folders = [str(root / name) for name in ("triage", "base", "archive", "capture", "compare",
                                              "schemas", "templates")]
     subprocess.run([sys.executable, "-m", "compileall", "-q", *folders], check=True,
                    capture_output=True)

@@ -16,11 +16,13 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from triage.base.duck import import_duckdb
 from triage.base.hashing import hash_file
 from triage.capture.nsys_export import Export, as_text, open_export
 from triage.capture.nsys_file import (NsysFileInfo, export_report, read_nsys_file,
                                       version_number)
-from triage.capture.nsys_tables import Implausible, nvtx_batches, source_batches
+from triage.capture.nsys_tables import (Implausible, nvtx_batches, source_batches,
+                                       started_reads)
 from triage.capture.profiler_args import ParsedCommand, parse_command
 from triage.capture.settings import joined_option, resolve
 from triage.base.errors import UnsupportedReport
@@ -28,6 +30,7 @@ from triage.base.timeutil import from_epoch
 
 if TYPE_CHECKING:
     from triage.capture.formats import TableBatch
+    from triage.capture.nsys_tables import Started
 
 PLATFORMS = {"L4X": "linux", "L4T": "linux", "LINUX": "linux", "WINDOWS": "windows",
              "QNX": "qnx", "ANDROID": "android", "MACOS": "osx"}
@@ -388,6 +391,7 @@ class PreparedNsys:
         self.sha256 = ""
         self._implausible = Implausible()
         self._counts: dict[str, int] = {}  # rows per triage table, as the batches pass
+        self._started: Started = {}  # the reads started early
 
     @classmethod
     def open(cls, path: Path, fmt: str, nsys: str | None = None, sha256: str | None = None,
@@ -437,10 +441,20 @@ class PreparedNsys:
         return made
 
     def batches(self, report_index: int) -> Iterator[TableBatch]:
-        """The launch-level tables, then the NVTX ranges, batch by batch."""
+        """The launch-level tables, then the NVTX ranges, batch by batch. The largest one's
+        read starts now (`started_reads`: SQLite sorts it while the archive sets up); when it
+        holds CUDA activity, DuckDB, which its summaries need, is imported meanwhile."""
         export = self._export()
-        yield from source_batches(export, report_index, self._implausible, self._counts)
-        yield from nvtx_batches(export, report_index, self._implausible, self._counts)
+        self._started = started_reads(export)
+        if self._started and "NVTX_EVENTS" not in self._started:
+            import_duckdb()
+        return self._batches(export, report_index)
+
+    def _batches(self, export: Export, report_index: int) -> Iterator[TableBatch]:
+        yield from source_batches(export, report_index, self._implausible, self._counts,
+                                  self._started)
+        yield from nvtx_batches(export, report_index, self._implausible, self._counts,
+                                self._started)
 
     def provenance(self) -> dict[str, Any]:
         by = "user" if self.format == "sqlite" else "triage"
@@ -455,6 +469,9 @@ class PreparedNsys:
         return self.export
 
     def close(self) -> None:
+        for read in self._started.values():  # their threads stop before the export closes
+            read.close()
+        self._started = {}
         if self.export is not None:
             self.export.close()
             self.export = None

@@ -148,6 +148,11 @@ class Export(ABC):
                                                      for t in self.tables):
             raise UnsupportedReport(f"{self.path}: {NOT_NSYS}")
 
+    def early_table(self, tables: list[str]) -> str | None:
+        """Of these tables, the one whose read is worth starting before the others are read
+        (beside them, on a thread of its own): None where reads share one connection."""
+        return None
+
     def string(self, table: str, column: str, alias: str = "t") -> str:
         """SQL for a column holding a StringIds id, resolved to its text (older exports held
         the text itself)."""

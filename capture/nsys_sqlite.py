@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING
 from urllib.parse import quote
-from urllib.request import pathname2url
 
 from triage.capture.nsys_export import BATCH, Export, Query, as_text, utf8
 from triage.base.errors import UnsupportedReport
@@ -33,14 +33,19 @@ class SqliteExport(Export):
     def __init__(self, path, sqlite_path=None):
         self.uri = f"file:{_file_url(os.path.abspath(sqlite_path or path))}?mode=ro&immutable=1"
         self.con = None
-        self._adbc: tuple | None = None  # (database, connection), opened by the first query
+        # Thread -> ADBC's (database, connection), opened by its first query: ADBC connections
+        # are not shared by threads, and a read started early (`early_table`) runs beside
+        # another (the NVTX domains) on a thread of its own.
+        self._adbc: dict[int, tuple] = {}
+        self._connecting = threading.Lock()
+        self._reading_strings = threading.Lock()
         self._reading: set = set()  # ADBC statements of reads not finished (closed first)
         self._lookups: dict[str, str] = {}  # SQL of a StringIds lookup -> the id column's
         self._string_ids: tuple[pa.Array, pa.Array] | None = None
         self._string_ids_read = False
         try:
-            # Batches are fetched on a worker thread (`nsys_tables.prefetched`), one query at a
-            # time: never two threads on the connection at once.
+            # Batches are fetched on worker threads (`nsys_tables.ReadAhead`), and SQLite
+            # serializes the threads that use this connection (its fall-back reads, lookups).
             self.con = sqlite3.connect(self.uri, uri=True, check_same_thread=False)
             self.con.text_factory = bytes
             # Pages are read(), not memory-mapped (SQLite's default, kept on purpose): a mapped
@@ -73,6 +78,16 @@ class SqliteExport(Export):
     def row_order(self, table: str, alias: str) -> str | None:
         return None if self.real.get(table, table) in self.views else f"{alias}.rowid"
 
+    def early_table(self, tables: list[str]) -> str | None:
+        """The table of most rows (its largest rowid: a lookup, no scan), of those with more
+        than a batch; its read started early sorts beside the rest of the setup, on a
+        connection of its own."""
+        sizes = {table: self.rows(f"SELECT max(rowid) FROM {table}")[1][0][0] or 0
+                 for table in tables
+                 if table in self.tables and self.real.get(table, table) not in self.views}
+        largest = max(sizes, key=lambda table: sizes[table], default=None)
+        return largest if largest is not None and sizes[largest] > BATCH else None
+
     def rows(self, sql: str, params=()) -> tuple[list[str], list[tuple]]:
         try:
             cursor = self.con.execute(self.resolved(sql), params)
@@ -104,10 +119,12 @@ class SqliteExport(Export):
         (`_resolved`). An export whose id columns hold text (old ones hold the names
         themselves) or whose StringIds ids are not all integers is read by `sqlite3`."""
         lookups = [i for i, expr in enumerate(query.select) if expr in self._lookups]
-        if lookups and self._strings() is None:
-            raise ColumnarUnfit("StringIds ids that are not all integers")
         ids = replace(query, select=tuple(self._lookups.get(e, e) for e in query.select))
         for batch in self._adbc_batches(ids):
+            # StringIds are read once the query has run (SQLite's sort for its ORDER BY), not
+            # before: a read started early sorts from the start.
+            if lookups and self._strings() is None:
+                raise ColumnarUnfit("StringIds ids that are not all integers")
             yield _typed(self._resolved(batch, lookups), fields)
 
     def _adbc_batches(self, query: Query) -> Iterator[pa.RecordBatch]:
@@ -116,7 +133,6 @@ class SqliteExport(Export):
         another type fails the read (ColumnarUnfit), and `batches` carries on from there with
         `sqlite3`."""
         import adbc_driver_manager as adbc
-        import pyarrow as pa
 
         try:
             statement = adbc.AdbcStatement(self._adbc_connection())
@@ -124,16 +140,16 @@ class SqliteExport(Export):
             raise ColumnarUnfit(str(exc)) from None
         self._reading.add(statement)
         try:
-            statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH)})
-            statement.set_sql_query(self.resolved(query.sql()))
-            if query.params:
-                statement.bind(pa.record_batch([pa.array([p]) for p in query.params],
-                                               names=[f"p{i}" for i in range(len(query.params))]))
-            stream, _count = statement.execute_query()
-            with pa.RecordBatchReader.from_stream(stream) as reader:
-                yield from reader
-        except (adbc.Error, pa.ArrowException, OSError) as exc:
-            raise ColumnarUnfit(str(exc)) from None
+            stream = _executed(statement, self.resolved(query.sql()), query.params)
+            # pyarrow after SQLite's sort, not before: a read started early sorts while the
+            # archive's own thread imports it (0.1 s)
+            import pyarrow as pa
+
+            try:
+                with pa.RecordBatchReader.from_stream(stream) as reader:
+                    yield from reader
+            except (adbc.Error, pa.ArrowException, OSError) as exc:
+                raise ColumnarUnfit(str(exc)) from None
         finally:
             if statement in self._reading:  # else `close` closed it, the read left unfinished
                 self._reading.discard(statement)
@@ -143,18 +159,23 @@ class SqliteExport(Export):
         """StringIds as (ids, texts), read once, texts converted as `sqlite3`'s rows are; None
         when a lookup in Arrow could differ from SQLite's: ids that are not all integers
         (SQLite compares a float id by value), or a view (no rowid order for repeated ids)."""
+        with self._reading_strings:  # the first thread to need them reads them, others wait
+            if not self._string_ids_read:
+                self._string_ids_read = True
+                self._string_ids = self._read_strings()
+        return self._string_ids
+
+    def _read_strings(self) -> tuple[pa.Array, pa.Array] | None:
+        """StringIds read, when a lookup in Arrow finds what SQLite's would (`_strings`)."""
         import pyarrow as pa
 
-        if not self._string_ids_read:
-            self._string_ids_read = True
-            if "StringIds" not in self.views and {"id", "value"} <= self.columns("StringIds") \
-                    and not self.rows("SELECT count(*) FROM StringIds "
-                                      "WHERE typeof(id) != 'integer'")[1][0][0]:
-                read = Query("StringIds", "s", ("s.id", "s.value"), ("s.rowid",))
-                table = pa.concat_tables(self.batches(read, [("id", "int"), ("value", "str")]))
-                self._string_ids = (table["id"].combine_chunks(),
-                                    table["value"].combine_chunks())
-        return self._string_ids
+        if "StringIds" not in self.views and {"id", "value"} <= self.columns("StringIds") \
+                and not self.rows("SELECT count(*) FROM StringIds "
+                                  "WHERE typeof(id) != 'integer'")[1][0][0]:
+            read = Query("StringIds", "s", ("s.id", "s.value"), ("s.rowid",))
+            table = pa.concat_tables(self.batches(read, [("id", "int"), ("value", "str")]))
+            return table["id"].combine_chunks(), table["value"].combine_chunks()
+        return None
 
     def _resolved(self, batch: pa.RecordBatch, lookups: list[int]) -> pa.RecordBatch:
         """The batch with each lookup column's ids replaced by their text: the first StringIds
@@ -175,14 +196,17 @@ class SqliteExport(Export):
         return pa.record_batch(columns, names=batch.schema.names)
 
     def _adbc_connection(self):
-        """ADBC's own connection to the export, made once (its import and open are cheap)."""
-        if self._adbc is None:
-            import adbc_driver_manager as adbc
-            import adbc_driver_sqlite
+        """ADBC's own connection to the export for this thread, made once (its import and open
+        are cheap)."""
+        thread = threading.get_ident()
+        with self._connecting:
+            if thread not in self._adbc:
+                import adbc_driver_manager as adbc
+                import adbc_driver_sqlite
 
-            database = adbc_driver_sqlite.connect(self.uri)
-            self._adbc = (database, adbc.AdbcConnection(database))
-        return self._adbc[1]
+                database = adbc_driver_sqlite.connect(self.uri)
+                self._adbc[thread] = (database, adbc.AdbcConnection(database))
+            return self._adbc[thread][1]
 
     def _fetched(self, query: Query, fields, skip: int = 0) -> Iterator[pa.Table]:
         """The query through `sqlite3`, in BATCH-row batches, less its first `skip` rows (read
@@ -211,16 +235,40 @@ class SqliteExport(Export):
             for statement in list(self._reading):
                 statement.close()
             self._reading.clear()
-            if self._adbc is not None:
-                for handle in reversed(self._adbc):
+            for handles in self._adbc.values():
+                for handle in reversed(handles):
                     handle.close()
-                self._adbc = None
+            self._adbc.clear()
         finally:
             self.con.close()
 
 
 class ColumnarUnfit(Exception):
     """A query the columnar read cannot give exactly as `sqlite3`'s rows convert it."""
+
+
+def _executed(statement, sql: str, params: list):
+    """The statement run (SQLite steps to its first row: for an ORDER BY, the whole sort, the
+    GIL released), its Arrow stream; integer parameters are written into the SQL, so that a
+    statement binds (which needs pyarrow) only values of other types."""
+    import adbc_driver_manager as adbc
+
+    parts = sql.split("?")
+    if all(type(p) is int for p in params) and len(parts) == len(params) + 1:
+        sql = "".join(part + str(value) for part, value
+                      in zip(parts[:-1], params, strict=True)) + parts[-1]
+        params = []
+    try:
+        statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH)})
+        statement.set_sql_query(sql)
+        if params:
+            import pyarrow as pa
+
+            statement.bind(pa.record_batch([pa.array([p]) for p in params],
+                                           names=[f"p{i}" for i in range(len(params))]))
+        return statement.execute_query()[0]
+    except (adbc.Error, OSError) as exc:
+        raise ColumnarUnfit(str(exc)) from None
 
 
 def _typed(batch: pa.RecordBatch, fields) -> pa.Table:
@@ -246,12 +294,15 @@ def _typed(batch: pa.RecordBatch, fields) -> pa.Table:
 
 
 def _file_url(path: str) -> str:
-    """A path as an SQLite URI path; a name whose bytes are not UTF-8 is quoted byte by byte
-    (pathname2url takes text only)."""
-    try:
+    """A path as an SQLite URI path, quoted byte by byte (a name whose bytes are not UTF-8
+    too): what `urllib.request.pathname2url` gives on POSIX, without importing urllib.request
+    (0.015-0.02 s, its HTTP machinery) into every archive of a `.sqlite`; Windows' drive
+    letters and backslashes take pathname2url's own rules."""
+    if os.name == "nt":
+        from urllib.request import pathname2url
+
         return pathname2url(path)
-    except UnicodeEncodeError:
-        return quote(os.fsencode(path))
+    return quote(os.fsencode(path))
 
 
 def _rows_to_arrow(rows: list[tuple], fields):

@@ -11,9 +11,10 @@ bytes (nsys 2025.6 and later no longer export rows in time order). How the repor
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
+from triage.base.arrays import arrow_array
 from triage.capture.nsys_export import Export, Query, as_text
 
 if TYPE_CHECKING:
@@ -36,17 +37,35 @@ MEMCPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "At
 NVTX_EVENT_TYPES = {"NvtxPushPopRange": 59, "NvtxStartEndRange": 60, "NvtxDomainCreate": 75}
 
 
-def prefetched(batches: Iterator[pa.Table]) -> Iterator[pa.Table]:
-    """The batches, each next one fetched on a worker thread while this one is shaped and
-    written: fetching (SQLite rows convert holding the GIL) overlaps Arrow compute and
-    Parquet encoding (which release it). Only that thread touches the export meanwhile."""
-    from concurrent.futures import ThreadPoolExecutor
+class ReadAhead:
+    """A read's batches, each next one fetched on a worker thread while this one is shaped and
+    written: fetching (SQLite stepping, rows converted) overlaps Arrow compute and Parquet
+    encoding (which release the GIL). The first is asked for when the read is made: SQLite
+    sorts the rows of an ORDER BY before its first, so a read made early sorts while the
+    archive sets up. Only that thread touches the read meanwhile."""
 
-    with ThreadPoolExecutor(max_workers=1) as fetcher:
-        ahead = fetcher.submit(next, batches, None)
-        while (batch := ahead.result()) is not None:
-            ahead = fetcher.submit(next, batches, None)
-            yield batch
+    def __init__(self, batches: Iterator[pa.Table]) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._batches = batches
+        self._fetcher = ThreadPoolExecutor(max_workers=1)
+        self._ahead = self._fetcher.submit(next, batches, None)
+
+    def __iter__(self) -> Iterator[pa.Table]:
+        try:
+            while (batch := self._ahead.result()) is not None:
+                self._ahead = self._fetcher.submit(next, self._batches, None)
+                yield batch
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop: the batch being fetched is waited for (SQLite's step cannot be cut short),
+        then the read is closed, which ends its statement."""
+        self._fetcher.shutdown(wait=True)
+        close = getattr(self._batches, "close", None)
+        if close is not None:
+            close()
 
 
 class Implausible:
@@ -199,28 +218,58 @@ def ordered(export: Export, table: str, alias: str, keys: list[str]) -> tuple[st
     return (*keys, *filter(None, [export.row_order(table, alias)]))
 
 
-def _numbered(batches: Iterator[pa.Table]) -> Iterator[pa.Table]:
+def _numbered(batches: Iterable[pa.Table]) -> Iterator[pa.Table]:
     """kernel_index: launch order by start, across batches (NumPy's numbers: a Python range
     converts one int at a time, 0.35 s per 1M kernels)."""
     import numpy as np
-    import pyarrow as pa
 
     count = 0
     for batch in batches:
-        yield batch.append_column("kernel_index", pa.array(
+        yield batch.append_column("kernel_index", arrow_array(
             np.arange(count, count + batch.num_rows, dtype=np.int64)))
         count += batch.num_rows
 
 
+# The reads started early, by what they read: an export table (its rows for triage's table), or
+# DOMAINS, the NVTX domains' names.
+Started = dict[str, ReadAhead]
+DOMAINS = "NVTX domain names"
+
+
+def started_reads(export: Export) -> Started:
+    """The read of the export's largest launch-level table, started now where the export can
+    read it beside the others (`Export.early_table`): its ORDER BY sorts meanwhile, instead
+    of once the tables before it are read. Before NVTX ranges, the domain names, which
+    shaping the first range needs, are read beside them too."""
+    table = export.early_table([table for _, table, *_rest in SOURCES] + ["NVTX_EVENTS"])
+    if table is None:
+        return {}
+    if table != "NVTX_EVENTS":
+        _name, _table, spec, _constants, order = next(s for s in SOURCES if s[1] == table)
+        return {table: ReadAhead(export.batches(*source_query(export, table, spec, order)))}
+    types = nvtx_event_types(export)
+    query = nvtx_query(export, types)
+    if query is None:
+        return {}
+    return {table: ReadAhead(export.batches(query, NVTX_FIELDS)),
+            DOMAINS: ReadAhead(export.batches(*domains_query(export, types["NvtxDomainCreate"])))}
+
+
+def _read(export: Export, key: str, query: Query, fields, started: Started) -> ReadAhead:
+    """The read: the one started early, or a new one (the same query either way)."""
+    return started.get(key) or ReadAhead(export.batches(query, fields))
+
+
 def source_batches(export: Export, report_index: int, implausible: Implausible,
-                   counts: dict[str, int]) -> Iterator[TableBatch]:
+                   counts: dict[str, int], started: Started | None = None
+                   ) -> Iterator[TableBatch]:
     """Every launch-level table but NVTX, batch by batch; counts the rows per triage table."""
     for name, table, spec, constants, order in SOURCES:
         counts.setdefault(name, 0)
         if table not in export.tables:
             continue
         query, fields = source_query(export, table, spec, order)
-        batches = prefetched(export.batches(query, fields))
+        batches = _read(export, table, query, fields, started or {})
         for batch in _numbered(batches) if name == "kernels" else batches:
             counts[name] += batch.num_rows
             yield name, _shaped(name, batch, report_index, implausible, **constants)
@@ -249,40 +298,58 @@ def _nvtx_text(export: Export, alias: str) -> str:
     return f"coalesce({', '.join(parts)})" if len(parts) > 1 else (parts or ["NULL"])[0]
 
 
+def nvtx_query(export: Export, types: dict[str, int]) -> Query | None:
+    """The push/pop and start/end ranges in time order, parents first; None where the export
+    has no NVTX events."""
+    if not {"eventType", "start"} <= export.columns("NVTX_EVENTS"):
+        return None
+    wanted = [types["NvtxPushPopRange"], types["NvtxStartEndRange"]]
+    c = lambda name: export.col("NVTX_EVENTS", name, "e")  # noqa: E731 - local shorthand
+    return Query("NVTX_EVENTS", "e", ("e.eventType", "e.start", c("end"), c("globalTid"),
+                                      _nvtx_text(export, "e"), c("domainId")),
+                 ordered(export, "NVTX_EVENTS", "e", ["e.start", f"{c('end')} DESC NULLS LAST"]),
+                 "e.eventType IN (?, ?) AND e.start IS NOT NULL", where_params=tuple(wanted))
+
+
 def nvtx_batches(export: Export, report_index: int, implausible: Implausible,
-                 counts: dict[str, int]) -> Iterator[TableBatch]:
+                 counts: dict[str, int], started: Started | None = None
+                 ) -> Iterator[TableBatch]:
     """Push/pop ranges (with their depth per thread) and start/end ranges; marks are skipped.
 
     Domain names come first, from the domain-create events, so every range of a named domain
     gets its name wherever its create event falls in the stream.
     """
+    started = started or {}
     counts.setdefault("nvtx_ranges", 0)
-    if not {"eventType", "start"} <= export.columns("NVTX_EVENTS"):
-        return
     types = nvtx_event_types(export)
-    wanted = [types["NvtxPushPopRange"], types["NvtxStartEndRange"]]
-    c = lambda name: export.col("NVTX_EVENTS", name, "e")  # noqa: E731 - local shorthand
-    query = Query("NVTX_EVENTS", "e", ("e.eventType", "e.start", c("end"), c("globalTid"),
-                                       _nvtx_text(export, "e"), c("domainId")),
-                  ordered(export, "NVTX_EVENTS", "e", ["e.start", f"{c('end')} DESC NULLS LAST"]),
-                  "e.eventType IN (?, ?) AND e.start IS NOT NULL", where_params=tuple(wanted))
-    domains = nvtx_domains(export, types["NvtxDomainCreate"])
-    batches = prefetched(export.batches(query, NVTX_FIELDS))
+    query = nvtx_query(export, types)
+    if query is None:
+        return
+    domains = nvtx_domains(started.get(DOMAINS)
+                           or export.batches(*domains_query(export, types["NvtxDomainCreate"])))
+    batches = _read(export, "NVTX_EVENTS", query, NVTX_FIELDS, started)
     ranges = NvtxRanges(report_index, types["NvtxPushPopRange"], domains, implausible)
     for batch in batches:
         counts["nvtx_ranges"] += batch.num_rows
         yield "nvtx_ranges", ranges.shaped(batch)
 
 
-def nvtx_domains(export: Export, create_type: int) -> dict[tuple[int, int], str | None]:
-    """(process, domain id) -> the name its domain-create event gave (the last one wins)."""
+DOMAIN_FIELDS = [("tid", "int"), ("domain", "int"), ("name", "str")]
+
+
+def domains_query(export: Export, create_type: int) -> tuple[Query, list[tuple[str, str]]]:
+    """The domain-create events in time order, and their fields."""
     c = lambda name: export.col("NVTX_EVENTS", name, "e")  # noqa: E731 - local shorthand
-    query = Query("NVTX_EVENTS", "e", (c("globalTid"), c("domainId"), _nvtx_text(export, "e")),
-                  ordered(export, "NVTX_EVENTS", "e", ["e.start NULLS FIRST"]),
-                  "e.eventType = ?", where_params=(create_type,))
-    fields = [("tid", "int"), ("domain", "int"), ("name", "str")]
-    return {(tid >> 24, domain): name for batch in export.batches(query, fields)
-            for tid, domain, name in zip(*(batch[f].to_pylist() for f, _ in fields), strict=True)
+    return Query("NVTX_EVENTS", "e", (c("globalTid"), c("domainId"), _nvtx_text(export, "e")),
+                 ordered(export, "NVTX_EVENTS", "e", ["e.start NULLS FIRST"]),
+                 "e.eventType = ?", where_params=(create_type,)), DOMAIN_FIELDS
+
+
+def nvtx_domains(batches: Iterable[pa.Table]) -> dict[tuple[int, int], str | None]:
+    """(process, domain id) -> the name its domain-create event gave (the last one wins)."""
+    return {(tid >> 24, domain): name for batch in batches
+            for tid, domain, name in zip(*(batch[f].to_pylist() for f, _ in DOMAIN_FIELDS),
+                                         strict=True)
             if tid is not None and domain is not None}
 
 
@@ -313,11 +380,18 @@ class NvtxRanges:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        nested = ranges.filter(is_push_pop)
+        # Only the columns the depth needs are filtered (not the text), and not at all in a
+        # batch of push/pop ranges only (a capture without start/end ranges)
+        nested = ranges.select(["start_ns", "end_ns", "thread_id"])
+        everyone = pc.all(is_push_pop).as_py()
+        if not everyone:
+            nested = nested.filter(is_push_pop)
         depth = pa.nulls(ranges.num_rows, pa.int32())
         if nested.num_rows == 0:
             return depth
         nested_depth, self.carry = push_pop_depth(nested, self.carry)
+        if everyone:
+            return nested_depth
         return pc.replace_with_mask(depth, is_push_pop.combine_chunks(), nested_depth)
 
     def _domain(self, ranges: pa.Table) -> pa.Array | pa.ChunkedArray:
@@ -372,6 +446,7 @@ def push_pop_depth(batch: pa.Table, carry: Carry | None) -> tuple[pa.Array, Carr
                        - np.searchsorted(begins[ends <= begins], begins, "left"))
     last = start[-1]
     keep_c, keep_b = c_end > last, end > last
-    carry = (pa.concat_arrays([c_tid.filter(pa.array(keep_c)), tid.filter(pa.array(keep_b))]),
+    carry = (pa.concat_arrays([c_tid.take(arrow_array(np.flatnonzero(keep_c))),
+                               tid.take(arrow_array(np.flatnonzero(keep_b)))]),
              np.concatenate([c_end[keep_c], end[keep_b]]))
-    return pa.array(depth), carry
+    return arrow_array(depth), carry

@@ -168,3 +168,38 @@ def test_a_failure_in_the_middle_of_a_columnar_read_is_one_line(triage, tmp_path
     result = triage("--store", store, "archive",
                     corpus_file("Lashi0812__CudaProgramming__streamSimple.sqlite"), expect=None)
     check_clean_failure(triage, store, result, runs_before=[])
+
+
+def test_the_largest_table_is_read_first_and_an_unread_one_closes(tmp_path, monkeypatch):
+    """`batches` starts the read of the export's largest launch-level table at once, on a
+    thread of its own, before any batch is asked for (SQLite sorts it while the archive sets
+    up); a reader closed before reading it (a failure, Ctrl-C) ends that read, its statement
+    and its thread, and leaves no statement open."""
+    import threading
+
+    from triage.capture import nsys_sqlite
+    from triage.capture.formats import prepare_report
+
+    monkeypatch.setattr(nsys_sqlite, "BATCH", 100)
+    path = grown(tmp_path / "kernels.sqlite", 2000)  # 2,000 kernels, fewer API calls
+    started, ended = threading.Event(), []
+    reading = nsys_sqlite.SqliteExport._adbc_batches
+
+    def watched(export, query):
+        if query.table != "StringIds":
+            started.set()
+        try:
+            yield from reading(export, query)
+        finally:
+            ended.append(query.table)
+
+    monkeypatch.setattr(nsys_sqlite.SqliteExport, "_adbc_batches", watched)
+    before = set(threading.enumerate())
+    prepared = prepare_report(path)
+    try:
+        prepared.batches(0)
+        assert started.wait(20), "no read started before a batch was asked for"
+    finally:
+        prepared.close()
+    assert "CUPTI_ACTIVITY_KIND_KERNEL" in ended
+    assert [t for t in threading.enumerate() if t not in before and t.is_alive()] == []
