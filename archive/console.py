@@ -40,8 +40,10 @@ COLUMNS = ("id", "tool", "gpu", "created", "archived", "indexed", "command", "re
            "kernels", "capture_group", "rerun_of", "investigation", "source")
 SERIES_RUNS = 50  # the newest runs of a series that its history and comparisons follow
 # A time as the store writes it (base/timeutil.py `utc_now`, `from_epoch`): UTC, no fraction or
-# 6 digits (or 3). Arrow and Python read these alike; Python 3.10 reads no other count of digits.
-STORE_TIME = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3}|\.\d{6})?Z$"
+# 6 digits (or 3), a year from 1 (Python reads no year 0). Arrow and Python read these alike;
+# Python 3.10 reads no other count of digits.
+STORE_TIME = (r"^(000[1-9]|00[1-9]\d|0[1-9]\d\d|[1-9]\d{3})"
+              r"-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3}|\.\d{6})?Z$")
 
 
 class ConsoleRun(NamedTuple):
@@ -199,7 +201,10 @@ def capture_rows(table: pa.Table) -> list[int] | None:
                          ("archived", table["archived"])):
         if pc.all(pc.match_substring_regex(column, STORE_TIME)).as_py() is False:
             return None
-        micros = pc.cast(pc.cast(column, pa.timestamp("us", "UTC")), pa.int64())
+        try:  # a day or an hour out of range (Feb 30, 24:00) is for `capture_key` to read
+            micros = pc.cast(pc.cast(column, pa.timestamp("us", "UTC")), pa.int64())
+        except pa.ArrowInvalid:
+            return None
         keys[f"{name} unknown"], keys[name] = pc.is_null(micros), pc.fill_null(micros, 0)
     keys["id"] = table["id"]
     return pc.sort_indices(pa.table(keys), [(name, "ascending") for name in keys]).to_pylist()

@@ -18,6 +18,8 @@ def arrow_array(values: np.ndarray, null: np.ndarray | None = None) -> pa.Array:
     import numpy as np
     import pyarrow as pa
 
+    if values.dtype.kind not in "iuf":  # Arrow's booleans are bits, its texts offsets
+        raise TypeError(f"arrow_array takes numbers, not {values.dtype}")
     values = np.ascontiguousarray(values)
     validity = None
     if null is not None and null.any():

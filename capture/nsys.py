@@ -391,7 +391,7 @@ class PreparedNsys:
         self.sha256 = ""
         self._implausible = Implausible()
         self._counts: dict[str, int] = {}  # rows per triage table, as the batches pass
-        self._started: Started = {}  # the reads started early
+        self._started: Started = {}  # the reads `batches` started, early or not
 
     @classmethod
     def open(cls, path: Path, fmt: str, nsys: str | None = None, sha256: str | None = None,
@@ -445,6 +445,7 @@ class PreparedNsys:
         read starts now (`started_reads`: SQLite sorts it while the archive sets up); when it
         holds CUDA activity, DuckDB, which its summaries need, is imported meanwhile."""
         export = self._export()
+        self._close_reads()
         self._started = started_reads(export)
         if self._started and "NVTX_EVENTS" not in self._started:
             import_duckdb()
@@ -468,10 +469,15 @@ class PreparedNsys:
             raise RuntimeError(f"{self.path}: read after close")
         return self.export
 
-    def close(self) -> None:
-        for read in self._started.values():  # their threads stop before the export closes
+    def _close_reads(self) -> None:
+        """Stop the reads `batches` started, early or not (their threads), before the export
+        closes under them."""
+        for read in self._started.values():
             read.close()
         self._started = {}
+
+    def close(self) -> None:
+        self._close_reads()
         if self.export is not None:
             self.export.close()
             self.export = None

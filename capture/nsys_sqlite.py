@@ -255,7 +255,7 @@ def _executed(statement, sql: str, params: list):
 
     parts = sql.split("?")
     if all(type(p) is int for p in params) and len(parts) == len(params) + 1:
-        sql = "".join(part + str(value) for part, value
+        sql = "".join(f"{part}({value})" for part, value
                       in zip(parts[:-1], params, strict=True)) + parts[-1]
         params = []
     try:

@@ -256,20 +256,24 @@ def started_reads(export: Export) -> Started:
 
 
 def _read(export: Export, key: str, query: Query, fields, started: Started) -> ReadAhead:
-    """The read: the one started early, or a new one (the same query either way)."""
-    return started.get(key) or ReadAhead(export.batches(query, fields))
+    """The read: the one started early, or a new one (the same query either way), kept in
+    `started` too, so that whoever closes the export first stops every read's thread."""
+    if key not in started:
+        started[key] = ReadAhead(export.batches(query, fields))
+    return started[key]
 
 
 def source_batches(export: Export, report_index: int, implausible: Implausible,
                    counts: dict[str, int], started: Started | None = None
                    ) -> Iterator[TableBatch]:
     """Every launch-level table but NVTX, batch by batch; counts the rows per triage table."""
+    started = {} if started is None else started
     for name, table, spec, constants, order in SOURCES:
         counts.setdefault(name, 0)
         if table not in export.tables:
             continue
         query, fields = source_query(export, table, spec, order)
-        batches = _read(export, table, query, fields, started or {})
+        batches = _read(export, table, query, fields, started)
         for batch in _numbered(batches) if name == "kernels" else batches:
             counts[name] += batch.num_rows
             yield name, _shaped(name, batch, report_index, implausible, **constants)
@@ -319,7 +323,7 @@ def nvtx_batches(export: Export, report_index: int, implausible: Implausible,
     Domain names come first, from the domain-create events, so every range of a named domain
     gets its name wherever its create event falls in the stream.
     """
-    started = started or {}
+    started = {} if started is None else started
     counts.setdefault("nvtx_ranges", 0)
     types = nvtx_event_types(export)
     query = nvtx_query(export, types)

@@ -16,8 +16,9 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 TERM_GRACE = 5.0  # seconds a process tree gets after SIGTERM before SIGKILL
 # The longest the main thread waits on a child without running Python: a signal the kernel
@@ -116,43 +117,59 @@ def _alive(pid: int) -> bool:
 class HeldSignals:
     """Signals that arrived while a child process was being started (`signals_held`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, then: Callable[[int], None] | None) -> None:
         self.arrived: list[int] = []
+        self.then = then
+        self.previous: dict[int, Any] = {}  # the handlers from before, while replaced
 
     def deliver(self) -> None:
-        """Raise each held signal again, now that the handler's caller knows the child and can
-        end it: the exception the handler raises comes out of this call."""
+        """Hand the signals on, now that the caller knows the child and can end it: to `then`
+        from here on, or back to the handlers from before; each held one raised again, so
+        the exception its handler raises comes out of this call."""
+        if self.then is None:
+            self.restore()
+        else:
+            then = self.then
+            for sig in self.previous:
+                signal.signal(sig, lambda signum, _frame: then(signum))
         arrived, self.arrived = self.arrived, []
         for signum in arrived:
             signal.raise_signal(signum)
 
+    def restore(self) -> None:
+        """The handlers from before back (a second Ctrl-C while the child is stopped is theirs)."""
+        previous, self.previous = self.previous, {}
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
 
 @contextlib.contextmanager
-def signals_held(*signums: int) -> Iterator[HeldSignals]:
-    """Hold `signums` while a child is started, for the caller to `deliver()` once it has the
-    Popen object. A Ctrl-C that lands inside `subprocess.Popen` after the fork raises there,
-    before any caller holds the process, and leaves the child running (nsys export, a whole
-    profiler). When starting the child fails, what arrived is delivered as the failure goes
-    out. Only the main thread may set handlers, and only it receives their exceptions:
-    elsewhere nothing is held."""
-    held = HeldSignals()
+def signals_held(*signums: int, then: Callable[[int], None] | None = None
+                 ) -> Iterator[HeldSignals]:
+    """Hold `signums` while a child is started, until the caller, holding the Popen object,
+    calls `deliver()`: a Ctrl-C that lands inside `subprocess.Popen` after the fork raises
+    there, before any caller holds the process, and leaves the child running (nsys export, a
+    whole profiler). `then(signum)` handles them from `deliver()` on, with no moment between
+    under the handlers from before; without it, only signals with a Python handler are held
+    (one ignored stays ignored: the child inherits that, a job started in the background of a
+    script), and they go back to those handlers. The handlers from before come back when the
+    block ends; when it fails (the child did not start), what arrived is delivered to them.
+    Only the main thread may set handlers, and only it receives their exceptions: elsewhere
+    nothing is held."""
+    held = HeldSignals(then)
     if threading.current_thread() is not threading.main_thread():
         yield held
         return
-    previous = {sig: signal.signal(sig, lambda signum, _frame: held.arrived.append(signum))
-                for sig in signums}
+    held.previous = {sig: signal.signal(sig, lambda signum, _frame: held.arrived.append(signum))
+                     for sig in signums if then is not None or callable(signal.getsignal(sig))}
     try:
         yield held
     except BaseException:
-        _restore(previous)
+        held.then = None
         held.deliver()
         raise
-    _restore(previous)
-
-
-def _restore(handlers: dict) -> None:
-    for sig, handler in handlers.items():
-        signal.signal(sig, handler)
+    finally:
+        held.restore()
 
 
 def run_ended(argv: list[str], timeout: float, **options) -> subprocess.CompletedProcess:
@@ -167,7 +184,7 @@ def run_ended(argv: list[str], timeout: float, **options) -> subprocess.Complete
         with signals_held(signal.SIGINT) as held:
             process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                        **options)
-        held.deliver()
+            held.deliver()
         out, err = _communicate(process, timeout)
     except BaseException:
         if process is not None:

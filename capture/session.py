@@ -22,7 +22,6 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -171,24 +170,10 @@ class Interrupt(BaseException):
         self.signum = signum
 
 
-@contextlib.contextmanager
-def _signals_interrupt() -> Iterator[None]:
-    """SIGINT and SIGTERM raise Interrupt while the profiler runs, so that the capture can stop
-    it and record the attempt; the previous handlers come back after. (Only the main thread
-    may set handlers: elsewhere the signals keep theirs.)"""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, _frame):
-        raise Interrupt(signum)
-
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+def _interrupt(signum: int) -> None:
+    """SIGINT and SIGTERM while the profiler runs: Interrupt, so that the capture can stop it
+    and record the attempt."""
+    raise Interrupt(signum)
 
 
 def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str],
@@ -229,30 +214,30 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
     mark = f"{os.getpid()}.{next(_PROFILER_RUNS)}"  # its nsys agents inherit it (MARK)
     environ, wall = {**env, process_tree.MARK: mark}, 0
     begun = time.perf_counter_ns()
-    with process_tree.signals_held(signal.SIGINT, signal.SIGTERM) as held:
-        process = subprocess.Popen(command, shell=shell, cwd=cwd, env=environ,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    with process_tree.signals_held(signal.SIGINT, signal.SIGTERM, then=_interrupt) as signals, \
+            subprocess.Popen(command, shell=shell, cwd=cwd, env=environ, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT) as process:
+        assert process.stdout is not None  # stdout=PIPE: for the type checker
+        collapser, decoder = LineCollapser(), codecs.getincrementaldecoder("utf-8")("replace")
         ticker = threading.Thread(target=tick, daemon=True)
         ticker.start()
         watchdog = threading.Thread(target=_watch, args=(process, timeout, done, expired, mark),
                                     daemon=True)
         if timeout is not None:
             watchdog.start()
-    with process:
-        assert process.stdout is not None  # stdout=PIPE: for the type checker
-        collapser, decoder = LineCollapser(), codecs.getincrementaldecoder("utf-8")("replace")
         try:
-            with _signals_interrupt():
-                held.deliver()  # a signal that came while it started: it is stopped like any
-                while chunk := process_tree.read_some(process.stdout):
-                    emit(collapser.feed(decoder.decode(chunk)))
-                emit(collapser.feed(decoder.decode(b"", final=True)) + collapser.close())
-                code = process.wait()
-                wall = time.perf_counter_ns() - begun
+            signals.deliver()  # from here SIGINT and SIGTERM raise Interrupt, held ones first
+            while chunk := process_tree.read_some(process.stdout):
+                emit(collapser.feed(decoder.decode(chunk)))
+            emit(collapser.feed(decoder.decode(b"", final=True)) + collapser.close())
+            code = process.wait()
+            wall = time.perf_counter_ns() - begun
         except Interrupt as stop:
+            signals.restore()
             interrupted = signal.Signals(stop.signum).name
             code = _stop(process, stop.signum, tail, mark)
         finally:
+            signals.restore()
             done.set()
             ticker.join()
             if watchdog.is_alive():

@@ -245,7 +245,8 @@ def test_arrow_puts_the_runs_in_the_capture_order_of_capture_key():
             for run_id, created, archived in rows]
     assert [r.id for r in sorted(runs, key=capture_key)] == ["f", "d", "a", "b", "c", "e"]
     assert [rows[at][0] for at in capture_rows(table) or []] == ["f", "d", "a", "b", "c", "e"]
-    for other in ("2025-01-02T01:00:00+01:00", "2025-01-02T00:00:00.123456789Z"):
+    for other in ("2025-01-02T01:00:00+01:00", "2025-01-02T00:00:00.123456789Z",
+                  "2025-02-30T00:00:00Z", "2025-01-02T24:00:00Z", "0000-01-02T00:00:00Z"):
         assert capture_rows(table.set_column(1, "created", pa.array([other] * 6))) is None
 
 
@@ -332,6 +333,33 @@ def test_a_new_version_is_shown_and_compiled_apart(triage, console_store, tmp_pa
     (after,) = home.iterdir()
     assert after.name != before.name and list(after.glob("__jinja2_*.cache"))
     assert "Made by triage 0.0.0-test" in (site / "index.html").read_text()
+
+
+def test_compiled_code_is_kept_by_how_filters_are_called_and_only_where_private(tmp_path,
+                                                                               monkeypatch):
+    """Jinja writes into the code whether a filter is passed its eval context: a filter that
+    changes that gets a folder of its own. Jinja unpickles what it finds, so a folder others
+    may write to is not used."""
+    import jinja2
+
+    from triage.views.compiled import compiled_templates
+    from triage.views.report import template_environment
+
+    env, home = template_environment(False), tmp_path / "templates"
+    with compiled_templates(home, "a layout"):
+        assert env.bytecode_cache is not None
+    (first,) = home.iterdir()
+    assert first.stat().st_mode & 0o777 == 0o700
+    number = env.filters["number"]
+    monkeypatch.setitem(env.filters, "number",
+                        jinja2.pass_eval_context(lambda _context, *args: number(*args)))
+    with compiled_templates(home, "a layout"):
+        pass
+    (second,) = home.iterdir()
+    assert second != first
+    second.chmod(0o777)
+    with compiled_templates(home, "a layout"):
+        assert env.bytecode_cache is None
 
 
 def test_publish_refuses_a_folder_it_did_not_write(triage, console_store, tmp_path):

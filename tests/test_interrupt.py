@@ -179,8 +179,10 @@ def test_a_ctrl_c_as_the_profiler_starts_stops_it(signalled_at_start, tmp_path):
 def test_a_tool_past_its_timeout_is_killed_and_reaped():
     from triage.capture.process_tree import run_ended
 
+    before = set(descendants(os.getpid()))  # the suite's own (its S3 server)
     with pytest.raises(subprocess.TimeoutExpired):
         run_ended(["sleep", "600"], timeout=0.2)
+    assert set(descendants(os.getpid())) == before
 
 
 def signalled_from_another_thread() -> threading.Thread:
@@ -188,9 +190,11 @@ def signalled_from_another_thread() -> threading.Thread:
     Ctrl-C to any of triage's threads (DuckDB's, pyarrow's), and Python's handler trips there
     without waking the main thread's blocked wait (in a CI run, an `nsys export` that was
     never stopped)."""
+    before = set(descendants(os.getpid()))  # the suite's own (its S3 server)
+
     def send() -> None:
         deadline = time.monotonic() + 60
-        while not descendants(os.getpid()) and time.monotonic() < deadline:
+        while set(descendants(os.getpid())) <= before and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(0.5)  # the main thread in its wait by now (else the test passes anyway)
         signal.pthread_kill(threading.get_ident(), signal.SIGINT)
@@ -204,12 +208,13 @@ def test_a_ctrl_c_given_to_another_thread_ends_the_tool(tmp_path):
     """Ended, not waited for: a tool that would finish on its own in 30 s never does."""
     from triage.capture.process_tree import run_ended
 
+    before = set(descendants(os.getpid()))
     sender = signalled_from_another_thread()
     with pytest.raises(KeyboardInterrupt):
         run_ended([sys.executable, "-c", "import pathlib, sys, time; time.sleep(30); "
                    "pathlib.Path(sys.argv[1]).touch()", str(tmp_path / "finished")], timeout=120)
     sender.join()
-    assert descendants(os.getpid()) == [] and not (tmp_path / "finished").exists()
+    assert set(descendants(os.getpid())) == before and not (tmp_path / "finished").exists()
 
 
 def test_a_ctrl_c_given_to_another_thread_stops_the_profiler(tmp_path):
@@ -220,3 +225,18 @@ def test_a_ctrl_c_given_to_another_thread_stops_the_profiler(tmp_path):
                            timeout=120)
     sender.join()
     assert outcome.interrupted == "SIGINT" and outcome.timed_out is None
+
+
+def test_a_tool_started_with_ctrl_c_ignored_inherits_that():
+    """A job started in the background of a script ignores SIGINT, and so do the tools it
+    runs: holding the signal while a tool starts does not change what the tool inherits."""
+    from triage.capture.process_tree import run_ended
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        done = run_ended([sys.executable, "-c", "import signal; "
+                          "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)"],
+                         timeout=60, text=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert done.stdout.strip() == "True"

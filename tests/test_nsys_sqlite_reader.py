@@ -173,15 +173,16 @@ def test_a_failure_in_the_middle_of_a_columnar_read_is_one_line(triage, tmp_path
 def test_the_largest_table_is_read_first_and_an_unread_one_closes(tmp_path, monkeypatch):
     """`batches` starts the read of the export's largest launch-level table at once, on a
     thread of its own, before any batch is asked for (SQLite sorts it while the archive sets
-    up); a reader closed before reading it (a failure, Ctrl-C) ends that read, its statement
-    and its thread, and leaves no statement open."""
+    up); a reader closed before reading it (a failure, Ctrl-C) ends that read and the one
+    begun beside it, their statements and their threads, and leaves no statement open."""
     import threading
 
     from triage.capture import nsys_sqlite
     from triage.capture.formats import prepare_report
 
     monkeypatch.setattr(nsys_sqlite, "BATCH", 100)
-    path = grown(tmp_path / "kernels.sqlite", 2000)  # 2,000 kernels, fewer API calls
+    # 2,000 runtime API calls, fewer kernels: the kernels (read first) are begun beside them
+    path = grown(tmp_path / "calls.sqlite", 2000, "CUPTI_ACTIVITY_KIND_RUNTIME")
     started, ended = threading.Event(), []
     reading = nsys_sqlite.SqliteExport._adbc_batches
 
@@ -196,10 +197,13 @@ def test_the_largest_table_is_read_first_and_an_unread_one_closes(tmp_path, monk
     monkeypatch.setattr(nsys_sqlite.SqliteExport, "_adbc_batches", watched)
     before = set(threading.enumerate())
     prepared = prepare_report(path)
+    export = prepared.export
     try:
-        prepared.batches(0)
+        stream = prepared.batches(0)
         assert started.wait(20), "no read started before a batch was asked for"
+        next(stream)  # a read begun beside it, left half-way (a failure, Ctrl-C)
     finally:
         prepared.close()
-    assert "CUPTI_ACTIVITY_KIND_KERNEL" in ended
+    assert {"CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL"} <= set(ended)
+    assert export._reading == set() and export._adbc == {}
     assert [t for t in threading.enumerate() if t not in before and t.is_alive()] == []

@@ -7,6 +7,7 @@ A publish is a fresh process, and compiling the dozen templates a new run's page
 from __future__ import annotations
 
 import contextlib
+import os
 import pickle
 import shutil
 from collections.abc import Iterator
@@ -27,19 +28,41 @@ def compiled_templates(home: Path, layout: str) -> Iterator[None]:
     each template's text (which Jinja checks itself): a change of any is compiled anew, and
     the folders of other names are removed."""
     env = template_environment(False)
-    read_as = (env.trim_blocks, env.lstrip_blocks, env.keep_trailing_newline, env.autoescape,
-               env.finalize.__name__ if env.finalize else None)
-    folder = home / f"jinja-{jinja2.__version__}-{stamp_of(layout, *read_as)}"
+    folder = home / f"jinja-{jinja2.__version__}-{stamp_of(layout, *_read_as(env))}"
     if home.is_dir():
         for other in home.iterdir():
             if other != folder:
                 shutil.rmtree(other, ignore_errors=True)
-    folder.mkdir(parents=True, exist_ok=True)
-    env.bytecode_cache = KeptBytecode(str(folder))
+    if _private(folder):
+        env.bytecode_cache = KeptBytecode(str(folder))
     try:
         yield
     finally:
         env.bytecode_cache = None
+
+
+def _read_as(env: jinja2.Environment) -> tuple:
+    """What compiled code depends on beside the templates' text: the environment's options,
+    and how each filter, test and `finalize` is called (whether it is passed the context, the
+    eval context or the environment), which Jinja writes into the code."""
+    def called(function) -> str:
+        return str(getattr(function, "jinja_pass_arg", ""))
+
+    return (env.trim_blocks, env.lstrip_blocks, env.keep_trailing_newline, env.autoescape,
+            env.finalize.__name__ if env.finalize else None, called(env.finalize),
+            sorted((kind, name, called(function))
+                   for kind, table in (("filter", env.filters), ("test", env.tests))
+                   for name, function in table.items()))
+
+
+def _private(folder: Path) -> bool:
+    """Jinja unpickles and runs what it finds in the folder: it is used only where it is this
+    user's and no one else may write to it (a shared site's folder may be writable by others),
+    as Jinja checks its own default folder; else the templates are compiled in memory."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    found = folder.stat()
+    mine = not hasattr(os, "getuid") or found.st_uid == os.getuid()
+    return mine and not found.st_mode & 0o022
 
 
 class KeptBytecode(jinja2.FileSystemBytecodeCache):
