@@ -8,6 +8,7 @@ output pipe, and the agent spinning.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
@@ -178,19 +179,36 @@ def run_ended(argv: list[str], timeout: float, **options) -> subprocess.Complete
     the process is known (`signals_held`), one that lands while it runs is seen within
     SIGNAL_LATENCY whichever thread the kernel gave it to, and on any way out but its end
     (Ctrl-C, the timeout) the child is killed and reaped without waiting for pipes a process
-    of its own may hold."""
+    of its own may hold; one a thread still waits on when triage exits is killed then."""
     process = None
     try:
         with signals_held(signal.SIGINT) as held:
             process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                        **options)
+            _WAITED_ELSEWHERE.add(process)
             held.deliver()
         out, err = _communicate(process, timeout)
     except BaseException:
         if process is not None:
             _reap(process)
         raise
+    finally:
+        _WAITED_ELSEWHERE.discard(process)
     return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
+# The tools `run_ended` is waiting on. A Ctrl-C reaches only the main thread: a probe's thread
+# (a daemon: git, nvidia-smi, `--version` beside the profiler) still waits on its tool when the
+# main thread has handled it and triage exits, and the tool would outlive triage.
+_WAITED_ELSEWHERE: set[subprocess.Popen] = set()
+
+
+@atexit.register
+def _end_waited_elsewhere() -> None:
+    """At exit, kill the tools still waited on (only threads other than the main one can be)."""
+    for process in list(_WAITED_ELSEWHERE):
+        with contextlib.suppress(OSError):
+            process.kill()
 
 
 def _communicate(process: subprocess.Popen, timeout: float) -> tuple:

@@ -240,3 +240,26 @@ def test_a_tool_started_with_ctrl_c_ignored_inherits_that():
     finally:
         signal.signal(signal.SIGINT, previous)
     assert done.stdout.strip() == "True"
+
+
+def test_a_tool_a_probe_thread_waits_on_ends_with_triage(tmp_path):
+    """A Ctrl-C reaches only the main thread: when triage exits, a tool that a probe's thread
+    (a daemon) still waits on is killed, not left behind."""
+    from triage.capture.process_tree import _alive
+
+    script = ("import os, sys, threading, time\n"
+              "from triage.capture.process_tree import descendants, run_ended\n"
+              "threading.Thread(target=run_ended, args=(['sleep', '600'], 700),"
+              " daemon=True).start()\n"
+              "while not descendants(os.getpid()):\n"
+              "    time.sleep(0.05)\n"
+              "print(descendants(os.getpid())[0], flush=True)\n"
+              "raise KeyboardInterrupt\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert "KeyboardInterrupt" in done.stderr
+    tool = int(done.stdout)
+    deadline = time.monotonic() + 30  # the kill is sent at exit; its end is the kernel's
+    while _alive(tool) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(tool)
