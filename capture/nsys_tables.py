@@ -241,18 +241,18 @@ def started_reads(export: Export) -> Started:
     read it beside the others (`Export.early_table`): its ORDER BY sorts meanwhile, instead
     of once the tables before it are read. Before NVTX ranges, the domain names, which
     shaping the first range needs, are read beside them too."""
+    started: Started = {}
     table = export.early_table([table for _, table, *_rest in SOURCES] + ["NVTX_EVENTS"])
-    if table is None:
-        return {}
-    if table != "NVTX_EVENTS":
+    if table in {source[1] for source in SOURCES}:
         _name, _table, spec, _constants, order = next(s for s in SOURCES if s[1] == table)
-        return {table: ReadAhead(export.batches(*source_query(export, table, spec, order)))}
-    types = nvtx_event_types(export)
-    query = nvtx_query(export, types)
-    if query is None:
-        return {}
-    return {table: ReadAhead(export.batches(query, NVTX_FIELDS)),
-            DOMAINS: ReadAhead(export.batches(*domains_query(export, types["NvtxDomainCreate"])))}
+        _read(export, table, *source_query(export, table, spec, order), started)
+    elif table == "NVTX_EVENTS":
+        types = nvtx_event_types(export)
+        query = nvtx_query(export, types)
+        if query is not None:
+            _read(export, table, query, NVTX_FIELDS, started)
+            _read(export, DOMAINS, *domains_query(export, types["NvtxDomainCreate"]), started)
+    return started
 
 
 def _read(export: Export, key: str, query: Query, fields, started: Started) -> ReadAhead:
@@ -329,8 +329,8 @@ def nvtx_batches(export: Export, report_index: int, implausible: Implausible,
     query = nvtx_query(export, types)
     if query is None:
         return
-    domains = nvtx_domains(started.get(DOMAINS)
-                           or export.batches(*domains_query(export, types["NvtxDomainCreate"])))
+    domains = nvtx_domains(_read(export, DOMAINS,
+                                 *domains_query(export, types["NvtxDomainCreate"]), started))
     batches = _read(export, "NVTX_EVENTS", query, NVTX_FIELDS, started)
     ranges = NvtxRanges(report_index, types["NvtxPushPopRange"], domains, implausible)
     for batch in batches:

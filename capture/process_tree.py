@@ -185,7 +185,7 @@ def run_ended(argv: list[str], timeout: float, **options) -> subprocess.Complete
         with signals_held(signal.SIGINT) as held:
             process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                        **options)
-            _WAITED_ELSEWHERE.add(process)
+            _WAITED_ON.add(process)
             held.deliver()
         out, err = _communicate(process, timeout)
     except BaseException:
@@ -193,20 +193,21 @@ def run_ended(argv: list[str], timeout: float, **options) -> subprocess.Complete
             _reap(process)
         raise
     finally:
-        _WAITED_ELSEWHERE.discard(process)
+        _WAITED_ON.discard(process)
     return subprocess.CompletedProcess(argv, process.returncode, out, err)
 
 
-# The tools `run_ended` is waiting on. A Ctrl-C reaches only the main thread: a probe's thread
-# (a daemon: git, nvidia-smi, `--version` beside the profiler) still waits on its tool when the
-# main thread has handled it and triage exits, and the tool would outlive triage.
-_WAITED_ELSEWHERE: set[subprocess.Popen] = set()
+# The tools `run_ended` is waiting on, in any thread. A Ctrl-C reaches only the main thread,
+# whose own tool is reaped on the way out; a probe's thread (a daemon: git, nvidia-smi,
+# `--version` beside the profiler) may still wait on its tool when triage exits, and the tool
+# would outlive triage.
+_WAITED_ON: set[subprocess.Popen] = set()
 
 
 @atexit.register
-def _end_waited_elsewhere() -> None:
-    """At exit, kill the tools still waited on (only threads other than the main one can be)."""
-    for process in list(_WAITED_ELSEWHERE):
+def _end_waited_on() -> None:
+    """At exit, kill the tools still waited on (by then, only other threads' can be)."""
+    for process in list(_WAITED_ON):
         with contextlib.suppress(OSError):
             process.kill()
 

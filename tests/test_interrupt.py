@@ -247,13 +247,13 @@ def test_a_tool_a_probe_thread_waits_on_ends_with_triage(tmp_path):
     (a daemon) still waits on is killed, not left behind."""
     from triage.capture.process_tree import _alive
 
-    script = ("import os, sys, threading, time\n"
-              "from triage.capture.process_tree import descendants, run_ended\n"
-              "threading.Thread(target=run_ended, args=(['sleep', '600'], 700),"
+    script = ("import threading, time\n"
+              "from triage.capture import process_tree\n"
+              "threading.Thread(target=process_tree.run_ended, args=(['sleep', '600'], 700),"
               " daemon=True).start()\n"
-              "while not descendants(os.getpid()):\n"
+              "while not process_tree._WAITED_ON:  # its Popen returned\n"
               "    time.sleep(0.05)\n"
-              "print(descendants(os.getpid())[0], flush=True)\n"
+              "print(next(iter(process_tree._WAITED_ON)).pid, flush=True)\n"
               "raise KeyboardInterrupt\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=120)
