@@ -42,7 +42,8 @@ from triage.archive.objects import Staged
 from triage.archive.run_manifests import manifest_file, run_parts
 from triage.archive.store import STORE_MARKER, Store, store_files
 from triage.capture import redact
-from triage.capture.formats import PreparedReport, TableBatch, detect_format, prepare_report
+from triage.capture.formats import (PreparedReport, TableBatch, detect_format,
+                                    prepare_report, read_together)
 from triage.base.errors import CorruptObject, Interrupted, TriageError, UsageError
 from triage.base.timeutil import utc_now
 
@@ -136,6 +137,7 @@ def archive_batch(store_path, paths: list[str], label: str | None = None,
         # nothing is removed again.
         requests, found = _prepared(store_path, requests, found, prepared, exports, refused,
                                     keep_going, progress)
+        read_together(prepared)
         order = {path: number for number, path in reversed(list(enumerate(paths)))}
         refused.sort(key=lambda refusal: order.get(refusal.path, len(paths)))
         if not requests:
@@ -500,8 +502,8 @@ def _archive_all(runs: Iterable[_Steps], filed: Callable[[ArchiveResult], None]
     Run N+1's readers start (an ncu reader forks) before run N's thread does, and that thread
     ends before run N+2's readers start: no fork while a thread of this archive runs. A failure
     (Ctrl-C too, even one that cuts the wait for the thread short) stops the archive once the
-    thread has ended, so the caller's leases and bookkeeping see all it wrote; a run built and
-    not stored is discarded."""
+    thread has ended, so the caller's leases and bookkeeping see all it wrote, and `filed` is
+    told of the run it stored; a run built and not stored is discarded."""
     results: list[ArchiveResult] = []
     awaiting_store: _Steps | None = None  # built, its store part still to do
     run: _Steps | None = None
@@ -522,8 +524,10 @@ def _archive_all(runs: Iterable[_Steps], filed: Callable[[ArchiveResult], None]
             results.append(awaiting_store.finish())
             filed(results[-1])
     finally:
-        if stored is not None:
+        if stored is not None:  # the build beside it failed: once stored, the run is filed
             wait([stored])
+            if stored.exception() is None:
+                filed(stored.result())
         for given_up in (awaiting_store, run):
             if given_up is not None:
                 given_up.close()  # nothing, once it is finished

@@ -19,7 +19,7 @@ the peak RSS of one process that reads every corpus report, bare and through
 `triage archive`, after 1 and 8 passes (`ncu_report` keeps the memory of every result it
 decodes; triage hands results to worker processes once a process has read 256).
 
-    python benchmarks/bench_ncu_archive.py [REPORT] [--repeat 7] [--batch-only]
+    python benchmarks/bench_ncu_archive.py [REPORT] [--repeat 7] [--batch-only] [--baseline PYTHON]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import compile_sources
+from benchlib import compile_legs
 
 CORPUS = Path(os.environ.get("TRIAGE_CORPUS")
               or Path(__file__).resolve().parents[2] / "shared" / "corpus") / "ncu"
@@ -143,30 +143,39 @@ def process_seconds(command: list[str]) -> float:
     return time.perf_counter() - start
 
 
-def interleaved(reports: list[str], repeat: int) -> tuple[list[float], list[float], list[float]]:
+def interleaved(reports: list[str], repeat: int, baseline: str | None = None
+                ) -> tuple[list[float], list[float], list[float], list[float]]:
     """Seconds of whole fresh processes, round by round: a script that imports ncu_report and
-    reads every metric of the reports, and `triage archive` of them in one call (into an
-    existing, empty store each time: made and removed untimed); the load after each round."""
-    from triage.archive.store import Store
-
+    reads every metric of the reports, `triage archive` of them in one call (into an existing,
+    empty store each time: made and removed untimed) and, with `baseline`, the same with that
+    interpreter's triage; the load after each round."""
     bare_command = [sys.executable, "-c", BARE_SCRIPT.format(here=str(Path(__file__).parent)),
                     *reports]
-    bare, archive, load = [], [], []
+    bare, archive, before, load = [], [], [], []
     for _ in range(repeat + 1):  # the first round warms the page cache: not counted
         bare.append(process_seconds(bare_command))
-        with tempfile.TemporaryDirectory() as folder:
-            store = Path(folder) / "store"
-            Store.open(store, create=True)
-            archive.append(process_seconds([sys.executable, "-m", "triage", "--store",
-                                            str(store), "archive", *reports]))
+        archive.append(archive_seconds(sys.executable, reports))
+        if baseline:
+            before.append(archive_seconds(baseline, reports))
         load.append(os.getloadavg()[0])
-    return bare[1:], archive[1:], load[1:]
+    return bare[1:], archive[1:], before[1:], load[1:]
+
+
+def archive_seconds(python: str, reports: list[str]) -> float:
+    """`triage archive` of the reports, by `python`'s triage, into an existing, empty store."""
+    from triage.archive.store import Store
+
+    with tempfile.TemporaryDirectory() as folder:
+        store = Path(folder) / "store"
+        Store.open(store, create=True)
+        return process_seconds([python, "-m", "triage", "--store", str(store), "archive",
+                                *reports])
 
 
 def cli_fixed_cost(repeat: int) -> None:
     """The smallest report alone: what `triage archive` costs over the bare script."""
     path = min(CORPUS.iterdir(), key=lambda p: p.stat().st_size)
-    bare, archive, load = interleaved([str(path)], repeat)
+    bare, archive, _before, load = interleaved([str(path)], repeat)
     print(f"CLI, smallest report {path.name} (load average {min(load):.1f}-{max(load):.1f})")
     for what, pick in (("min", min), ("median", statistics.median)):
         b, a = pick(bare), pick(archive)
@@ -177,17 +186,20 @@ def cli_fixed_cost(repeat: int) -> None:
 BATCH_TARGET = 1.5
 
 
-def batch(repeat: int) -> None:
+def batch(repeat: int, baseline: str | None) -> None:
     """`triage archive DIR/*.ncu-rep` of the corpus in one call against one bare process
-    reading every metric of the same files."""
+    reading every metric of the same files (and `baseline`'s triage, in the same rounds)."""
     reports = sorted(str(p) for p in CORPUS.glob("*.ncu-rep"))
-    bare, archive, load = interleaved(reports, repeat)
+    bare, archive, before, load = interleaved(reports, repeat, baseline)
     print(f"batch: the {len(reports)} corpus .ncu-rep files in one call, {repeat} rounds, "
           f"load average {min(load):.1f}-{max(load):.1f}")
     for what, pick in (("min", min), ("median", statistics.median)):
         b, a = pick(bare), pick(archive)
         print(f"{what:6} bare ncu_report script {b:6.3f} s  triage archive {a:6.3f} s  "
               f"{a / b:5.2f}x  (target <= {BATCH_TARGET:.1f}x)")
+        if before:
+            print(f"{what:6} {'':24} baseline archive {pick(before):6.3f} s  "
+                  f"{pick(before) / b:5.2f}x  ({baseline})")
 
 
 MEMORY_PASSES = (1, 8)
@@ -240,20 +252,23 @@ def main() -> None:
     parser.add_argument("--one", nargs=2, metavar=("SIDE", "REPORT"), help=argparse.SUPPRESS)
     parser.add_argument("--batch-only", action="store_true",
                         help="time the batch and the single-file fixed cost alone")
+    parser.add_argument("--baseline", metavar="PYTHON",
+                        help="also time the batch with this interpreter's triage (a venv of "
+                        "another commit), in the same rounds")
     args = parser.parse_args()
     if args.one:
         print(one_measurement(args.one[0], Path(args.one[1])))
         return
-    compile_sources()
+    compile_legs(args.baseline)
     if args.batch_only:
-        batch(args.repeat)
+        batch(args.repeat, args.baseline)
         cli_fixed_cost(args.repeat)
         return
     reports = [args.report] if args.report else [largest_report(), most_metrics_report()]
     for path in reports:
         measure(path, args.repeat)
     cli_fixed_cost(args.repeat)
-    batch(args.repeat)
+    batch(args.repeat, args.baseline)
     memory()
 
 

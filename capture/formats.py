@@ -94,3 +94,13 @@ def prepare_report(path: Path, nsys: str | None = None, sha256: str | None = Non
     if staging is None:
         return PreparedNsys.open(path, fmt, nsys=nsys, sha256=sha256)
     return PreparedNsys.open(path, fmt, nsys=nsys, sha256=sha256, staging=staging)
+
+
+def read_together(runs: list[list[PreparedReport]]) -> None:
+    """Let the reports of a batch of runs, in the order the archive reads them, share what
+    reading them together saves (the ncu ones: one pool of workers for all)."""
+    from triage.capture.ncu import PreparedNcu
+
+    PreparedNcu.read_together([(report, index) for run in runs
+                               for index, report in enumerate(run)
+                               if isinstance(report, PreparedNcu)])

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from triage.capture.formats import TableBatch
-    from triage.capture.ncu_results import ResultTables
+    from triage.capture.ncu_results import BatchResults, Chunks, ResultTables
 
 DURATION_METRIC = "gpu__time_duration.sum"
 SM_CLOCK_METRIC = "smsp__cycles_elapsed.avg.per_second"
@@ -81,8 +81,9 @@ class NcuReport:
 
     def warm_up(self) -> None:
         """Decode the first result: `ncu_report`'s first decode in a process also builds about
-        100 MB of shared state (30 ms); forked workers then inherit it instead of each
-        building it again."""
+        100 MB of shared state (30-90 ms). A relay does it before forking its workers, which
+        then inherit that state instead of each building it again; the archive's own process
+        never holds it."""
         next(self.actions(0, 1), None)
 
     def count_actions(self) -> int:
@@ -549,7 +550,20 @@ class PreparedNcu:
         self.report: NcuReport | None = report
         self.sha256 = report.info.sha256 or ""  # taken by every validation read
         self._seen = SectionsAndClocks()
-        self._reading: ResultTables | None = None
+        self._reading: ResultTables | Chunks | None = None
+        self._batch: tuple[BatchResults, int] | None = None  # read with others: where
+
+    @staticmethod
+    def read_together(reports: list[tuple[PreparedNcu, int]]) -> None:
+        """Have these reports (each with its index in its run, in the order the archive reads
+        them) read by one pool of workers, where that pays (`BatchResults`)."""
+        from triage.capture.ncu_results import BatchResults
+
+        loaded = [(prepared._report(), index) for prepared, index in reports]
+        if BatchResults.worth([report for report, _index in loaded]):
+            batch = BatchResults(loaded)
+            for position, (prepared, _index) in enumerate(reports):
+                prepared._batch = (batch, position)
 
     @classmethod
     def open(cls, path: Path, fmt: str) -> PreparedNcu:
@@ -557,13 +571,18 @@ class PreparedNcu:
 
     def batches(self, report_index: int) -> Iterator[TableBatch]:
         """Every result's rows, chunk by chunk (read by worker processes: `ncu_results`,
-        which forks their relay now, before the archive's threads start)."""
+        which forks their relay now, before the archive's threads start; or by those of the
+        batch it is read with: `read_together`)."""
         from triage.capture.ncu_results import ResultTables
 
-        self._reading = ResultTables(self._report(), report_index)
+        if self._batch is not None:
+            batch, position = self._batch
+            self._reading = batch.chunks(position)
+        else:
+            self._reading = ResultTables(self._report(), report_index)
         return self._watched(self._reading)
 
-    def _watched(self, chunks: ResultTables) -> Iterator[TableBatch]:
+    def _watched(self, chunks: ResultTables | Chunks) -> Iterator[TableBatch]:
         for chunk in chunks:
             for name, table in chunk.items():
                 self._seen.see(name, table)
@@ -583,4 +602,7 @@ class PreparedNcu:
         if self._reading is not None:
             self._reading.close()
             self._reading = None
+        if self._batch is not None:
+            self._batch[0].release(self._batch[1])
+            self._batch = None
         self.report = None

@@ -12,12 +12,16 @@ in-process. A process still reads its first IN_PROCESS_RESULTS results itself (f
 more than reading a small report), and all of them where `fork` is missing or unsafe. The
 workers are forked by a relay (`workers.Relay`), itself forked before the archive starts its
 threads: no worker is forked beside a running thread.
+
+A batch of reports (`triage archive *.ncu-rep`) is read by one relay for all of them
+(`BatchResults`): its workers each take results of several reports, up to CHUNK_RESULTS, and
+read the reports after the one being written on every core.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Generator, Iterator
+from typing import TYPE_CHECKING, Any
 
 from triage.capture.workers import (Relay, WorkerFailed, arrow_payload, arrow_tables, can_fork,
                                     cores)
@@ -33,6 +37,7 @@ CHUNK_RESULTS = 256  # results per worker process: bounds what one keeps (~0.3-1
 IN_PROCESS_RESULTS = 256  # results read in this process before reading moves to workers
 IN_PROCESS_CHUNK = 64  # results whose rows are held at once when reading in-process
 MAX_WORKERS = 8
+TASKS_PER_WORKER = 4  # a batch's tasks: small enough to share the work out evenly
 TABLES = ("kernels", "metrics", "sections", "rules")
 Chunks = Generator[dict[str, "pa.Table"], None, None]
 
@@ -71,16 +76,9 @@ class ResultTables:
         workers = cores(MAX_WORKERS)
         size = max(1, min(CHUNK_RESULTS, -(-count // workers)))
         chunks = [(low, min(count, low + size)) for low in range(0, count, size)]
-        if DECODED.count == 0:  # once per process, or the parent would keep one per report
-            report.warm_up()  # decoded once here, not once per worker: see NcuReport.warm_up
-            DECODED.count += 1
-
-        def work(chunk: tuple[int, int]) -> bytes:
-            tables = extract_chunk(report, report_index, *chunk)
-            return arrow_payload(tables[name] for name in TABLES)
-
-        self.relay = Relay(chunks, work, workers)
-        self.chunks = _from_workers(report, self.relay)
+        self.relay = Relay(chunks, lambda chunk: _payload(report, report_index, *chunk), workers,
+                           first=report.warm_up)
+        self.chunks = _from_workers(self.relay, lambda _task: report.path)
 
     def __iter__(self) -> Chunks:
         return self.chunks
@@ -96,18 +94,88 @@ def _in_process(report: NcuReport, report_index: int, count: int) -> Chunks:
         yield extract_chunk(report, report_index, low, min(count, low + IN_PROCESS_CHUNK))
 
 
-def _from_workers(report: NcuReport, results: Relay) -> Chunks:
+class BatchResults:
+    """The results of a batch's ncu reports (each with its index in its run), read by one
+    relay's workers in report order and handed to each report's reader in turn (`chunks`).
+
+    One relay for the batch, not one per report: its workers take tasks of several reports
+    until each has read CHUNK_RESULTS (then one more task at most), so a batch of small reports
+    pays a few forks, and they read the reports after the one the archive is writing on every
+    core. The relay is forked when this is made, where the batch has been prepared and before
+    the archive opens its store or starts a thread, so the workers read while it does. `release`
+    each report: the last one stops the relay.
+    """
+
+    def __init__(self, reports: list[tuple[NcuReport, int]]) -> None:
+        self.reports = reports
+        counts = [report.count_actions() for report, _index in reports]
+        self.workers = cores(MAX_WORKERS)
+        size = max(1, min(CHUNK_RESULTS, -(-sum(counts) // (self.workers * TASKS_PER_WORKER))))
+        self.tasks = [(position, low, min(count, low + size))
+                      for position, count in enumerate(counts) for low in range(0, count, size)]
+        self.handed = 0  # tasks whose results have been taken from the relay
+        self.unreleased = set(range(len(reports)))
+        self.relay = self._start()
+
+    @staticmethod
+    def worth(reports: list[NcuReport]) -> bool:
+        """Whether several reports are better read this way than each by itself: workers on
+        more than one core, or (on one) more results than this process should keep."""
+        return can_fork() and len(reports) > 1 and (
+            cores(MAX_WORKERS) > 1 or not DECODED.fits(sum(r.count_actions() for r in reports)))
+
+    def chunks(self, position: int) -> Chunks:
+        """The result tables of the report at `position`, chunk by chunk (the results of
+        reports before it that were never asked for are passed over)."""
+        return _from_workers(self._of(self.relay, position),
+                             lambda task: self.reports[task[0] if task else position][0].path)
+
+    def _of(self, relay: Relay, position: int) -> Iterator[bytes]:
+        while self.handed < len(self.tasks) and self.tasks[self.handed][0] <= position:
+            data = next(relay)
+            self.handed += 1
+            if self.tasks[self.handed - 1][0] == position:
+                yield data
+
+    def _start(self) -> Relay:
+        def work(task: tuple[int, int, int]) -> bytes:
+            return _payload(*self.reports[task[0]], task[1], task[2])
+
+        import pyarrow  # noqa: F401 - imported once here, not in every worker
+
+        first = self.reports[self.tasks[0][0]][0].warm_up if self.tasks else lambda: None
+        return Relay(self.tasks, work, self.workers, weight=_results, budget=CHUNK_RESULTS,
+                     first=first)
+
+    def release(self, position: int) -> None:
+        self.unreleased.discard(position)
+        if not self.unreleased:
+            self.relay.close()
+
+
+def _results(task: tuple[int, int, int]) -> int:
+    return task[2] - task[1]
+
+
+def _payload(report: NcuReport, report_index: int, low: int, high: int) -> bytes:
+    """In a worker: the tables of results low..high-1, as `arrow_tables` reads them back."""
+    tables = extract_chunk(report, report_index, low, high)
+    return arrow_payload(tables[name] for name in TABLES)
+
+
+def _from_workers(results: Iterator[bytes], path_of: Callable[[Any], str]) -> Chunks:
+    """The chunks of `results`; a worker's failure as the one-line error about the report
+    (`path_of` its task, None where the relay itself failed) and the results it was reading."""
     try:
         for data in results:
             yield dict(zip(TABLES, arrow_tables(data), strict=True))
     except WorkerFailed as failed:
-        span = result_span(*failed.task) if failed.task else "its results"
+        path = path_of(failed.task)
+        span = result_span(*failed.task[-2:]) if failed.task else "its results"
         what = (f": ncu_report crashed ({failed.reason})" if failed.crashed
                 else f" failed ({failed.reason})")
-        raise UnsupportedReport(f"{report.path}: reading {span}{what}; upgrade ncu-report "
+        raise UnsupportedReport(f"{path}: reading {span}{what}; upgrade ncu-report "
                                 "(pip install -U ncu-report)") from None
-    finally:
-        results.close()
 
 
 def result_span(low: int, high: int) -> str:

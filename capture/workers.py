@@ -1,10 +1,11 @@
 """Forked worker processes that return bytes, consumed in task order.
 
 For a reader that keeps memory it should not (`ncu_report`) or that one core cannot keep up
-with: a forked child inherits what the parent has loaded, computes one task, writes its result
-(Arrow IPC) into a pipe and exits, so nothing it allocated stays behind. At most `workers` run
-at once; each result is read whole, in task order, so a chunk's rows are held by its worker and
-then by the parent, never by both for long.
+with: a forked child inherits what the parent has loaded, computes tasks from a shared queue,
+writes each result (Arrow IPC) into a pipe, and exits once it has done its share (a weight
+budget), so nothing it allocated stays behind; one worker serves many small tasks, so a batch
+of small reports pays a few forks, not one per report. At most `workers` run at once, and
+results are handed over in task order, at most a few per worker ahead of the consumer.
 
 Forking while another thread runs can deadlock the child (a lock that thread held stays held
 there), and the archive runs threads while it reads (the blob copier, Parquet encoders). So a
@@ -18,12 +19,13 @@ import functools
 import gc
 import os
 import pickle
+import select
 import signal
 import struct
 import sys
-from collections import deque
 from collections.abc import Callable, Generator, Iterable
 from contextlib import closing, suppress
+from functools import partial
 from typing import IO, TYPE_CHECKING, Any
 
 from triage.base.errors import TriageError
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 
 OK, FAILED, REFUSED = b"T", b"E", b"R"  # result, exception, TriageError
 DONE, WORKER_FAILED, INTERRUPTED = b"D", b"W", b"I"  # what else a relay says, last
+TAKEN, RESULT = b"N", b"O"  # what a worker says: the task it took, then its outcome
 FRAME = struct.Struct("!cQ")  # a relayed frame's header: what it is, how many bytes follow
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -58,33 +61,151 @@ def cores(limit: int) -> int:
 
 Task = Any
 Work = Callable[[Task], bytes]
+Weight = Callable[[Task], int]
+NUMBER = struct.Struct("!Q")  # a task's number, as the queue and a TAKEN frame carry it
 
 
-def in_order(tasks: Iterable[Task], work: Work, workers: int) -> Generator[bytes, None, None]:
+def _one(_task: Task) -> int:
+    return 1
+
+
+def in_order(tasks: Iterable[Task], work: Work, workers: int, weight: Weight = _one,
+             budget: int = 1) -> Generator[bytes, None, None]:
     """Yield work(task) (bytes) for each task, in order, computed in forked processes.
 
-    A task that raises a TriageError raises it here too; any other failure raises WorkerFailed
-    (a Ctrl-C that reached a worker first is raised as KeyboardInterrupt). Workers still
-    running are killed and reaped when the consumer stops early (an error, Ctrl-C, or closing
-    the generator). Forks while it runs: a caller with threads uses a `Relay`.
+    At most `workers` run at once. Each takes tasks one after another from a shared queue until
+    it has done `budget` of their `weight` (one task at least), then exits, and what those
+    tasks allocated goes with it; another is forked while tasks remain. A task that raises a
+    TriageError raises it here too; any other failure raises WorkerFailed (a Ctrl-C that
+    reached a worker first is raised as KeyboardInterrupt), each once the results before it
+    have been yielded. Workers still running are killed and reaped when the consumer stops
+    early (an error, Ctrl-C, or closing the generator). Forks while it runs: a caller with
+    threads uses a `Relay`.
     """
-    pending = iter(tasks)
-    running: deque[tuple[Task, tuple[int, int]]] = deque()
+    pool = _Pool(list(tasks), work, workers, weight, budget)
     try:
-        for task in pending:
-            running.append((task, _start(work, task)))
-            if len(running) == workers:
-                break
-        while running:
-            task, (pid, read_fd) = running.popleft()
-            data = collect(task, pid, read_fd)  # closes the pipe and reaps, whatever happens
-            following = next(pending, None)
-            if following is not None:
-                running.append((following, _start(work, following)))
-            yield data
+        yield from pool.results()
     finally:
-        for _task, (pid, read_fd) in running:
-            _stop(pid, read_fd)
+        pool.stop()
+
+
+class _Worker:
+    """A worker as its pool sees it: its pid, the pipe it reports through, the task it holds."""
+
+    def __init__(self, pid: int, fd: int) -> None:
+        self.pid, self.fd = pid, fd
+        self.holding: int | None = None  # the number of the task it took and has not finished
+
+
+class _Pool:
+    """`in_order`'s workers. Task numbers go into a queue (a pipe: 8-byte writes and reads are
+    atomic) at most LOOKAHEAD per worker ahead of the result the consumer waits for, so no more
+    results than that are ever held here; a worker says which task it took (TAKEN), then its
+    outcome (RESULT), so a worker that dies is a failure of the task it held."""
+
+    LOOKAHEAD = 2
+
+    def __init__(self, tasks: list[Task], work: Work, workers: int, weight: Weight,
+                 budget: int) -> None:
+        self.tasks, self.work, self.size = tasks, work, max(1, workers)
+        self.weight, self.budget = weight, budget
+        self.queue_read, self.queue_write = os.pipe()
+        self.fed = self.taken = 0
+        self.running: dict[int, _Worker] = {}  # by the fd of its pipe
+        self.outcomes: dict[int, bytes | BaseException] = {}  # by task number, not yet yielded
+
+    def results(self) -> Generator[bytes, None, None]:
+        for number in range(len(self.tasks)):
+            self._feed(number + self.LOOKAHEAD * self.size)
+            while number not in self.outcomes:
+                self._fork_wanted()
+                self._hear()
+            outcome = self.outcomes.pop(number)
+            if isinstance(outcome, BaseException):
+                raise outcome
+            yield outcome
+
+    def _feed(self, limit: int) -> None:
+        while self.fed < min(limit, len(self.tasks)):
+            os.write(self.queue_write, NUMBER.pack(self.fed))
+            self.fed += 1
+        if self.fed == len(self.tasks) and self.queue_write >= 0:
+            os.close(self.queue_write)  # a worker that finds the queue empty now exits
+            self.queue_write = -1
+
+    def _fork_wanted(self) -> None:
+        """As many workers as may run, or as there are tasks no worker has taken."""
+        while len(self.running) < min(self.size, len(self.tasks) - self.taken):
+            others = [fd for fd in (self.queue_write, *self.running) if fd >= 0]
+            pid, fd = _fork_child(partial(_serve, self.queue_read, self.tasks, self.work,
+                                          self.weight, self.budget), close=others)
+            self.running[fd] = _Worker(pid, fd)
+
+    def _hear(self) -> None:
+        """Wait for any worker to say something, and take it in."""
+        poller = select.poll()
+        for fd in self.running:
+            poller.register(fd, select.POLLIN)
+        for fd, _event in poller.poll():
+            self._take_in(self.running[fd])
+
+    def _take_in(self, worker: _Worker) -> None:
+        frame = _read_frame_from(worker.fd)
+        if frame is None:  # it ended: all told, or died
+            self._ended(worker)
+            return
+        kind, data = frame
+        if kind == TAKEN:
+            worker.holding = NUMBER.unpack(data)[0]
+            self.taken += 1
+        else:
+            number, worker.holding = worker.holding, None
+            assert number is not None  # a worker reports a task it took
+            self.outcomes[number] = _outcome(self.tasks[number], data)
+
+    def _ended(self, worker: _Worker) -> None:
+        del self.running[worker.fd]
+        os.close(worker.fd)
+        _pid, status = os.waitpid(worker.pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        if worker.holding is None and code == 0:
+            return
+        # Died: in the task it held, or between taking one and saying so (the first task not
+        # done that no live worker holds).
+        number = worker.holding if worker.holding is not None else min(
+            set(range(self.fed)) - set(self.outcomes)
+            - {w.holding for w in self.running.values()}, default=None)
+        if number is not None:
+            self.outcomes[number] = WorkerFailed(self.tasks[number], _how(code), crashed=True)
+
+    def stop(self) -> None:
+        """Kill and reap every worker still running, and close every pipe."""
+        for fd in (self.queue_write, self.queue_read):
+            if fd >= 0:
+                os.close(fd)
+        self.queue_write = self.queue_read = -1
+        for worker in list(self.running.values()):
+            _stop(worker.pid, worker.fd)
+        self.running.clear()
+
+
+def _serve(queue: int, tasks: list[Task], work: Work, weight: Weight, budget: int,
+           write_fd: int) -> None:
+    """In a worker: tasks from the queue until `budget` of their weight is done, the queue is
+    closed and empty, or one fails (what follows is not wanted)."""
+    spent = 0
+    with os.fdopen(write_fd, "wb") as pipe:
+        while spent < budget:
+            taken = os.read(queue, NUMBER.size)
+            if not taken:
+                return
+            _frame(pipe, TAKEN, taken)
+            task = tasks[NUMBER.unpack(taken)[0]]
+            outcome = _run(work, task)
+            _frame(pipe, RESULT, outcome)
+            if outcome[:1] != OK:
+                return
+            spent += weight(task)
 
 
 class Relay:
@@ -94,10 +215,14 @@ class Relay:
 
     Iterating raises as `in_order` does; a failure of the relay itself is a WorkerFailed of
     task None. `close` (also before the first result) kills the relay; its workers die with it.
+    `first` runs in the relay before it forks any worker: what every worker would otherwise do
+    for itself, done once, off the caller's process.
     """
 
-    def __init__(self, tasks: Iterable[Task], work: Work, workers: int) -> None:
-        self.pid, read_fd = _fork_child(lambda fd: _relay(fd, tasks, work, workers))
+    def __init__(self, tasks: Iterable[Task], work: Work, workers: int, weight: Weight = _one,
+                 budget: int = 1, first: Callable[[], object] = lambda: None) -> None:
+        self.pid, read_fd = _fork_child(partial(_relay, tasks, work, workers, weight, budget,
+                                                first))
         self._pipe: IO[bytes] | None = os.fdopen(read_fd, "rb")
 
     def __iter__(self) -> Relay:
@@ -129,11 +254,13 @@ class Relay:
             _end(self.pid)  # ended already, or stopped early: its workers die with it
 
 
-def _relay(write_fd: int, tasks: Iterable[Task], work: Work, workers: int) -> None:
+def _relay(tasks: Iterable[Task], work: Work, workers: int, weight: Weight, budget: int,
+           first: Callable[[], object], write_fd: int) -> None:
     """In the relay: every result as a frame, then one frame saying how it ended."""
     with os.fdopen(write_fd, "wb") as pipe:
         try:
-            with closing(in_order(tasks, work, workers)) as results:
+            first()
+            with closing(in_order(tasks, work, workers, weight, budget)) as results:
                 for data in results:
                     _frame(pipe, OK, data)
             _frame(pipe, DONE, b"")
@@ -174,13 +301,10 @@ def _read_frame(pipe: IO[bytes]) -> bytes | None:
     return None
 
 
-def _start(work: Work, task: Task) -> tuple[int, int]:
-    """Fork a worker for one task; (pid, the pipe its result comes through)."""
-    return _fork_child(lambda write_fd: _send(write_fd, _run(work, task)))
-
-
-def _fork_child(body: Callable[[int], None]) -> tuple[int, int]:
-    """Fork a child that runs body(the write end of a pipe) and exits; (pid, the read end)."""
+def _fork_child(body: Callable[[int], None], close: Iterable[int] = ()) -> tuple[int, int]:
+    """Fork a child that closes the fds `close` (the parent's ends it must not hold: a queue's
+    write end held by a worker would keep every worker waiting for more), runs body(the write
+    end of a pipe) and exits; (pid, the read end)."""
     parent, libc = os.getpid(), _libc()  # loaded here once, not in every child
     read_fd, write_fd = os.pipe()
     try:
@@ -192,9 +316,10 @@ def _fork_child(body: Callable[[int], None]) -> tuple[int, int]:
                           "memory or raise the process limit (ulimit -u)") from None
     if pid == 0:  # the child: never returns, and runs no cleanup of the parent's objects
         gc.disable()  # no finalizer of an object inherited from the parent runs here
-        os.close(read_fd)
         code = 1
         try:
+            for fd in (read_fd, *close):
+                os.close(fd)
             _die_with(parent, libc)
             body(write_fd)
             code = 0
@@ -232,31 +357,37 @@ def _run(work: Work, task: Task) -> bytes:
         return FAILED + text.encode("utf-8", "replace")
 
 
-def _send(fd: int, data: bytes) -> None:
-    with os.fdopen(fd, "wb") as pipe:
-        pipe.write(data)
+def _read_frame_from(fd: int) -> tuple[bytes, bytes] | None:
+    """A worker's next frame (kind, data), read straight from its pipe (nothing is buffered
+    that `poll` would not see); None once it has ended, or died halfway through a frame."""
+    header = _read_exactly(fd, FRAME.size)
+    if header is None:
+        return None
+    kind, size = FRAME.unpack(header)
+    data = _read_exactly(fd, size)
+    return None if data is None else (kind, data)
 
 
-def collect(task: Task, pid: int, read_fd: int) -> bytes:
-    """A worker's result, or WorkerFailed for what it reported or how it died. The pipe is
-    closed and the worker reaped (killed first if this is interrupted) either way."""
-    try:
-        with os.fdopen(read_fd, "rb") as pipe:
-            data = pipe.read()
-        _pid, status = os.waitpid(pid, 0)
-    except BaseException:
-        _end(pid)
-        raise
+def _read_exactly(fd: int, size: int) -> bytes | None:
+    parts, left = [], size
+    while left:
+        part = os.read(fd, min(left, 1 << 20))
+        if not part:
+            return None
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
+
+
+def _outcome(task: Task, data: bytes) -> bytes | BaseException:
+    """A task's result, or what to raise for it, from what `_run` made of it."""
     if data[:1] == REFUSED:
-        raise pickle.loads(data[1:])  # noqa: S301 - written by this process's own fork
+        return pickle.loads(data[1:])  # noqa: S301 - written by this process's own fork
     if data[:1] == FAILED:
         reason = data[1:].decode("utf-8", "replace")
         if reason.startswith("KeyboardInterrupt"):
-            raise KeyboardInterrupt
-        raise WorkerFailed(task, reason, crashed=False)
-    code = os.waitstatus_to_exitcode(status)
-    if data[:1] != OK or code != 0:
-        raise WorkerFailed(task, _how(code), crashed=True)
+            return KeyboardInterrupt()
+        return WorkerFailed(task, reason, crashed=False)
     return data[1:]
 
 

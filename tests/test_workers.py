@@ -50,6 +50,24 @@ def test_results_come_in_task_order_with_more_tasks_than_workers():
     assert children() == []
 
 
+def test_a_worker_serves_tasks_until_its_budget_then_another_takes_over():
+    """Workers are reused across tasks (a fork per task would be a fixed cost per small
+    report) and each ends once it has done its budget of their weight, taking what it
+    allocated with it."""
+    def work(task: int) -> bytes:
+        return f"{task} {os.getpid()}".encode()
+
+    served = [tuple(map(int, r.split())) for r in workers.in_order(range(9), work, 2,
+                                                                    budget=10**6)]
+    assert [task for task, _pid in served] == list(range(9))
+    assert len({pid for _task, pid in served}) <= 2
+    served = [tuple(map(int, r.split())) for r in workers.in_order(
+        range(9), work, 2, weight=lambda task: 2, budget=4)]
+    per_worker = [pid for _task, pid in served]
+    assert max(map(per_worker.count, per_worker)) == 2  # 2 tasks of weight 2 each: 4
+    assert children() == []
+
+
 @pytest.mark.parametrize("task_fails, reason, crashed", [
     (lambda: 1 / 0, "ZeroDivisionError: division by zero", False),
     (lambda: exec("raise RuntimeError('line one\\nline two')"),
@@ -87,17 +105,17 @@ def test_a_triage_error_in_a_task_is_raised_as_it_is():
 def test_ctrl_c_while_a_result_is_awaited_leaves_no_worker_and_no_pipe(monkeypatch):
     """The alarm is armed after the workers are forked (children inherit no timer), so only
     this process is interrupted, while it waits for the first result."""
-    before, real_collect = open_fds(), workers.collect
+    before, real_hear = open_fds(), workers._Pool._hear
 
     def interrupt(_signum, _frame):
         raise KeyboardInterrupt
 
-    def collect_interrupted(*args):
+    def hear_interrupted(pool):
         signal.signal(signal.SIGALRM, interrupt)
         signal.setitimer(signal.ITIMER_REAL, 0.3)
-        return real_collect(*args)
+        return real_hear(pool)
 
-    monkeypatch.setattr(workers, "collect", collect_interrupted)
+    monkeypatch.setattr(workers._Pool, "_hear", hear_interrupted)
     previous = signal.getsignal(signal.SIGALRM)
     try:
         with pytest.raises(KeyboardInterrupt):
