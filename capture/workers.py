@@ -110,12 +110,13 @@ class _Pool:
         self.tasks, self.work, self.size = tasks, work, max(1, workers)
         self.weight, self.budget = weight, budget
         self.queue_read, self.queue_write = os.pipe()
-        self.fed = self.taken = 0
+        self.fed = self.taken = self.awaited = 0
         self.running: dict[int, _Worker] = {}  # by the fd of its pipe
         self.outcomes: dict[int, bytes | BaseException] = {}  # by task number, not yet yielded
 
     def results(self) -> Generator[bytes, None, None]:
         for number in range(len(self.tasks)):
+            self.awaited = number
             self._feed(number + self.LOOKAHEAD * self.size)
             while number not in self.outcomes:
                 self._fork_wanted()
@@ -168,15 +169,13 @@ class _Pool:
         os.close(worker.fd)
         _pid, status = os.waitpid(worker.pid, 0)
         code = os.waitstatus_to_exitcode(status)
-        if worker.holding is None and code == 0:
-            return
-        # Died: in the task it held, or between taking one and saying so (the first task not
-        # done that no live worker holds).
-        number = worker.holding if worker.holding is not None else min(
-            set(range(self.fed)) - set(self.outcomes)
-            - {w.holding for w in self.running.values()}, default=None)
-        if number is not None:
-            self.outcomes[number] = WorkerFailed(self.tasks[number], _how(code), crashed=True)
+        if worker.holding is not None:  # died in the task it held: a failure of that task
+            self.outcomes[worker.holding] = WorkerFailed(self.tasks[worker.holding], _how(code),
+                                                         crashed=True)
+        elif code != 0:
+            # Died between taking a task and saying which: that task is lost, and nothing
+            # would ever finish it. The pool fails now, named by the task awaited.
+            raise WorkerFailed(self.tasks[self.awaited], _how(code), crashed=True)
 
     def stop(self) -> None:
         """Kill and reap every worker still running, and close every pipe."""

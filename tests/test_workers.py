@@ -90,6 +90,23 @@ def test_a_failed_task_names_itself_in_one_line_and_the_others_are_reaped(task_f
     assert children() == [] and open_fds() == before
 
 
+def test_a_worker_dying_between_taking_a_task_and_saying_so_fails_the_pool(monkeypatch):
+    """That task is lost (no worker will ever do it): waiting for it would hang, and forking
+    workers for the rest would find an empty queue, forever."""
+    real = workers._frame
+
+    def dies_taking_task_2(pipe, kind, data):
+        if kind == workers.TAKEN and workers.NUMBER.unpack(data)[0] == 2:
+            os._exit(3)
+        real(pipe, kind, data)
+
+    monkeypatch.setattr(workers, "_frame", dies_taking_task_2)
+    with pytest.raises(workers.WorkerFailed) as failed:
+        list(workers.in_order(range(5), lambda task: b"done", 2, budget=10))
+    assert (failed.value.reason, failed.value.crashed) == ("exit status 3", True)
+    assert children() == []
+
+
 def test_a_triage_error_in_a_task_is_raised_as_it_is():
     """A verdict on the input (a corrupt report) keeps its class and message."""
     def work(task: int) -> bytes:
