@@ -516,21 +516,23 @@ def _archive_all(runs: Iterable[_Steps], filed: Callable[[ArchiveResult], None]
                     if awaiting_store else None
                 awaiting_store = run
                 run.advance()  # built
-            if stored is not None:
-                results.append(stored.result())
+            done, stored = stored, None
+            if done is not None:
+                results.append(done.result())
                 filed(results[-1])
-            stored = None
         if awaiting_store is not None:
             results.append(awaiting_store.finish())
             filed(results[-1])
     finally:
-        if stored is not None:  # the build beside it failed: once stored, the run is filed
-            wait([stored])
-            if stored.exception() is None:
-                filed(stored.result())
-        for given_up in (awaiting_store, run):
-            if given_up is not None:
-                given_up.close()  # nothing, once it is finished
+        try:
+            if stored is not None:  # the build beside it failed: once stored, it is filed
+                wait([stored])
+                if stored.exception() is None:
+                    filed(stored.result())
+        finally:
+            for given_up in (awaiting_store, run):
+                if given_up is not None:
+                    given_up.close()  # nothing, once it is finished
     return results
 
 

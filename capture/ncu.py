@@ -82,8 +82,8 @@ class NcuReport:
     def warm_up(self) -> None:
         """Decode the first result: `ncu_report`'s first decode in a process also builds about
         100 MB of shared state (30-90 ms). A relay does it before forking its workers, which
-        then inherit that state instead of each building it again; the archive's own process
-        never holds it."""
+        then inherit that state instead of each building it again; a process whose results
+        are read by workers never holds it."""
         next(self.actions(0, 1), None)
 
     def count_actions(self) -> int:
@@ -577,7 +577,7 @@ class PreparedNcu:
 
         if self._batch is not None:
             batch, position = self._batch
-            self._reading = batch.chunks(position)
+            self._reading = batch.chunks(position, report_index)
         else:
             self._reading = ResultTables(self._report(), report_index)
         return self._watched(self._reading)

@@ -9,7 +9,8 @@ forked worker reads at most CHUNK_RESULTS results and exits, taking that memory 
 The workers also run on all cores. Each one sends its rows back as one Arrow IPC stream per
 table, and the chunks are written in result order, so the tables get the same bytes as reading
 in-process. A process still reads its first IN_PROCESS_RESULTS results itself (forking costs
-more than reading a small report), and all of them where `fork` is missing or unsafe. The
+more than reading a small report), except those of a batch read on more than one core, and all
+of them where `fork` is missing or unsafe. The
 workers are forked by a relay (`workers.Relay`), itself forked before the archive starts its
 threads: no worker is forked beside a running thread.
 
@@ -101,9 +102,9 @@ class BatchResults:
     One relay for the batch, not one per report: its workers take tasks of several reports
     until each has read CHUNK_RESULTS (then one more task at most), so a batch of small reports
     pays a few forks, and they read the reports after the one the archive is writing on every
-    core. The relay is forked when this is made, where the batch has been prepared and before
-    the archive opens its store or starts a thread, so the workers read while it does. `release`
-    each report: the last one stops the relay.
+    core. The relay is forked when this is made, once the batch is prepared and before the
+    archive starts threads of its own (its runs' store parts, copies, encoders), so the workers
+    read while it sets up. `release` each report: the last one stops the relay.
     """
 
     def __init__(self, reports: list[tuple[NcuReport, int]]) -> None:
@@ -124,9 +125,13 @@ class BatchResults:
         return can_fork() and len(reports) > 1 and (
             cores(MAX_WORKERS) > 1 or not DECODED.fits(sum(r.count_actions() for r in reports)))
 
-    def chunks(self, position: int) -> Chunks:
+    def chunks(self, position: int, report_index: int) -> Chunks:
         """The result tables of the report at `position`, chunk by chunk (the results of
-        reports before it that were never asked for are passed over)."""
+        reports before it that were never asked for are passed over); `report_index` is the
+        one it was planned with (its rows carry it)."""
+        if report_index != self.reports[position][1]:
+            raise ValueError(f"report {position} was planned as index "
+                             f"{self.reports[position][1]}, read as {report_index}")
         return _from_workers(self._of(self.relay, position),
                              lambda task: self.reports[task[0] if task else position][0].path)
 

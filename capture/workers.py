@@ -25,7 +25,6 @@ import struct
 import sys
 from collections.abc import Callable, Generator, Iterable
 from contextlib import closing, suppress
-from functools import partial
 from typing import IO, TYPE_CHECKING, Any
 
 from triage.base.errors import TriageError
@@ -110,13 +109,12 @@ class _Pool:
         self.tasks, self.work, self.size = tasks, work, max(1, workers)
         self.weight, self.budget = weight, budget
         self.queue_read, self.queue_write = os.pipe()
-        self.fed = self.taken = self.awaited = 0
+        self.fed = self.taken = 0
         self.running: dict[int, _Worker] = {}  # by the fd of its pipe
         self.outcomes: dict[int, bytes | BaseException] = {}  # by task number, not yet yielded
 
     def results(self) -> Generator[bytes, None, None]:
         for number in range(len(self.tasks)):
-            self.awaited = number
             self._feed(number + self.LOOKAHEAD * self.size)
             while number not in self.outcomes:
                 self._fork_wanted()
@@ -138,7 +136,7 @@ class _Pool:
         """As many workers as may run, or as there are tasks no worker has taken."""
         while len(self.running) < min(self.size, len(self.tasks) - self.taken):
             others = [fd for fd in (self.queue_write, *self.running) if fd >= 0]
-            pid, fd = _fork_child(partial(_serve, self.queue_read, self.tasks, self.work,
+            pid, fd = _fork_child(functools.partial(_serve, self.queue_read, self.tasks, self.work,
                                           self.weight, self.budget), close=others)
             self.running[fd] = _Worker(pid, fd)
 
@@ -173,9 +171,10 @@ class _Pool:
             self.outcomes[worker.holding] = WorkerFailed(self.tasks[worker.holding], _how(code),
                                                          crashed=True)
         elif code != 0:
-            # Died between taking a task and saying which: that task is lost, and nothing
-            # would ever finish it. The pool fails now, named by the task awaited.
-            raise WorkerFailed(self.tasks[self.awaited], _how(code), crashed=True)
+            # Died holding no task it had named: between taking one and saying which (that
+            # task is lost, and nothing would ever finish it), or killed while idle. The pool
+            # fails now, naming no task: which one was lost is not known.
+            raise WorkerFailed(None, _how(code), crashed=True)
 
     def stop(self) -> None:
         """Kill and reap every worker still running, and close every pipe."""
@@ -220,36 +219,38 @@ class Relay:
 
     def __init__(self, tasks: Iterable[Task], work: Work, workers: int, weight: Weight = _one,
                  budget: int = 1, first: Callable[[], object] = lambda: None) -> None:
-        self.pid, read_fd = _fork_child(partial(_relay, tasks, work, workers, weight, budget,
-                                                first))
-        self._pipe: IO[bytes] | None = os.fdopen(read_fd, "rb")
+        self.pid, read_fd = _fork_child(functools.partial(_relay, tasks, work, workers, weight,
+                                                          budget, first))
+        self._fd: int | None = read_fd
 
     def __iter__(self) -> Relay:
         return self
 
     def __next__(self) -> bytes:
-        if self._pipe is None:
+        if self._fd is None:
             raise StopIteration
         try:
-            frame = _read_frame(self._pipe)
-        except EOFError:  # the relay died without a last word: say how
-            self._pipe.close()
-            self._pipe = None
-            _pid, status = os.waitpid(self.pid, 0)
-            raise WorkerFailed(None, _how(os.waitstatus_to_exitcode(status)),
-                               crashed=True) from None
+            frame = _read_frame_from(self._fd)
         except BaseException:
             self.close()
             raise
-        if frame is None:
-            self.close()
+        if frame is None:  # the relay died without a last word: say how
+            os.close(self._fd)
+            self._fd = None
+            _pid, status = os.waitpid(self.pid, 0)
+            raise WorkerFailed(None, _how(os.waitstatus_to_exitcode(status)), crashed=True)
+        kind, data = frame
+        if kind == OK:
+            return data
+        self.close()
+        if kind == DONE:
             raise StopIteration
-        return frame
+        raise _relayed_failure(kind, data)
 
     def close(self) -> None:
-        if self._pipe is not None:
-            self._pipe.close()
-            self._pipe = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
             _end(self.pid)  # ended already, or stopped early: its workers die with it
 
 
@@ -270,34 +271,24 @@ def _relay(tasks: Iterable[Task], work: Work, workers: int, weight: Weight, budg
             _frame(pipe, REFUSED, pickle.dumps(exc))
         except KeyboardInterrupt:
             _frame(pipe, INTERRUPTED, b"")
+        except BaseException as exc:  # noqa: BLE001 - the relay's own failure (`first`'s)
+            _frame(pipe, WORKER_FAILED, pickle.dumps((None, _one_line(exc), False)))
+
+
+def _relayed_failure(kind: bytes, data: bytes) -> BaseException:
+    """What a relay's last frame says went wrong, to raise."""
+    if kind == WORKER_FAILED:
+        task, reason, crashed = pickle.loads(data)  # noqa: S301 - written by our own fork
+        return WorkerFailed(task, reason, crashed)
+    if kind == REFUSED:
+        return pickle.loads(data)  # noqa: S301 - written by this process's own fork
+    return KeyboardInterrupt()
 
 
 def _frame(pipe: IO[bytes], kind: bytes, data: bytes) -> None:
     pipe.write(FRAME.pack(kind, len(data)))
     pipe.write(data)
     pipe.flush()
-
-
-def _read_frame(pipe: IO[bytes]) -> bytes | None:
-    """The next result, None after the last; raises what the relay reports (EOFError when
-    it ended without saying)."""
-    header = pipe.read(FRAME.size)
-    if len(header) < FRAME.size:
-        raise EOFError
-    kind, size = FRAME.unpack(header)
-    data = pipe.read(size)
-    if len(data) < size:
-        raise EOFError
-    if kind == OK:
-        return data
-    if kind == WORKER_FAILED:
-        task, reason, crashed = pickle.loads(data)  # noqa: S301 - written by our own fork
-        raise WorkerFailed(task, reason, crashed)
-    if kind == REFUSED:
-        raise pickle.loads(data)  # noqa: S301 - written by this process's own fork
-    if kind == INTERRUPTED:
-        raise KeyboardInterrupt
-    return None
 
 
 def _fork_child(body: Callable[[int], None], close: Iterable[int] = ()) -> tuple[int, int]:
@@ -352,8 +343,12 @@ def _run(work: Work, task: Task) -> bytes:
     except TriageError as exc:  # a verdict on the input: the parent raises it as it is
         return REFUSED + pickle.dumps(exc)
     except BaseException as exc:  # noqa: BLE001 - the parent turns it into a one-line error
-        text = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line, whatever it said
-        return FAILED + text.encode("utf-8", "replace")
+        return FAILED + _one_line(exc).encode("utf-8", "replace")
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception as one line, whatever it said."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 def _read_frame_from(fd: int) -> tuple[bytes, bytes] | None:

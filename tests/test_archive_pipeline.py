@@ -103,3 +103,19 @@ def test_an_interrupt_while_a_run_is_stored_on_the_thread_keeps_it_and_drops_the
     assert not [f for f in files if f.name.startswith(atomic.TMP_PREFIX) or f.parts[0] == "leases"]
     assert {f.parts[2] for f in files if f.parts[0] == "tables"} == {
         f"run_id={run['id']}" for run in listed}
+
+
+def test_a_run_is_filed_once_even_when_saying_so_is_interrupted(store_dir):
+    """Ctrl-C while the first run is being named (its line printed) as the second is built:
+    the run is named once, not again on the way out, and the second is discarded."""
+    from triage.archive import ingest
+
+    told: list[str] = []
+
+    def interrupted_filing(result):
+        told.append(result.record.id)
+        raise KeyboardInterrupt
+
+    with pytest.raises(BaseException):
+        ingest.archive_batch(store_dir, REPORTS[:3], filed=interrupted_filing)
+    assert len(told) == 1

@@ -103,7 +103,8 @@ def test_a_worker_dying_between_taking_a_task_and_saying_so_fails_the_pool(monke
     monkeypatch.setattr(workers, "_frame", dies_taking_task_2)
     with pytest.raises(workers.WorkerFailed) as failed:
         list(workers.in_order(range(5), lambda task: b"done", 2, budget=10))
-    assert (failed.value.reason, failed.value.crashed) == ("exit status 3", True)
+    assert (failed.value.task, failed.value.reason, failed.value.crashed) == \
+        (None, "exit status 3", True)
     assert children() == []
 
 
@@ -212,6 +213,20 @@ def test_a_relay_reports_a_failed_task_and_a_relay_closed_unread_leaves_nothing(
         (2, "RuntimeError: no", False)
     workers.Relay(range(4), lambda task: time.sleep(30) or b"", 2).close()
     assert children() == [] and open_fds() == before
+
+
+def test_a_relay_whose_first_step_fails_says_why_in_one_line():
+    """`first` runs in the relay (ncu_report's first decode): its error is told as it is, not
+    as a relay that exited with status 1."""
+    def first():
+        raise RuntimeError("in method 'IAction_metric_by_name',\nbad bytes")
+
+    relay = workers.Relay(range(3), lambda task: b"", 2, first=first)
+    with pytest.raises(workers.WorkerFailed) as failed:
+        next(relay)
+    assert (failed.value.task, failed.value.reason, failed.value.crashed) == \
+        (None, "RuntimeError: in method 'IAction_metric_by_name', bad bytes", False)
+    assert children() == []
 
 
 def test_a_relay_that_dies_is_a_crash_of_no_task_and_is_reaped():
