@@ -109,6 +109,7 @@ def test_a_run_is_filed_once_even_when_saying_so_is_interrupted(store_dir):
     """Ctrl-C while the first run is being named (its line printed) as the second is built:
     the run is named once, not again on the way out, and the second is discarded."""
     from triage.archive import ingest
+    from triage.base.errors import Interrupted
 
     told: list[str] = []
 
@@ -116,6 +117,6 @@ def test_a_run_is_filed_once_even_when_saying_so_is_interrupted(store_dir):
         told.append(result.record.id)
         raise KeyboardInterrupt
 
-    with pytest.raises(BaseException):
+    with pytest.raises(Interrupted) as interrupted:
         ingest.archive_batch(store_dir, REPORTS[:3], filed=interrupted_filing)
-    assert len(told) == 1
+    assert len(told) == 1 and interrupted.value.filed == tuple(told)
