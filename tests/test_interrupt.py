@@ -135,6 +135,63 @@ def test_an_interrupted_batch_has_named_each_run_it_filed(triage, monkeypatch):
     assert triage.json("verify")["ok"]
 
 
+STALL_AT_THIRD_RUN = """import os, sys, time
+from triage.archive import ingest
+stage_run, built, signal_file = ingest._stage_run, [], sys.argv.pop(1)
+def stalled(*args):
+    built.append(1)
+    if len(built) == 3:  # the pool is reading the reports after it: the test may press Ctrl-C
+        open(signal_file, "w").close()
+        time.sleep(600)
+    return stage_run(*args)
+ingest._stage_run = stalled
+from triage.cli import main
+sys.argv[0] = "triage"
+main()
+"""
+
+
+def test_ctrl_c_in_a_batch_read_by_the_pool_ends_every_worker(tmp_path):
+    """A real Ctrl-C (SIGINT to the whole process group, as a terminal sends it) while the
+    batch's relay and workers read ahead: triage exits 130 naming the runs it filed, and no
+    process of the batch is left. The archive stalls at its third run and says so through a
+    file, so no timing is guessed."""
+    from conftest import Triage
+    from helpers import CORPUS
+    from triage.capture.process_tree import _alive
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("a batch is read by the pool on more than one core")
+    reports = sorted(str(p) for p in (CORPUS / "ncu").glob("*.ncu-rep"))
+    stalled, store = tmp_path / "stalled", tmp_path / "store"
+    archive = subprocess.Popen(
+        [sys.executable, "-c", STALL_AT_THIRD_RUN, str(stalled), "--store", str(store),
+         "archive", *reports], start_new_session=True, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not stalled.exists() and archive.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stalled.exists(), archive.communicate()
+        pool = descendants(archive.pid)
+        assert len(pool) >= 2  # the relay and its workers
+        os.killpg(archive.pid, signal.SIGINT)
+        out, err = archive.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(archive.pid, signal.SIGKILL)
+    assert archive.returncode == 130, err
+    filed = [line.split()[0] for line in out.splitlines() if "(new)" in line]
+    assert len(filed) == 2 and err.startswith("triage: error: interrupted (SIGINT) after filing")
+    deadline = time.monotonic() + 10  # the workers' parent death signal, delivered by the kernel
+    while (left := [pid for pid in pool if _alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert left == []
+    listed = Triage().json("--store", store, "ls")
+    assert sorted(run["id"][:12] for run in listed) == sorted(filed)
+    assert Triage().json("--store", store, "verify")["ok"]
+
+
 class SignalledAtStart(subprocess.Popen):
     """A Popen that gets SIGINT the moment its child exists: the window after the fork in which
     a plain `subprocess.run` has no process object yet to kill (a real Ctrl-C landed there in
