@@ -12,7 +12,7 @@ import math
 import os
 import statistics
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,6 @@ from triage.capture.settings import joined_option, resolve
 from triage.base.errors import UnsupportedReport
 
 if TYPE_CHECKING:
-    import pyarrow as pa
 
     from triage.capture.formats import TableBatch
     from triage.capture.ncu_results import BatchResults, Chunks, ResultTables
@@ -388,21 +387,6 @@ def measured_metric(name: str) -> bool:
                 or submetric.startswith("peak_sustained") or computed_by_ncu_report(name))
 
 
-def launches_with_values(metrics: pa.Table) -> set[tuple[int, int]]:
-    """(report_index, kernel_index) of the results in a metrics table that carry a value of a
-    measured metric; a result missing here carries none."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if metrics.num_rows == 0:
-        return set()
-    valued = metrics.filter(pc.or_(pc.is_valid(metrics["value"]), pc.is_valid(metrics["text"])))
-    names = [n for n in pc.unique(valued["name"]).to_pylist() if measured_metric(n)]
-    valued = valued.filter(pc.is_in(valued["name"], value_set=pa.array(names, pa.string())))
-    return set(zip(valued["report_index"].to_pylist(), valued["kernel_index"].to_pylist(),
-                   strict=True))
-
-
 def _metric_rows(report_index: int, kernel_index: int, action: Any,
                  readers: dict[int, Callable[[Any], Any]], units: dict[str, str | None]
                  ) -> Iterator[tuple[Any, ...]]:
@@ -482,10 +466,12 @@ def _rule_rows(report_index: int, kernel_index: int, action: Any
 
 
 def result_rows(report: NcuReport, report_index: int, low: int, high: int
-                ) -> dict[str, list[Any]]:
+                ) -> tuple[dict[str, list[Any]], ChunkFacts]:
     """The rows of the kernels/metrics/sections/rules tables for results low..high-1: kernels
-    as {column: value}, the others as tuples of METRIC_COLUMNS, SECTION_COLUMNS, RULE_COLUMNS."""
+    as {column: value}, the others as tuples of METRIC_COLUMNS, SECTION_COLUMNS, RULE_COLUMNS;
+    and what the provenance needs from them (`ChunkFacts`), gathered as they are made."""
     rows: dict[str, list[Any]] = {"kernels": [], "metrics": [], "sections": [], "rules": []}
+    facts = ChunkFacts()
     locked = report.info.result_clock_locked
     readers = _value_readers()
     units: dict[str, str | None] = {}
@@ -493,42 +479,58 @@ def result_rows(report: NcuReport, report_index: int, low: int, high: int
         row = {"report_index": report_index, "kernel_index": kernel_index}
         row.update(_kernel_row(action, range_index,
                                locked[kernel_index] if kernel_index < len(locked) else None))
+        metrics = list(_metric_rows(report_index, kernel_index, action, readers, units))
+        sections = list(_section_rows(report_index, kernel_index, action))
+        facts.see(row, metrics, sections)
         rows["kernels"].append(row)
-        rows["metrics"].extend(_metric_rows(report_index, kernel_index, action, readers, units))
-        rows["sections"].extend(_section_rows(report_index, kernel_index, action))
+        rows["metrics"].extend(metrics)
+        rows["sections"].extend(sections)
         rows["rules"].extend(_rule_rows(report_index, kernel_index, action))
-    return rows
+    return rows, facts
+
+
+@dataclass
+class ChunkFacts:
+    """What the provenance needs from a chunk of results, gathered where its rows are made (a
+    worker's, when workers read: the archive's process then reads no row back): the sections
+    seen, in the report's order, the SM clock each result measured, and which results carry
+    values."""
+
+    results: int = 0
+    sections: dict[str, int] = field(default_factory=dict)  # id -> order, first seen
+    sm_clocks: list[float] = field(default_factory=list)
+    with_values: set[tuple[int, int]] = field(default_factory=set)
+
+    def see(self, kernel: dict[str, Any], metrics: list[tuple[Any, ...]],
+            sections: list[tuple[Any, ...]]) -> None:
+        """One result's rows. It carries values when it has a duration (a measured value:
+        DURATION_METRIC), else when any measured metric has a number or a text."""
+        self.results += 1
+        if kernel["sm_clock_hz"] is not None:
+            self.sm_clocks.append(kernel["sm_clock_hz"])
+        if kernel["duration_ns"] is not None or any(
+                (value is not None or text is not None) and measured_metric(name)
+                for _r, _k, name, _unit, value, text in metrics):
+            self.with_values.add((kernel["report_index"], kernel["kernel_index"]))
+        for section in sections:
+            self.sections.setdefault(section[2], section[4])  # section_id, section_order
 
 
 class SectionsAndClocks:
-    """What the provenance needs from the rows as they pass: the sections seen, in the
-    report's order, the SM clock each result measured, and which results carry values."""
+    """The `ChunkFacts` of a report's chunks, added up in result order."""
 
     def __init__(self) -> None:
         self.seen: dict[str, int] = {}
         self.sm_clocks: list[float] = []
         self.results = 0
         self.with_values: set[tuple[int, int]] = set()
-        self.untimed = False  # a result of the current chunk has no duration
 
-    def see(self, name: str, table: pa.Table) -> None:
-        """One table of a chunk; each chunk's kernels come before its metrics (ncu_results)."""
-        if name == "kernels":
-            self.sm_clocks.extend(v for v in table["sm_clock_hz"].to_pylist() if v is not None)
-            self.results += table.num_rows
-            timed = {(r, k) for r, k, d in zip(table["report_index"].to_pylist(),
-                                               table["kernel_index"].to_pylist(),
-                                               table["duration_ns"].to_pylist(), strict=True)
-                     if d is not None}
-            self.with_values |= timed  # its duration is a measured value (DURATION_METRIC)
-            self.untimed = len(timed) < table.num_rows
-        elif name == "metrics" and self.untimed:
-            # Only then are the metrics scanned (that imports pyarrow.compute: 50 ms a run).
-            self.with_values |= launches_with_values(table)
-        elif name == "sections":
-            for section, order in zip(table["section_id"].to_pylist(),
-                                      table["section_order"].to_pylist(), strict=True):
-                self.seen.setdefault(section, order)
+    def add(self, facts: ChunkFacts) -> None:
+        self.results += facts.results
+        self.sm_clocks.extend(facts.sm_clocks)
+        self.with_values |= facts.with_values
+        for section, order in facts.sections.items():
+            self.seen.setdefault(section, order)
 
     def sections(self) -> list[str]:
         return sorted(self.seen, key=lambda s: (self.seen[s], s))
@@ -583,10 +585,9 @@ class PreparedNcu:
         return self._watched(self._reading)
 
     def _watched(self, chunks: ResultTables | Chunks) -> Iterator[TableBatch]:
-        for chunk in chunks:
-            for name, table in chunk.items():
-                self._seen.see(name, table)
-                yield name, table
+        for tables, facts in chunks:
+            self._seen.add(facts)
+            yield from tables.items()
 
     def provenance(self) -> dict[str, Any]:
         found = provenance(self._report(), self._seen.sections(), self._seen.sm_clocks)

@@ -21,6 +21,8 @@ read the reports after the one being written on every core.
 
 from __future__ import annotations
 
+import pickle
+import struct
 from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +34,7 @@ from triage.schemas.tables import records_table, rows_table
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from triage.capture.ncu import NcuReport
+    from triage.capture.ncu import ChunkFacts, NcuReport
 
 CHUNK_RESULTS = 256  # results per worker process: bounds what one keeps (~0.3-1 MB each)
 IN_PROCESS_RESULTS = 256  # results read in this process before reading moves to workers
@@ -40,7 +42,9 @@ IN_PROCESS_CHUNK = 64  # results whose rows are held at once when reading in-pro
 MAX_WORKERS = 8
 TASKS_PER_WORKER = 4  # a batch's tasks: small enough to share the work out evenly
 TABLES = ("kernels", "metrics", "sections", "rules")
-Chunks = Generator[dict[str, "pa.Table"], None, None]
+FACTS_SIZE = struct.Struct("!Q")  # a chunk's payload: the size of its pickled facts first
+Chunk = tuple[dict[str, "pa.Table"], "ChunkFacts"]  # {table: Arrow table}, what they show
+Chunks = Generator[Chunk, None, None]
 
 
 class Decoded:
@@ -59,7 +63,7 @@ DECODED = Decoded()
 
 
 class ResultTables:
-    """{table: Arrow table} per chunk of results, in result order.
+    """The chunks of a report's results ({table: Arrow table}, their facts), in result order.
 
     Results are read in this process while it has read fewer than IN_PROCESS_RESULTS in all
     (a small report costs less than forking would), in worker processes after that. Which one
@@ -163,9 +167,18 @@ def _results(task: tuple[int, int, int]) -> int:
 
 
 def _payload(report: NcuReport, report_index: int, low: int, high: int) -> bytes:
-    """In a worker: the tables of results low..high-1, as `arrow_tables` reads them back."""
-    tables = extract_chunk(report, report_index, low, high)
-    return arrow_payload(tables[name] for name in TABLES)
+    """In a worker: the chunk of results low..high-1, as `_chunk` reads it back: its facts
+    (pickled, after their size), then its tables (Arrow IPC)."""
+    tables, facts = extract_chunk(report, report_index, low, high)
+    head = pickle.dumps(facts)
+    return arrow_payload((tables[name] for name in TABLES), head=FACTS_SIZE.pack(len(head)) + head)
+
+
+def _chunk(data: bytes) -> Chunk:
+    size = FACTS_SIZE.unpack_from(data)[0]
+    facts = pickle.loads(data[FACTS_SIZE.size:FACTS_SIZE.size + size])  # noqa: S301 - our fork's
+    tables = arrow_tables(data, offset=FACTS_SIZE.size + size)
+    return dict(zip(TABLES, tables, strict=True)), facts
 
 
 def _from_workers(results: Iterator[bytes], path_of: Callable[[Any], str]) -> Chunks:
@@ -173,7 +186,7 @@ def _from_workers(results: Iterator[bytes], path_of: Callable[[Any], str]) -> Ch
     (`path_of` its task, None where the relay itself failed) and the results it was reading."""
     try:
         for data in results:
-            yield dict(zip(TABLES, arrow_tables(data), strict=True))
+            yield _chunk(data)
     except WorkerFailed as failed:
         path = path_of(failed.task)
         span = result_span(*failed.task[-2:]) if failed.task else "its results"
@@ -188,13 +201,13 @@ def result_span(low: int, high: int) -> str:
     return f"result {low}" if high - low == 1 else f"results {low}-{high - 1}"
 
 
-def extract_chunk(report: NcuReport, report_index: int, low: int, high: int
-                  ) -> dict[str, pa.Table]:
-    """The rows of results low..high-1 of every results table, as Arrow tables."""
+def extract_chunk(report: NcuReport, report_index: int, low: int, high: int) -> Chunk:
+    """The rows of results low..high-1 of every results table, as Arrow tables, and their
+    facts."""
     from triage.capture.ncu import COLUMNS, result_rows
 
     try:
-        rows = result_rows(report, report_index, low, high)
+        rows, facts = result_rows(report, report_index, low, high)
     except TypeError as exc:
         if not str(exc).startswith("in method '"):
             raise
@@ -204,4 +217,4 @@ def extract_chunk(report: NcuReport, report_index: int, low: int, high: int
         raise UnsupportedReport(f"{report.path}: corrupt Nsight Compute report ({where}: "
                                 f"{exc}); archive an intact copy") from None
     tables = {name: rows_table(name, columns, rows[name]) for name, columns in COLUMNS.items()}
-    return {"kernels": records_table("kernels", rows["kernels"]), **tables}
+    return {"kernels": records_table("kernels", rows["kernels"]), **tables}, facts

@@ -405,21 +405,24 @@ def _end(pid: int) -> None:
         os.waitpid(pid, 0)
 
 
-def arrow_payload(tables: Iterable[pa.Table]) -> bytes:
-    """Arrow tables as consecutive IPC streams (one per table), for `arrow_tables`."""
+def arrow_payload(tables: Iterable[pa.Table], head: bytes = b"") -> bytes:
+    """`head`, then Arrow tables as consecutive IPC streams (one per table), for
+    `arrow_tables` (its `offset` the size of `head`)."""
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()
+    sink.write(head)
     for table in tables:
         with pa.ipc.new_stream(sink, table.schema) as stream:
             stream.write_table(table)
     return sink.getvalue().to_pybytes()
 
 
-def arrow_tables(data: bytes) -> list[pa.Table]:
+def arrow_tables(data: bytes, offset: int = 0) -> list[pa.Table]:
     import pyarrow as pa
 
     source = pa.BufferReader(data)
+    source.seek(offset)
     tables: list[pa.Table] = []
     while source.tell() < source.size():
         tables.append(pa.ipc.open_stream(source).read_all())
