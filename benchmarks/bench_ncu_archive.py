@@ -25,6 +25,7 @@ decodes; triage hands results to worker processes once a process has read 256).
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import statistics
@@ -147,29 +148,33 @@ def interleaved(reports: list[str], repeat: int, baseline: str | None = None
                 ) -> tuple[list[float], list[float], list[float], list[float]]:
     """Seconds of whole fresh processes, round by round: a script that imports ncu_report and
     reads every metric of the reports, `triage archive` of them in one call (into an existing,
-    empty store each time: made and removed untimed) and, with `baseline`, the same with that
-    interpreter's triage; the load after each round."""
+    empty store each time, made untimed) and, with `baseline`, the same with that interpreter's
+    triage; the load after each round.
+
+    The stores are removed only once every round is timed: ext4 makes an inode allocation scan
+    past the inodes freed in the last seconds (`recently_deleted`), so removing a store's few
+    hundred files and folders before the next leg made that leg's file creation 0.2-0.3 s
+    slower here, a cost the bare script, which creates no file, never pays."""
     bare_command = [sys.executable, "-c", BARE_SCRIPT.format(here=str(Path(__file__).parent)),
                     *reports]
     bare, archive, before, load = [], [], [], []
-    for _ in range(repeat + 1):  # the first round warms the page cache: not counted
-        bare.append(process_seconds(bare_command))
-        archive.append(archive_seconds(sys.executable, reports))
-        if baseline:
-            before.append(archive_seconds(baseline, reports))
-        load.append(os.getloadavg()[0])
+    with tempfile.TemporaryDirectory() as folder:
+        stores = (Path(folder) / f"store-{number}" for number in itertools.count())
+        for _ in range(repeat + 1):  # the first round warms the page cache: not counted
+            bare.append(process_seconds(bare_command))
+            archive.append(archive_seconds(sys.executable, reports, next(stores)))
+            if baseline:
+                before.append(archive_seconds(baseline, reports, next(stores)))
+            load.append(os.getloadavg()[0])
     return bare[1:], archive[1:], before[1:], load[1:]
 
 
-def archive_seconds(python: str, reports: list[str]) -> float:
-    """`triage archive` of the reports, by `python`'s triage, into an existing, empty store."""
+def archive_seconds(python: str, reports: list[str], store: Path) -> float:
+    """`triage archive` of the reports, by `python`'s triage, into `store`, made empty first."""
     from triage.archive.store import Store
 
-    with tempfile.TemporaryDirectory() as folder:
-        store = Path(folder) / "store"
-        Store.open(store, create=True)
-        return process_seconds([python, "-m", "triage", "--store", str(store), "archive",
-                                *reports])
+    Store.open(store, create=True)
+    return process_seconds([python, "-m", "triage", "--store", str(store), "archive", *reports])
 
 
 def cli_fixed_cost(repeat: int) -> None:
