@@ -225,14 +225,14 @@ def _communicate(process: subprocess.Popen, timeout: float) -> tuple:
                 raise subprocess.TimeoutExpired(process.args, timeout) from None
 
 
-def read_some(pipe) -> bytes:
-    """The next bytes of a child's output pipe, b"" at its end, waited for in slices of
-    SIGNAL_LATENCY."""
+def read_some(fd: int, size: int = 65536) -> bytes:
+    """The next bytes (at most `size`) of a pipe from a child, b"" at its end, waited for in
+    slices of SIGNAL_LATENCY."""
     waiting = select.poll()
-    waiting.register(pipe.fileno(), select.POLLIN)
+    waiting.register(fd, select.POLLIN)
     while not waiting.poll(SIGNAL_LATENCY * 1000):
         pass
-    return os.read(pipe.fileno(), 65536)
+    return os.read(fd, size)
 
 
 def _reap(process: subprocess.Popen) -> None:

@@ -227,7 +227,7 @@ def run_profiler(argv: list[str], shell: bool, cwd: Path, env: Mapping[str, str]
             watchdog.start()
         try:
             signals.deliver()  # from here SIGINT and SIGTERM raise Interrupt, held ones first
-            while chunk := process_tree.read_some(process.stdout):
+            while chunk := process_tree.read_some(process.stdout.fileno()):
                 emit(collapser.feed(decoder.decode(chunk)))
             emit(collapser.feed(decoder.decode(b"", final=True)) + collapser.close())
             code = process.wait()

@@ -28,6 +28,7 @@ from contextlib import closing, suppress
 from typing import IO, TYPE_CHECKING, Any
 
 from triage.base.errors import TriageError
+from triage.capture.process_tree import read_some
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -136,8 +137,9 @@ class _Pool:
         """As many workers as may run, or as there are tasks no worker has taken."""
         while len(self.running) < min(self.size, len(self.tasks) - self.taken):
             others = [fd for fd in (self.queue_write, *self.running) if fd >= 0]
-            pid, fd = _fork_child(functools.partial(_serve, self.queue_read, self.tasks, self.work,
-                                          self.weight, self.budget), close=others)
+            serve = functools.partial(_serve, self.queue_read, self.tasks, self.work,
+                                      self.weight, self.budget)
+            pid, fd = _fork_child(serve, close=others)
             self.running[fd] = _Worker(pid, fd)
 
     def _hear(self) -> None:
@@ -352,8 +354,9 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _read_frame_from(fd: int) -> tuple[bytes, bytes] | None:
-    """A worker's next frame (kind, data), read straight from its pipe (nothing is buffered
-    that `poll` would not see); None once it has ended, or died halfway through a frame."""
+    """The next frame (kind, data) of a worker or a relay, read straight from its pipe (nothing
+    is buffered that `poll` would not see); None once it has ended, or died halfway through a
+    frame."""
     header = _read_exactly(fd, FRAME.size)
     if header is None:
         return None
@@ -365,7 +368,7 @@ def _read_frame_from(fd: int) -> tuple[bytes, bytes] | None:
 def _read_exactly(fd: int, size: int) -> bytes | None:
     parts, left = [], size
     while left:
-        part = os.read(fd, min(left, 1 << 20))
+        part = read_some(fd, min(left, 1 << 20))  # a Ctrl-C given to another thread is met
         if not part:
             return None
         parts.append(part)

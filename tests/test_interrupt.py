@@ -274,6 +274,28 @@ def test_a_ctrl_c_given_to_another_thread_ends_the_tool(tmp_path):
     assert set(descendants(os.getpid())) == before and not (tmp_path / "finished").exists()
 
 
+def test_a_ctrl_c_given_to_another_thread_ends_the_wait_for_workers(tmp_path):
+    """The archive's main thread waiting for an ncu worker's result meets it too: the worker,
+    which would finish on its own in 30 s, is ended with its relay."""
+    from triage.capture.workers import Relay
+
+    def slow(_task) -> bytes:
+        time.sleep(30)
+        (tmp_path / "finished").touch()
+        return b""
+
+    before = set(descendants(os.getpid()))
+    sender = signalled_from_another_thread()
+    relay = Relay(range(1), slow, 1)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            next(relay)
+    finally:
+        relay.close()
+    sender.join()
+    assert set(descendants(os.getpid())) == before and not (tmp_path / "finished").exists()
+
+
 def test_a_ctrl_c_given_to_another_thread_stops_the_profiler(tmp_path):
     from triage.capture.session import run_profiler
 
