@@ -139,8 +139,13 @@ class S3Server:
         raise RuntimeError(f"weed server not ready after {START_DEADLINE:.0f} s: {last}")
 
     def kill(self) -> None:
-        """SIGKILL the server's whole process group (by its PID) and reap it."""
+        """SIGKILL the server's whole process group (by its PID) and reap it, and remove the
+        unix sockets it made (`/tmp/seaweedfs-KIND-PORT.sock`, one per gRPC port and for the
+        filer and the gateway), which a killed server leaves behind."""
         if self.process is not None and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
         self.process = None
+        for port in self.ports.values():
+            for left in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
+                left.unlink(missing_ok=True)
