@@ -562,10 +562,15 @@ class PreparedNcu:
         from triage.capture.ncu_results import BatchResults
 
         loaded = [(prepared._report(), index) for prepared, index in reports]
-        if BatchResults.worth([report for report, _index in loaded]):
-            batch = BatchResults(loaded)
+        if not BatchResults.worth([report for report, _index in loaded]):
+            return
+        batch = BatchResults(loaded)  # its relay forked: released by the reports' `close`
+        try:
             for position, (prepared, _index) in enumerate(reports):
                 prepared._batch = (batch, position)
+        except BaseException:  # a Ctrl-C before every report holds it: no report would end it
+            batch.relay.close()
+            raise
 
     @classmethod
     def open(cls, path: Path, fmt: str) -> PreparedNcu:
