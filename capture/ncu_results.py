@@ -7,12 +7,12 @@ results, or `triage archive *.ncu-rep` of a thousand reports, would grow without
 forked worker reads at most CHUNK_RESULTS results and exits, taking that memory with it.
 
 The workers also run on all cores. Each one sends its rows back as one Arrow IPC stream per
-table, and the chunks are written in result order, so the tables get the same bytes as reading
-in-process. A process still reads its first IN_PROCESS_RESULTS results itself (forking costs
-more than reading a small report), except those of a batch read on more than one core, and all
-of them where `fork` is missing or unsafe. The
-workers are forked by a relay (`workers.Relay`), itself forked before the archive starts its
-threads: no worker is forked beside a running thread.
+table, with what the provenance needs from them (`ncu.ChunkFacts`), and the chunks are written
+in result order, so the tables get the same bytes as reading in-process. A process still reads
+its first IN_PROCESS_RESULTS results itself (forking costs more than reading a small report),
+except those of a batch read on more than one core, and all of them where `fork` is missing or
+unsafe. The workers are forked by a relay (`workers.Relay`), itself forked before the archive
+starts its threads: no worker is forked beside a running thread.
 
 A batch of reports (`triage archive *.ncu-rep`) is read by one relay for all of them
 (`BatchResults`): its workers each take results of several reports, up to CHUNK_RESULTS, and
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from triage.capture.ncu import ChunkFacts, NcuReport
 
-CHUNK_RESULTS = 256  # results per worker process: bounds what one keeps (~0.3-1 MB each)
+CHUNK_RESULTS = 256  # results per worker process (a batch's: then one task more at most)
 IN_PROCESS_RESULTS = 256  # results read in this process before reading moves to workers
 IN_PROCESS_CHUNK = 64  # results whose rows are held at once when reading in-process
 MAX_WORKERS = 8
