@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from triage.capture.ncu import ChunkFacts, NcuReport
 
-CHUNK_RESULTS = 256  # results per worker process (a batch's: then one task more at most)
+CHUNK_RESULTS = 256  # results a worker reads (a batch's: one task more at most), ~0.3-1 MB each
 IN_PROCESS_RESULTS = 256  # results read in this process before reading moves to workers
 IN_PROCESS_CHUNK = 64  # results whose rows are held at once when reading in-process
 MAX_WORKERS = 8
