@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from triage.base.errors import CaptureFailed, UsageError
+from triage.base.timeutil import utc_now
 from triage.capture import process_tree, session
 from triage.capture.progress import OutputLine, ProgressEvent
 from triage.capture.session import CaptureRequest, Outcome
@@ -148,6 +149,10 @@ class BenchMeasured:
     samples: list[BenchSample] = field(default_factory=list)
     outcomes: list[Outcome] = field(default_factory=list)
     stopped: str = "repeat"  # repeat | decided | max_runs | budget
+    # When the series began, to the microsecond: its run's `created` and the start its record
+    # keeps. A bench run has no report to tell it apart: two series of a workload that prints
+    # the same numbers, run within one second, were one run to the second (`Outcome.started`).
+    began: str = field(default_factory=lambda: utc_now(precise=True))
 
     @property
     def runs(self) -> int:
@@ -158,10 +163,10 @@ class BenchMeasured:
         return [s.value for s in self.samples if s.metric == metric and not s.warmup]
 
     def outcome(self) -> Outcome:
-        """The series as one outcome for the capture block: first start, last end, the time of
-        every run together, the last run's exit status and output tail."""
-        first, last = self.outcomes[0], self.outcomes[-1]
-        return Outcome(last.exit_code, first.started, last.ended,
+        """The series as one outcome for the capture block: its start (`began`), the last run's
+        end, the time of every run together, the last run's exit status and output tail."""
+        last = self.outcomes[-1]
+        return Outcome(last.exit_code, self.began, last.ended,
                        round(sum(o.seconds for o in self.outcomes), 3), last.tail,
                        last.interrupted, last.timed_out)
 

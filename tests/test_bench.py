@@ -470,3 +470,22 @@ def test_a_failed_run_of_either_interleaved_side_archives_neither(triage, tmp_pa
                    expect=1)
     assert "run 1 of the bench exited 1; nothing was archived" in failed.output
     assert [r["id"] for r in triage.json("ls")] == [triage.json("show", "base")["id"]]
+
+
+def test_two_series_alike_to_the_second_are_two_runs(tmp_path):
+    """A bench run has no report to tell it apart: two series of a workload that prints the
+    same numbers, begun and ended within one second, are two runs (before, their records were
+    alike to the second and the second series was the first run, `already archived`)."""
+    from triage.archive import bench as archive_bench
+    from triage.archive.store import Store
+    from triage.capture.bench import BenchMeasured, BenchRequest
+    from triage.capture.git_state import git_snapshot
+    from triage.capture.session import CaptureRequest, Outcome
+
+    store = Store.open(tmp_path / "store", create=True)
+    outcome = Outcome(0, "2026-01-02T03:04:05Z", "2026-01-02T03:04:05Z", 0.18,
+                      ["step time: 1 ms"])
+    request = BenchRequest(CaptureRequest(["work"], cwd=tmp_path, environ={}))
+    runs = [archive_bench._archive(store, BenchMeasured(request, outcomes=[outcome]), {},
+                                   git_snapshot(tmp_path), "work", ()) for _ in range(2)]
+    assert runs[0].id != runs[1].id and all(run.new for run in runs)
