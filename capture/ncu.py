@@ -24,7 +24,6 @@ from triage.capture.settings import joined_option, resolve
 from triage.base.errors import UnsupportedReport
 
 if TYPE_CHECKING:
-
     from triage.capture.formats import TableBatch
     from triage.capture.ncu_results import BatchResults, Chunks, ResultTables
 
@@ -466,12 +465,12 @@ def _rule_rows(report_index: int, kernel_index: int, action: Any
 
 
 def result_rows(report: NcuReport, report_index: int, low: int, high: int
-                ) -> tuple[dict[str, list[Any]], ChunkFacts]:
+                ) -> tuple[dict[str, list[Any]], ResultFacts]:
     """The rows of the kernels/metrics/sections/rules tables for results low..high-1: kernels
     as {column: value}, the others as tuples of METRIC_COLUMNS, SECTION_COLUMNS, RULE_COLUMNS;
-    and what the provenance needs from them (`ChunkFacts`), gathered as they are made."""
+    and what the provenance needs from them (`ResultFacts`), gathered as they are made."""
     rows: dict[str, list[Any]] = {"kernels": [], "metrics": [], "sections": [], "rules": []}
-    facts = ChunkFacts()
+    facts = ResultFacts()
     locked = report.info.result_clock_locked
     readers = _value_readers()
     units: dict[str, str | None] = {}
@@ -490,11 +489,11 @@ def result_rows(report: NcuReport, report_index: int, low: int, high: int
 
 
 @dataclass
-class ChunkFacts:
-    """What the provenance needs from a chunk of results, gathered where its rows are made (a
-    worker's, when workers read: the archive's process then reads no row back): the sections
-    seen, in the report's order, the SM clock each result measured, and which results carry
-    values."""
+class ResultFacts:
+    """What the provenance needs from a report's results: the sections seen, in the report's
+    order, the SM clock each result measured, and which results carry values. Gathered per
+    chunk where its rows are made (a worker's, when workers read: the archive's process then
+    reads no row back), and added up, in result order, for the report."""
 
     results: int = 0
     sections: dict[str, int] = field(default_factory=dict)  # id -> order, first seen
@@ -515,25 +514,16 @@ class ChunkFacts:
         for section in sections:
             self.sections.setdefault(section[2], section[4])  # section_id, section_order
 
+    def add(self, chunk: ResultFacts) -> None:
+        """A later chunk's facts."""
+        self.results += chunk.results
+        self.sm_clocks.extend(chunk.sm_clocks)
+        self.with_values |= chunk.with_values
+        for section, order in chunk.sections.items():
+            self.sections.setdefault(section, order)
 
-class SectionsAndClocks:
-    """The `ChunkFacts` of a report's chunks, added up in result order."""
-
-    def __init__(self) -> None:
-        self.seen: dict[str, int] = {}
-        self.sm_clocks: list[float] = []
-        self.results = 0
-        self.with_values: set[tuple[int, int]] = set()
-
-    def add(self, facts: ChunkFacts) -> None:
-        self.results += facts.results
-        self.sm_clocks.extend(facts.sm_clocks)
-        self.with_values |= facts.with_values
-        for section, order in facts.sections.items():
-            self.seen.setdefault(section, order)
-
-    def sections(self) -> list[str]:
-        return sorted(self.seen, key=lambda s: (self.seen[s], s))
+    def sections_in_order(self) -> list[str]:
+        return sorted(self.sections, key=lambda s: (self.sections[s], s))
 
     def notices(self) -> list[str]:
         """'N of M results carry no metric values ...' where some result has none."""
@@ -551,7 +541,7 @@ class PreparedNcu:
         self.path, self.format = path, fmt
         self.report: NcuReport | None = report
         self.sha256 = report.info.sha256 or ""  # taken by every validation read
-        self._seen = SectionsAndClocks()
+        self._seen = ResultFacts()
         self._reading: ResultTables | Chunks | None = None
         self._batch: tuple[BatchResults, int] | None = None  # read with others: where
 
@@ -595,7 +585,7 @@ class PreparedNcu:
             yield from tables.items()
 
     def provenance(self) -> dict[str, Any]:
-        found = provenance(self._report(), self._seen.sections(), self._seen.sm_clocks)
+        found = provenance(self._report(), self._seen.sections_in_order(), self._seen.sm_clocks)
         return {**found, "notices": self._seen.notices()}
 
     def _report(self) -> NcuReport:

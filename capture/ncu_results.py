@@ -7,7 +7,7 @@ results, or `triage archive *.ncu-rep` of a thousand reports, would grow without
 forked worker reads at most CHUNK_RESULTS results and exits, taking that memory with it.
 
 The workers also run on all cores. Each one sends its rows back as one Arrow IPC stream per
-table, with what the provenance needs from them (`ncu.ChunkFacts`), and the chunks are written
+table, with what the provenance needs from them (`ncu.ResultFacts`), and the chunks are written
 in result order, so the tables get the same bytes as reading in-process. A process still reads
 its first IN_PROCESS_RESULTS results itself (forking costs more than reading a small report),
 except those of a batch read on more than one core, and all of them where `fork` is missing or
@@ -34,7 +34,7 @@ from triage.schemas.tables import records_table, rows_table
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from triage.capture.ncu import ChunkFacts, NcuReport
+    from triage.capture.ncu import ResultFacts, NcuReport
 
 CHUNK_RESULTS = 256  # results a worker reads (a batch's: one task more at most), ~0.3-1 MB each
 IN_PROCESS_RESULTS = 256  # results read in this process before reading moves to workers
@@ -43,7 +43,7 @@ MAX_WORKERS = 8
 TASKS_PER_WORKER = 4  # a batch's tasks: small enough to share the work out evenly
 TABLES = ("kernels", "metrics", "sections", "rules")
 FACTS_SIZE = struct.Struct("!Q")  # a chunk's payload: the size of its pickled facts first
-Chunk = tuple[dict[str, "pa.Table"], "ChunkFacts"]  # {table: Arrow table}, what they show
+Chunk = tuple[dict[str, "pa.Table"], "ResultFacts"]  # {table: Arrow table}, what they show
 Chunks = Generator[Chunk, None, None]
 
 
@@ -136,12 +136,12 @@ class BatchResults:
         if report_index != self.reports[position][1]:
             raise ValueError(f"report {position} was planned as index "
                              f"{self.reports[position][1]}, read as {report_index}")
-        return _from_workers(self._of(self.relay, position),
+        return _from_workers(self._of(position),
                              lambda task: self.reports[task[0] if task else position][0].path)
 
-    def _of(self, relay: Relay, position: int) -> Iterator[bytes]:
+    def _of(self, position: int) -> Iterator[bytes]:
         while self.handed < len(self.tasks) and self.tasks[self.handed][0] <= position:
-            data = next(relay)
+            data = next(self.relay)
             self.handed += 1
             if self.tasks[self.handed - 1][0] == position:
                 yield data
