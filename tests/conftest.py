@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from helpers import CORPUS
+from nvtx_capture import profiler_failed
 from triage.cli import cli
 
 
@@ -76,7 +77,8 @@ class Triage:
 
     def __call__(self, *args, expect: int | None = 0):
         result = self.runner.invoke(cli, [str(a) for a in args], catch_exceptions=False)
-        if expect is not None:
+        if expect is not None and result.exit_code != expect:
+            profiler_failed(result.output)
             assert result.exit_code == expect, (args, result.exit_code, result.output)
         return result
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,14 +20,13 @@ from triage.capture.process_tree import descendants
 
 
 
-class ProfilerFailedToStart(Exception):
-    """nsys ended by itself, with an error, before its application ran."""
-
-
 def wait_for_application(capture: subprocess.Popen, name: str, limit: float = 120) -> None:
     """Until the profiled program runs under `capture` (bounded: a failure, not a hang). A
-    profiler that fails by itself first raises ProfilerFailedToStart; anything else fails
-    the test with what was running and what the capture said, so that it explains itself."""
+    capture that ends first because nsys failed by itself raises ProfilerFailedByItself (the
+    test is run again); anything else fails the test with what was running and what the
+    capture said, so that a failure in CI explains itself."""
+    from nvtx_capture import profiler_failed
+
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline and capture.poll() is None:
         if name in _commands(descendants(capture.pid)).values():
@@ -38,23 +36,9 @@ def wait_for_application(capture: subprocess.Popen, name: str, limit: float = 12
     if capture.poll() is None:
         capture.kill()
     out, err = capture.communicate(timeout=60)
-    said = f"stdout: {out}\nstderr: {err}"
-    if capture.returncode not in (None, -signal.SIGKILL) and profiler_failed_by_itself():
-        raise ProfilerFailedToStart(said)
+    profiler_failed(err)
     pytest.fail(f"{name} never started under the capture (exit {capture.returncode}); "
-                f"running below it then: {running}\n{said}")
-
-
-def profiler_failed_by_itself() -> bool:
-    """The store's only run is a failed capture whose profiler exited non-zero on its own (nsys
-    2022.4 sometimes throws at start, e.g. `sem_open` ENOENT while another session ends)."""
-    from conftest import Triage
-
-    runs = Triage().json("ls")
-    if [run["source"] for run in runs] != ["capture-failed"]:
-        return False
-    capture = Triage().json("show", runs[0]["id"])["capture"]
-    return capture["status"].startswith("exited") and capture["exit_code"] not in (0, None)
+                f"running below it then: {running}\nstdout: {out}\nstderr: {err}")
 
 
 def _commands(pids: list[int]) -> dict[int, str]:
@@ -81,8 +65,11 @@ def test_an_interrupted_capture_is_recorded_as_a_failed_attempt(triage, nsys_exe
                                                                 store_dir, signum):
     command = [nsys_exe, "profile", "--trace=osrt", "--sample=none", "--cpuctxsw=none",
                "-o", "hung", "sleep", "300"]
-    capture = profiling(command, "sleep", tmp_path, store_dir)
+    capture = subprocess.Popen([sys.executable, "-m", "triage", "capture", "--", *command],
+                               cwd=tmp_path, env={**os.environ, "TRIAGE_STORE": str(store_dir)},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        wait_for_application(capture, "sleep")
         profiler = descendants(capture.pid)  # nsys and what it started
         capture.send_signal(signum)
         _out, err = capture.communicate(timeout=120)
@@ -102,25 +89,6 @@ def test_an_interrupted_capture_is_recorded_as_a_failed_attempt(triage, nsys_exe
     assert not agents_left(profiler)  # the agent nsys detached is ended too
     assert run["capture"]["environment"]["TRIAGE_STORE"] == str(store_dir)
     assert [r["source"] for r in triage.json("ls")] == ["capture-failed"]
-
-
-def profiling(command: list[str], application: str, cwd: Path, store_dir: Path,
-              tries: int = 3) -> subprocess.Popen:
-    """`triage capture -- COMMAND` once its `application` runs. A profiler that failed by itself
-    before that (not triage's doing: its failed attempt is recorded) is tried again, in an
-    empty store, up to `tries` times."""
-    failures = []
-    for _ in range(tries):
-        capture = subprocess.Popen([sys.executable, "-m", "triage", "capture", "--", *command],
-                                   cwd=cwd, env={**os.environ, "TRIAGE_STORE": str(store_dir)},
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            wait_for_application(capture, application)
-            return capture
-        except ProfilerFailedToStart as failed:
-            failures.append(str(failed))
-            shutil.rmtree(store_dir)
-    pytest.fail(f"the profiler failed by itself {tries} times:\n" + "\n".join(failures))
 
 
 def ctrl_c(*_args, **_kwargs):
