@@ -8,6 +8,7 @@ import pty
 import subprocess
 import sys
 
+from nvtx_capture import profiler_failed
 from triage.capture.progress import LineCollapser, OutputLine
 from triage.demo import demo_file
 
@@ -63,7 +64,10 @@ def on_terminal(args: list[str], cwd, store_dir) -> tuple[int, str]:
             chunks.append(chunk)
         process.wait(timeout=120)
     os.close(leader)
-    return process.returncode, b"".join(chunks).decode()
+    shown = b"".join(chunks).decode()
+    if process.returncode:
+        profiler_failed(shown)
+    return process.returncode, shown
 
 
 def test_a_capture_on_a_terminal_shows_progress_in_place(nsys_exe, tmp_path, store_dir):

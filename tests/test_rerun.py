@@ -30,6 +30,7 @@ import pytest
 from click.testing import CliRunner
 
 from helpers import derive_run
+from nvtx_capture import profiler_failed
 from triage.archive.manifest import manifest_schema
 from triage.archive.store import Store
 from triage.capture.redact import MARKER
@@ -60,6 +61,8 @@ def _triage(cwd: Path, *args: str, expect: int | None = 0, **env: str | None):
                                     catch_exceptions=False)
     finally:
         os.chdir(before)
+    if expect is not None and result.exit_code != expect:
+        profiler_failed(result.output)
     assert expect is None or result.exit_code == expect, (args, result.exit_code, result.output)
     return result
 
