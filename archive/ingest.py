@@ -41,7 +41,7 @@ from triage.archive.model import ArchiveBatch, ArchiveResult, Refusal, RunRecord
 from triage.archive.objects import Staged
 from triage.archive.run_manifests import manifest_file, run_parts
 from triage.archive.store import STORE_MARKER, Store, store_files
-from triage.capture import process_tree, redact
+from triage.capture import redact
 from triage.capture.formats import (PreparedReport, TableBatch, detect_format,
                                     prepare_report, read_together)
 from triage.base.errors import CorruptObject, Interrupted, TriageError, UsageError
@@ -516,8 +516,6 @@ def _archive_all(runs: Iterable[_Steps], filed: Callable[[ArchiveResult], None]
                     if awaiting_store else None
                 awaiting_store = run
                 run.advance()  # built
-                if stored is not None:  # before the pool's exit joins its thread, unsliced
-                    process_tree.finished(stored)
             done, stored = stored, None
             if done is not None:
                 results.append(done.result())

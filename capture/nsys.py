@@ -23,7 +23,6 @@ from triage.capture.nsys_file import (NsysFileInfo, export_report, read_nsys_fil
                                       version_number)
 from triage.capture.nsys_tables import (Implausible, nvtx_batches, source_batches,
                                        started_reads)
-from triage.capture.process_tree import finished
 from triage.capture.profiler_args import ParsedCommand, parse_command
 from triage.capture.settings import joined_option, resolve
 from triage.base.errors import UnsupportedReport
@@ -418,9 +417,9 @@ class PreparedNsys:
             else:
                 imported = worker.submit(import_readers)
                 self.export = self._exported(nsys, self.info)
-                finished(imported).result()
+                imported.result()
             if digest is not None:
-                self.sha256 = finished(digest).result()[0]
+                self.sha256 = digest.result()[0]
 
     def _exported(self, nsys: str | None, info: NsysFileInfo) -> Export:
         """nsys's Arrow export; its SQLite export when the Arrow one cannot be read as one."""

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from triage.capture.formats import NSYS_MAGIC
-from triage.capture.process_tree import finished, run_ended
 from triage.capture.protowire import Field, WireError, decode, iter_fields, submessage
 from triage.base.errors import DiskFull, ToolMissing, ToolTooOld, UnsupportedReport
 
@@ -300,7 +299,7 @@ def export_report(path, info: NsysFileInfo, nsys: str | None, new_file: Callable
             out = os.fspath(new_file(f"-export.{fmt}"))
             try:
                 reason = _run_export(path, exe, fmt, out)
-                local = finished(asked).result()
+                local = asked.result()
                 if local and version_tuple(info.version)[:2] > version_tuple(local)[:2]:
                     raise too_old(path, info, exe, local)  # nsys failed, or would have
             except BaseException:
@@ -346,6 +345,8 @@ def _size(file: str) -> int:
 def _run_export(path, exe: str, fmt: str, out: str) -> str | None:
     """Run one `nsys export`; return why it failed, or None when `out` was written."""
     import subprocess
+
+    from triage.capture.process_tree import run_ended
 
     timeout = float(os.environ.get("TRIAGE_NSYS_TIMEOUT", EXPORT_TIMEOUT_S))
     try:

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from triage.base.arrays import arrow_array
 from triage.capture.nsys_export import Export, Query, as_text
-from triage.capture.process_tree import finished
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,7 +53,7 @@ class ReadAhead:
 
     def __iter__(self) -> Iterator[pa.Table]:
         try:
-            while (batch := finished(self._ahead).result()) is not None:
+            while (batch := self._ahead.result()) is not None:
                 self._ahead = self._fetcher.submit(next, self._batches, None)
                 yield batch
         finally:

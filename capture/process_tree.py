@@ -19,12 +19,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
-if TYPE_CHECKING:
-    from concurrent.futures import Future
-
-T = TypeVar("T")
 TERM_GRACE = 5.0  # seconds a process tree gets after SIGTERM before SIGKILL
 # The longest the main thread waits on a child without running Python: a signal the kernel
 # hands to another of triage's threads (DuckDB's, pyarrow's) trips Python's handler there but
@@ -237,17 +233,6 @@ def read_some(fd: int, size: int = 65536) -> bytes:
     while not waiting.poll(SIGNAL_LATENCY * 1000):
         pass
     return os.read(fd, size)
-
-
-def finished(future: Future[T]) -> Future[T]:
-    """`future` once it is done, waited for in slices of SIGNAL_LATENCY: the main thread
-    waiting on another thread's work (a store, a read-ahead, a hash) still meets a Ctrl-C the
-    kernel handed to a thread of its own."""
-    from concurrent.futures import wait
-
-    while not wait([future], timeout=SIGNAL_LATENCY).done:
-        pass
-    return future
 
 
 def _reap(process: subprocess.Popen) -> None:

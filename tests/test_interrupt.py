@@ -259,17 +259,16 @@ def test_a_tool_past_its_timeout_is_killed_and_reaped():
     assert set(descendants(os.getpid())) == before
 
 
-def signalled_from_another_thread(until=None) -> threading.Thread:
-    """A thread that, once the test's child runs (or `until()` is true), sends SIGINT to
-    itself: the kernel may hand a Ctrl-C to any of triage's threads (DuckDB's, pyarrow's), and
-    Python's handler trips there without waking the main thread's blocked wait (in a CI run,
-    an `nsys export` that was never stopped)."""
+def signalled_from_another_thread() -> threading.Thread:
+    """A thread that, once the test's child runs, sends SIGINT to itself: the kernel may hand a
+    Ctrl-C to any of triage's threads (DuckDB's, pyarrow's), and Python's handler trips there
+    without waking the main thread's blocked wait (in a CI run, an `nsys export` that was
+    never stopped)."""
     before = set(descendants(os.getpid()))  # the suite's own (its S3 server)
-    until = until or (lambda: set(descendants(os.getpid())) > before)
 
     def send() -> None:
         deadline = time.monotonic() + 60
-        while not until() and time.monotonic() < deadline:
+        while set(descendants(os.getpid())) <= before and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(0.5)  # the main thread in its wait by now (else the test passes anyway)
         signal.pthread_kill(threading.get_ident(), signal.SIGINT)
@@ -312,33 +311,6 @@ def test_a_ctrl_c_given_to_another_thread_ends_the_wait_for_workers(tmp_path):
         relay.close()
     sender.join()
     assert set(descendants(os.getpid())) == before and not (tmp_path / "finished").exists()
-
-
-def test_a_ctrl_c_given_to_another_thread_ends_the_wait_for_a_thread():
-    """The main thread waiting on another thread's work (the run being stored beside the next
-    one's build, a read-ahead of an nsys export, a report's hash) meets it too, instead of
-    once that work is done."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from triage.capture.process_tree import finished
-
-    started, release = threading.Event(), threading.Event()
-
-    def slow() -> bool:
-        started.set()
-        return release.wait(30)  # False when it ended by itself
-
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        work = pool.submit(slow)
-        sender = signalled_from_another_thread(until=started.is_set)
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                finished(work)
-            assert not work.done()
-        finally:
-            release.set()
-            sender.join()
-    assert work.result()
 
 
 def test_a_ctrl_c_given_to_another_thread_stops_the_profiler(tmp_path):
