@@ -21,15 +21,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
+from conftest import Triage
 from helpers import REPO, corpus_file, on_a_terminal
 from triage.views import text as textview
 from triage.archive import catalog, catalogview, ingest, lease, listing, query
 from triage.archive.annotations import Annotations
 from triage.archive.store import Store
 from triage.base.errors import StoreError
-from triage.cli import cli
 from triage.schemas.tables import arrow_schema
 
 RUNS = {  # name: (report, archived)
@@ -41,9 +40,7 @@ LABELS = {"gemm": "before/1", "soa": "before/2", "async": "after/1"}
 
 
 def run_cli(*args, expect: int | None = 0):
-    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-    assert expect is None or result.exit_code == expect, (args, result.output)
-    return result
+    return Triage()(*args, expect=expect)
 
 
 @pytest.fixture(scope="module")

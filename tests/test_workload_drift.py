@@ -15,11 +15,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
+from conftest import Triage
 from helpers import corpus_file
-from nvtx_capture import profiler_failed
-from triage.cli import cli
 from triage.archive.runs import load_record
 from triage.archive.store import Store
 from triage.compare.diff import diff_runs
@@ -35,12 +33,7 @@ RWOFFSET = ("Lashi0812__CudaProgramming__readWriteOffset_cg.ncu-rep",
 
 
 def run(store: Path, *args, expect: int = 0) -> str:
-    result = CliRunner().invoke(cli, ["--store", str(store), *map(str, args)],
-                                catch_exceptions=False)
-    if result.exit_code != expect:
-        profiler_failed(result.output)
-    assert result.exit_code == expect, (args, result.output)
-    return result.stdout
+    return Triage()("--store", store, *args, expect=expect).stdout
 
 
 def git(work: Path, *args: str) -> str:
