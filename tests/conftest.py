@@ -75,8 +75,9 @@ class Triage:
     def __init__(self):
         self.runner = CliRunner()
 
-    def __call__(self, *args, expect: int | None = 0):
-        result = self.runner.invoke(cli, [str(a) for a in args], catch_exceptions=False)
+    def __call__(self, *args, expect: int | None = 0, env: dict[str, str | None] | None = None):
+        result = self.runner.invoke(cli, [str(a) for a in args], env=env,
+                                    catch_exceptions=False)
         if expect is not None and result.exit_code != expect:
             profiler_failed(result.output)
             assert result.exit_code == expect, (args, result.exit_code, result.output)

@@ -80,14 +80,14 @@ def capture(program: Path, args: list, output: Path, env: dict | None = None,
                str(program), *[str(a) for a in args]]
     done = subprocess.run(command, cwd=output.parent, env=env, capture_output=True)
     report = output.with_name(output.name + ".nsys-rep")
-    if not report.is_file() and done.returncode != 0 and not output.with_name(
-            output.name + ".qdstrm").exists():
-        raise ProfilerFailedByItself(f"nsys profile exited {done.returncode}: "
-                                     f"{done.stderr.decode(errors='replace')[-500:]}")
     if not report.is_file():
+        stream_left = output.with_name(output.name + ".qdstrm").exists()
+        if done.returncode != 0 and not stream_left:
+            raise ProfilerFailedByItself(f"nsys profile exited {done.returncode}: "
+                                         f"{done.stderr.decode(errors='replace')[-500:]}")
         hint = (" (.qdstrm left behind: Debian's nsys needs the QdstrmImporter symlink in "
                 "/usr/lib/x86_64-linux-gnu/nsight-systems/host-linux-x64)"
-                if output.with_name(output.name + ".qdstrm").exists() else "")
+                if stream_left else "")
         raise RuntimeError(f"nsys profile made no report{hint}: rc={done.returncode} "
                            f"{done.stderr.decode(errors='replace')[-500:]}")
     return report

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from nvtx_capture import profiler_failed
 from triage.capture.process_tree import descendants
-
-
 
 
 def wait_for_application(capture: subprocess.Popen, name: str, limit: float = 120) -> None:
@@ -25,8 +24,6 @@ def wait_for_application(capture: subprocess.Popen, name: str, limit: float = 12
     capture that ends first because nsys failed by itself raises ProfilerFailedByItself (the
     test is run again); anything else fails the test with what was running and what the
     capture said, so that a failure in CI explains itself."""
-    from nvtx_capture import profiler_failed
-
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline and capture.poll() is None:
         if name in _commands(descendants(capture.pid)).values():
@@ -151,7 +148,7 @@ def test_an_interrupted_batch_has_named_each_run_it_filed(triage, monkeypatch):
     assert triage.json("verify")["ok"]
 
 
-STALL_AT_THIRD_RUN = """import os, sys, time
+STALL_AT_THIRD_RUN = """import sys, time
 from triage.archive import ingest
 from triage.capture import ncu_results
 ncu_results.cores = lambda limit: 2  # the batch read by a pool of two, on any machine

@@ -27,14 +27,12 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from click.testing import CliRunner
 
+from conftest import Triage
 from helpers import derive_run
-from nvtx_capture import profiler_failed
 from triage.archive.manifest import manifest_schema
 from triage.archive.store import Store
 from triage.capture.redact import MARKER
-from triage.cli import cli
 from triage.compare.noise import fewest_per_side
 
 RUNS = 5
@@ -57,14 +55,9 @@ def _triage(cwd: Path, *args: str, expect: int | None = 0, **env: str | None):
     before = os.getcwd()
     os.chdir(cwd)
     try:
-        result = CliRunner().invoke(cli, [str(a) for a in args], env=env,
-                                    catch_exceptions=False)
+        return Triage()(*args, expect=expect, env=env)
     finally:
         os.chdir(before)
-    if expect is not None and result.exit_code != expect:
-        profiler_failed(result.output)
-    assert expect is None or result.exit_code == expect, (args, result.exit_code, result.output)
-    return result
 
 
 class Setup:
