@@ -523,6 +523,7 @@ class ResultFacts:
             self.sections.setdefault(section, order)
 
     def sections_in_order(self) -> list[str]:
+        """The section ids as the report orders them (ties by id), as the provenance lists them."""
         return sorted(self.sections, key=lambda s: (self.sections[s], s))
 
     def notices(self) -> list[str]:

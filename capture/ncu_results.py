@@ -34,7 +34,7 @@ from triage.schemas.tables import records_table, rows_table
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from triage.capture.ncu import ResultFacts, NcuReport
+    from triage.capture.ncu import NcuReport, ResultFacts
 
 CHUNK_RESULTS = 256  # results a worker reads (a batch's: one task more at most), ~0.3-1 MB each
 IN_PROCESS_RESULTS = 256  # results read in this process before reading moves to workers
